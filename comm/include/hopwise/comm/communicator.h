@@ -1,0 +1,121 @@
+// The communicator: collectives and point-to-point over a Transport (MPI processes, or in-process threads),
+// run by the algorithm the cost model (or HOPWISE_ALGO) picks, along the ring order and trees the topology
+// planner supplies. Async calls run on one progress thread per communicator, in call order; a sync call runs
+// on the caller's thread when nothing is queued (no hand-off latency), else after the queue.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "hopwise/comm/algorithm.h"
+#include "hopwise/comm/cost_model.h"
+#include "hopwise/comm/transport.h"
+#include "hopwise/comm/work.h"
+#include "hopwise/common/dtype.h"
+#include "hopwise/common/half.h"
+#include "hopwise/topology/plan.h"
+
+namespace hopwise::comm {
+
+struct Options {
+  Algorithm algorithm = Algorithm::kAuto;  // HOPWISE_ALGO
+  double timeout_s = 300;                  // HOPWISE_TIMEOUT_S: every wait gives up after this
+  std::size_t chunk_bytes = 256 << 10;     // HOPWISE_CHUNK_BYTES: pipelining grain and largest message
+  bool calibrate = true;                   // HOPWISE_CALIBRATE: fit the cost model at start (else defaults)
+  static Options from_env();
+};
+
+struct CollectiveStats {
+  std::uint64_t calls = 0;
+  std::uint64_t bytes = 0;  // user-buffer bytes passed to collectives on this rank
+};
+
+class Communicator {
+ public:
+  // Over MPI: duplicates `comm`, initializing MPI (MPI_THREAD_MULTIPLE) if the caller has not. Collective.
+  explicit Communicator(MPI_Comm comm = MPI_COMM_WORLD, Options options = Options::from_env());
+  // Over any transport (e.g. InProcessTransport). Collective over the transport's ranks.
+  Communicator(std::unique_ptr<Transport> transport, Options options);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+  int local_rank() const;
+  int local_size() const;
+  int host_id() const;
+  Transport& transport();
+
+  // ---- collectives (sync); `in` may equal `out` (in place) ----
+  void allreduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op = ReduceOp::kSum);
+  // in: size() * recvcount elements; out: recvcount (this rank's block).
+  void reduce_scatter(const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op = ReduceOp::kSum);
+  // in: sendcount elements; out: size() * sendcount, rank-major.
+  void allgather(const void* in, void* out, std::size_t sendcount, DataType dt);
+  void broadcast(void* buf, std::size_t count, DataType dt, int root);
+  // out is written at root only (and may be null elsewhere).
+  void reduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, int root);
+  void barrier();
+  void send(const void* buf, std::size_t count, DataType dt, int peer, int tag = 0);
+  void recv(void* buf, std::size_t count, DataType dt, int peer, int tag = 0);
+
+  // ---- async: the buffers must stay valid until wait() ----
+  Work allreduce_async(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op = ReduceOp::kSum);
+  Work reduce_scatter_async(const void* in, void* out, std::size_t recvcount, DataType dt,
+                            ReduceOp op = ReduceOp::kSum);
+  Work allgather_async(const void* in, void* out, std::size_t sendcount, DataType dt);
+  Work broadcast_async(void* buf, std::size_t count, DataType dt, int root);
+  Work reduce_async(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, int root);
+  Work barrier_async();
+  Work send_async(const void* buf, std::size_t count, DataType dt, int peer, int tag = 0);
+  Work recv_async(void* buf, std::size_t count, DataType dt, int peer, int tag = 0);
+
+  // Typed conveniences.
+  template <class T>
+  void allreduce(std::span<T> buf, ReduceOp op = ReduceOp::kSum) {
+    allreduce(buf.data(), buf.data(), buf.size(), dtype_of<T>(), op);
+  }
+
+  // ---- plan and algorithm choice ----
+  // The planner's ring (a permutation of ranks) and tree(s); rank order and a double binary tree by default.
+  // Every rank must set the same plan.
+  void set_ring_order(std::vector<int> order);
+  void set_trees(topology::TreeShape first, std::optional<topology::TreeShape> second = std::nullopt);
+  const std::vector<int>& ring_order() const;
+  // The algorithm that will run `c` on `bytes` (resolves auto through the cost model; a forced algorithm that
+  // does not implement `c` falls back to the cost model's choice among those that do).
+  Algorithm algorithm_for(Collective c, std::size_t bytes) const;
+  // Forces an algorithm for later calls (kAuto returns to the cost model).
+  void set_algorithm(Algorithm a);
+  const CostModel& cost_model() const;
+  CollectiveStats stats() const;
+
+  template <class T>
+  static constexpr DataType dtype_of() {
+    if constexpr (std::is_same_v<T, float>) return DataType::kFloat32;
+    else if constexpr (std::is_same_v<T, double>) return DataType::kFloat64;
+    else if constexpr (std::is_same_v<T, float16>) return DataType::kFloat16;
+    else if constexpr (std::is_same_v<T, bfloat16>) return DataType::kBFloat16;
+    else if constexpr (std::is_same_v<T, std::int32_t>) return DataType::kInt32;
+    else if constexpr (std::is_same_v<T, std::int64_t>) return DataType::kInt64;
+    else {
+      static_assert(std::is_same_v<T, std::uint8_t>, "unsupported element type");
+      return DataType::kUInt8;
+    }
+  }
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hopwise::comm

@@ -1,0 +1,44 @@
+// The alpha-beta-gamma model that picks an algorithm per (collective, bytes, ranks):
+//   alpha = seconds per message, beta = seconds per byte moved, gamma = seconds per byte reduced.
+// MPI's own collectives are a black box; they get a line alpha_native + beta_native * bytes measured from
+// MPI_Allreduce itself. All parameters come from calibrate() (a few milliseconds, collective) or, with
+// HOPWISE_CALIBRATE=0, from defaults() measured on the 2-core development machines.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "hopwise/comm/algorithm.h"
+
+namespace hopwise::comm {
+
+class Transport;
+class Workspace;
+
+struct CostParams {
+  double alpha = 0, beta = 0, gamma = 0;  // hopwise over the transport
+  double alpha_native = 0, beta_native = 0;  // the transport library's own allreduce (0 = none)
+  std::string source;                     // "calibrated" or "defaults"
+  static CostParams defaults();
+};
+
+class CostModel {
+ public:
+  CostModel() = default;
+  explicit CostModel(CostParams p) : p_(p) {}
+  const CostParams& params() const { return p_; }
+  // Seconds for `a` to run `c` on `bytes` (per-rank buffer size as the benchmark reports it) over p ranks.
+  double estimate(Collective c, Algorithm a, std::size_t bytes, int p, int tree_depth) const;
+  // The cheapest implemented algorithm; native only when has_native.
+  Algorithm choose(Collective c, std::size_t bytes, int p, int tree_depth, bool has_native) const;
+
+ private:
+  CostParams p_ = CostParams::defaults();
+};
+
+// Measures alpha and beta with ring-neighbour exchanges, gamma with the reduction kernel, and the native
+// allreduce line; then agrees on the slowest figure across ranks so that every rank picks the same algorithm.
+// Collective: every rank of the transport must call it.
+CostParams calibrate(Transport& t, Workspace& ws);
+
+}  // namespace hopwise::comm

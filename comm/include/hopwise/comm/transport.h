@@ -1,0 +1,69 @@
+// The point-to-point interface every algorithm is written against (ring, halving-doubling, tree, barrier).
+// Implementations: MpiTransport (real processes), InProcessTransport (ranks as threads), NCCL later.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "hopwise/common/dtype.h"
+
+namespace hopwise::comm {
+
+// A pending isend/irecv. `handle` belongs to the transport that made it.
+struct Request {
+  std::uint64_t handle = 0;
+  int peer = -1;
+  bool is_recv = false;
+  bool active = false;
+};
+
+// Optional collectives the transport library does itself ("native": MPI_Allreduce, ncclAllReduce).
+class NativeCollectives {
+ public:
+  virtual ~NativeCollectives() = default;
+  virtual void allreduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) = 0;
+  virtual void reduce_scatter(const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op) = 0;
+  virtual void allgather(const void* in, void* out, std::size_t sendcount, DataType dt) = 0;
+  virtual void broadcast(void* buf, std::size_t count, DataType dt, int root) = 0;
+  virtual void reduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;
+
+  // Messages between one pair with one tag arrive in the order they were sent (MPI's non-overtaking rule).
+  // A receive must be at least as large as the matching send.
+  virtual Request isend(const void* buf, std::size_t bytes, int peer, int tag) = 0;
+  virtual Request irecv(void* buf, std::size_t bytes, int peer, int tag) = 0;
+
+  // Blocks until every active request in `reqs` is complete, or throws TimeoutError naming the peers that are
+  // still pending once the timeout passes. Completed requests become inactive.
+  virtual void wait_all(std::span<Request> reqs) = 0;
+  void wait(Request& r) { wait_all(std::span<Request>(&r, 1)); }
+  // True when `r` is complete (it then becomes inactive). Never blocks.
+  virtual bool test(Request& r) = 0;
+
+  // Local rank / host: ranks with the same host_id share memory.
+  virtual int local_rank() const { return rank(); }
+  virtual int local_size() const { return size(); }
+  virtual int host_id() const { return 0; }
+
+  // The library's own collectives, or nullptr where there are none.
+  virtual NativeCollectives* native() { return nullptr; }
+
+  void set_timeout(std::chrono::duration<double> t) { timeout_ = t; }
+  std::chrono::duration<double> timeout() const { return timeout_; }
+
+ protected:
+  std::chrono::duration<double> timeout_{300.0};
+};
+
+}  // namespace hopwise::comm

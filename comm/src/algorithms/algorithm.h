@@ -1,0 +1,69 @@
+// What every algorithm gets: the transport, the scratch space, the chunk size and its tag range.
+// One algorithm a file (ring.cpp, halving_doubling.cpp, tree.cpp, barrier.cpp); each is written once against
+// Transport so that it runs over MPI, in-process threads and (later) NCCL alike.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "../workspace.h"
+#include "hopwise/comm/transport.h"
+#include "hopwise/common/dtype.h"
+#include "hopwise/topology/plan.h"
+
+namespace hopwise::comm::algo {
+
+// Tags below kFirstInternalTag belong to the user's send/recv.
+inline constexpr int kFirstInternalTag = 10000;
+inline constexpr int kTagRingReduceScatter = 10000;  // + step
+inline constexpr int kTagRingAllgather = 12000;      // + step
+inline constexpr int kTagHalvingDoubling = 14000;    // + round
+inline constexpr int kTagTreeReduce = 16000;         // + tree index
+inline constexpr int kTagTreeBroadcast = 16100;      // + tree index
+inline constexpr int kTagBarrier = 16200;            // + round
+
+struct Context {
+  Transport& transport;
+  Workspace& workspace;
+  std::size_t chunk_bytes;  // largest message; also the pipelining grain
+};
+
+// Element offsets of p blocks: block b is [offsets[b], offsets[b+1]).
+struct Blocks {
+  std::vector<std::size_t> offsets;
+  std::size_t off(int b) const { return offsets[static_cast<std::size_t>(b)]; }
+  std::size_t len(int b) const { return offsets[static_cast<std::size_t>(b) + 1] - offsets[static_cast<std::size_t>(b)]; }
+  static Blocks even(std::size_t count, int p);           // near-equal split, the first count % p one larger
+  static Blocks uniform(std::size_t block_count, int p);  // p blocks of block_count
+};
+
+// Position of `rank` in `order`.
+int position_of(const std::vector<int>& order, int rank);
+
+// Ring reduce-scatter then allgather. `in` may equal `out`. `scale` != 1 multiplies the result (avg).
+void ring_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
+                    double scale, const std::vector<int>& order);
+// out (recvcount) = this rank's block of the reduction of every rank's in (p * recvcount).
+void ring_reduce_scatter(const Context& c, const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op,
+                         double scale, const std::vector<int>& order);
+// out (p * sendcount) = every rank's in, in rank order. `in` may be out + rank * sendcount.
+void ring_allgather(const Context& c, const void* in, void* out, std::size_t sendcount, DataType dt,
+                    const std::vector<int>& order);
+
+// Rabenseifner: recursive-halving reduce-scatter, recursive-doubling allgather; non-powers of two fold first.
+void halving_doubling_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt,
+                                ReduceOp op, double scale, const std::vector<int>& order);
+
+// Pipelined reduce up and broadcast down one tree, or two trees (each half of the data) for a double tree.
+void tree_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
+                    double scale, const std::vector<const topology::TreeShape*>& trees);
+// Pipelined reduce to tree.root: `out` is only written at the root.
+void tree_reduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
+                 double scale, const topology::TreeShape& tree);
+// Pipelined broadcast from tree.root.
+void tree_broadcast(const Context& c, void* buf, std::size_t count, DataType dt, const topology::TreeShape& tree);
+
+// Dissemination barrier: ceil(log2 p) rounds of 1-byte messages.
+void dissemination_barrier(const Context& c);
+
+}  // namespace hopwise::comm::algo

@@ -1,0 +1,150 @@
+// Ring reduce-scatter + allgather, chunked and pipelined: as soon as a chunk of step s is received and reduced
+// it is sent on for step s+1, so sending, receiving and reducing overlap, and the reduced chunk is still in
+// cache when it is sent.
+//
+// Segments are numbered along the ring: segment k is the block of rank order[k-1], so that after the
+// reduce-scatter the rank at ring position i owns segment i+1, which is its own block.
+#include <cstring>
+
+#include "algorithm.h"
+#include "hopwise/common/reduce.h"
+
+namespace hopwise::comm::algo {
+
+namespace {
+
+struct Ring {
+  int p, i, next, prev;
+  int mod(int x) const { return ((x % p) + p) % p; }
+  // Block index of ring segment k.
+  int block(const std::vector<int>& order, int k) const { return order[static_cast<std::size_t>(mod(k - 1))]; }
+};
+
+Ring make_ring(const Transport& t, const std::vector<int>& order) {
+  const int p = t.size();
+  const int i = position_of(order, t.rank());
+  return {p, i, order[static_cast<std::size_t>((i + 1) % p)], order[static_cast<std::size_t>((i + p - 1) % p)]};
+}
+
+template <class F>
+void for_chunks(std::size_t len, std::size_t chunk, F f) {
+  for (std::size_t j = 0, k = 0; j < len; j += chunk, ++k) f(k, j, std::min(chunk, len - j));
+}
+
+// Reduce-scatter phase. Step s sends segment i-s and receives segment i-s-1, reducing it with the local input.
+// Partial results go to `work` (indexed like `in`); the last step writes this rank's block to `final_dst`.
+void reduce_scatter_phase(const Context& c, const char* in, char* work, char* final_dst, const Blocks& blocks,
+                          DataType dt, ReduceOp op, double scale, const std::vector<int>& order) {
+  Transport& t = c.transport;
+  const Ring r = make_ring(t, order);
+  const std::size_t es = dtype_size(dt);
+  const std::size_t ce = std::max<std::size_t>(1, c.chunk_bytes / es);
+  std::size_t max_seg = 0;
+  for (int b = 0; b < r.p; ++b) max_seg = std::max(max_seg, blocks.len(b));
+  char* temp[2] = {static_cast<char*>(c.workspace.get(Scratch::kRecvA, max_seg * es + 64)),
+                   static_cast<char*>(c.workspace.get(Scratch::kRecvB, max_seg * es + 64))};
+  std::vector<Request> recvs[2], sends;
+  const int steps = r.p - 1;
+
+  auto post_recvs = [&](int s) {
+    const int b = r.block(order, r.i - s - 1);
+    auto& rv = recvs[s % 2];
+    rv.clear();
+    for_chunks(blocks.len(b), ce, [&](std::size_t, std::size_t j, std::size_t n) {
+      rv.push_back(t.irecv(temp[s % 2] + j * es, n * es, r.prev, kTagRingReduceScatter + s));
+    });
+  };
+
+  post_recvs(0);
+  {
+    const int b = r.block(order, r.i);
+    for_chunks(blocks.len(b), ce, [&](std::size_t, std::size_t j, std::size_t n) {
+      sends.push_back(t.isend(in + (blocks.off(b) + j) * es, n * es, r.next, kTagRingReduceScatter));
+    });
+  }
+  for (int s = 0; s < steps; ++s) {
+    if (s + 1 < steps) post_recvs(s + 1);
+    const int b = r.block(order, r.i - s - 1);
+    const bool last = s + 1 == steps;
+    char* dst = last ? final_dst : work + blocks.off(b) * es;
+    const char* mine = in + blocks.off(b) * es;
+    for_chunks(blocks.len(b), ce, [&](std::size_t k, std::size_t j, std::size_t n) {
+      t.wait(recvs[s % 2][k]);
+      reduce_into(dt, op, dst + j * es, mine + j * es, temp[s % 2] + j * es, n);
+      if (last) {
+        if (scale != 1.0) scale_by(dt, dst + j * es, n, scale);
+      } else {
+        sends.push_back(t.isend(dst + j * es, n * es, r.next, kTagRingReduceScatter + s + 1));
+      }
+    });
+  }
+  t.wait_all(sends);
+}
+
+// Allgather phase: this rank's segment i+1 is complete in `buf`; step s forwards segment i+1-s and receives
+// segment i-s straight into place.
+void allgather_phase(const Context& c, char* buf, const Blocks& blocks, DataType dt, const std::vector<int>& order) {
+  Transport& t = c.transport;
+  const Ring r = make_ring(t, order);
+  const std::size_t es = dtype_size(dt);
+  const std::size_t ce = std::max<std::size_t>(1, c.chunk_bytes / es);
+  const int steps = r.p - 1;
+  std::vector<std::vector<Request>> recvs(static_cast<std::size_t>(steps));
+  std::vector<Request> sends;
+  for (int s = 0; s < steps; ++s) {
+    const int b = r.block(order, r.i - s);
+    for_chunks(blocks.len(b), ce, [&](std::size_t, std::size_t j, std::size_t n) {
+      recvs[static_cast<std::size_t>(s)].push_back(
+          t.irecv(buf + (blocks.off(b) + j) * es, n * es, r.prev, kTagRingAllgather + s));
+    });
+  }
+  {
+    const int b = r.block(order, r.i + 1);
+    for_chunks(blocks.len(b), ce, [&](std::size_t, std::size_t j, std::size_t n) {
+      sends.push_back(t.isend(buf + (blocks.off(b) + j) * es, n * es, r.next, kTagRingAllgather));
+    });
+  }
+  for (int s = 0; s < steps; ++s) {
+    const int b = r.block(order, r.i - s);
+    for_chunks(blocks.len(b), ce, [&](std::size_t k, std::size_t j, std::size_t n) {
+      t.wait(recvs[static_cast<std::size_t>(s)][k]);
+      if (s + 1 < steps) sends.push_back(t.isend(buf + (blocks.off(b) + j) * es, n * es, r.next, kTagRingAllgather + s + 1));
+    });
+  }
+  t.wait_all(sends);
+}
+
+}  // namespace
+
+void ring_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
+                    double scale, const std::vector<int>& order) {
+  const Transport& t = c.transport;
+  const Blocks blocks = Blocks::even(count, t.size());
+  const std::size_t es = dtype_size(dt);
+  char* o = static_cast<char*>(out);
+  reduce_scatter_phase(c, static_cast<const char*>(in), o, o + blocks.off(t.rank()) * es, blocks, dt, op, scale,
+                       order);
+  allgather_phase(c, o, blocks, dt, order);
+}
+
+void ring_reduce_scatter(const Context& c, const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op,
+                         double scale, const std::vector<int>& order) {
+  const Transport& t = c.transport;
+  const Blocks blocks = Blocks::uniform(recvcount, t.size());
+  const std::size_t es = dtype_size(dt);
+  char* work = static_cast<char*>(c.workspace.get(Scratch::kWork, blocks.offsets.back() * es + 64));
+  reduce_scatter_phase(c, static_cast<const char*>(in), work, static_cast<char*>(out), blocks, dt, op, scale, order);
+}
+
+void ring_allgather(const Context& c, const void* in, void* out, std::size_t sendcount, DataType dt,
+                    const std::vector<int>& order) {
+  const Transport& t = c.transport;
+  const Blocks blocks = Blocks::uniform(sendcount, t.size());
+  const std::size_t es = dtype_size(dt);
+  char* o = static_cast<char*>(out);
+  char* mine = o + blocks.off(t.rank()) * es;
+  if (mine != in && sendcount != 0) std::memmove(mine, in, sendcount * es);
+  allgather_phase(c, o, blocks, dt, order);
+}
+
+}  // namespace hopwise::comm::algo

@@ -1,0 +1,476 @@
+#include "hopwise/comm/communicator.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "algorithms/algorithm.h"
+#include "hopwise/comm/mpi_transport.h"
+#include "hopwise/common/env.h"
+#include "hopwise/common/error.h"
+#include "hopwise/common/log.h"
+#include "hopwise/common/reduce.h"
+#include "workspace.h"
+
+namespace hopwise::comm {
+
+Options Options::from_env() {
+  Options o;
+  o.algorithm = parse_algorithm(env::get_or("HOPWISE_ALGO", "auto"));
+  o.timeout_s = env::get_double("HOPWISE_TIMEOUT_S", o.timeout_s);
+  if (!(o.timeout_s > 0)) throw InvalidArgument("HOPWISE_TIMEOUT_S must be a positive number of seconds");
+  if (auto v = env::get("HOPWISE_CHUNK_BYTES")) o.chunk_bytes = env::parse_size(*v, "HOPWISE_CHUNK_BYTES");
+  if (o.chunk_bytes < 64 || o.chunk_bytes > (1u << 30))
+    throw InvalidArgument("HOPWISE_CHUNK_BYTES must be between 64 and 1G");
+  o.calibrate = env::get_int("HOPWISE_CALIBRATE", 1) != 0;
+  return o;
+}
+
+namespace {
+
+// One call, as queued: its arguments and the Work it completes.
+struct Task {
+  Collective kind;
+  const void* in = nullptr;
+  void* out = nullptr;
+  std::size_t count = 0;
+  DataType dt = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  std::shared_ptr<Work::State> state;
+};
+
+}  // namespace
+
+struct Communicator::Impl {
+  std::unique_ptr<Transport> transport;
+  Options options;
+  Workspace workspace;
+  CostModel cost;
+  std::vector<int> ring;
+  topology::TreeShape tree_a, tree_b;
+  bool two_trees = true;
+  std::atomic<Algorithm> forced{Algorithm::kAuto};
+
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<Task> queue;
+  bool busy = false, stopping = false;
+  std::string broken;  // the first error: later calls fail fast instead of joining a half-finished exchange
+  CollectiveStats stats;
+  std::thread progress;
+
+  int p() const { return transport->size(); }
+  algo::Context context() { return {*transport, workspace, options.chunk_bytes}; }
+
+  std::string describe(const Task& t, Algorithm a) const {
+    std::string s = fmt::format("{}(count={}, dtype={}", to_string(t.kind), t.count, to_string(t.dt));
+    if (t.kind == Collective::kAllreduce || t.kind == Collective::kReduceScatter || t.kind == Collective::kReduce)
+      s += fmt::format(", op={}", to_string(t.op));
+    if (t.kind == Collective::kBroadcast || t.kind == Collective::kReduce) s += fmt::format(", root={}", t.root);
+    s += fmt::format(", algo={}", to_string(a));
+    return s + fmt::format(", ranks={})", p());
+  }
+
+  Algorithm choose(Collective c, std::size_t bytes) const {
+    const Algorithm f = forced.load();
+    const bool has_native = transport->native() != nullptr;
+    if (f != Algorithm::kAuto && implements(f, c) && (f != Algorithm::kNative || has_native)) return f;
+    return cost.choose(c, bytes, p(), tree_a.depth(), has_native);
+  }
+
+  void execute(Task& t) {
+    const std::size_t es = dtype_size(t.dt);
+    const Algorithm a = choose(t.kind, t.count * es);
+    try {
+      if (!broken.empty())
+        throw Error(fmt::format("communicator is unusable after an earlier error ({}); create a new one", broken));
+      run(t, a);
+    } catch (const std::exception& e) {
+      const std::string text = fmt::format("hopwise: rank {}: {} failed: {}", transport->rank(), describe(t, a), e.what());
+      if (broken.empty()) broken = e.what();
+      std::exception_ptr ep;
+      if (auto* te = dynamic_cast<const TimeoutError*>(&e))
+        ep = std::make_exception_ptr(TimeoutError(text, te->pending_ranks()));
+      else if (dynamic_cast<const InvalidArgument*>(&e))
+        ep = std::make_exception_ptr(InvalidArgument(text));
+      else
+        ep = std::make_exception_ptr(Error(text));
+      t.state->finish(ep, text);
+      return;
+    }
+    t.state->finish(nullptr, {});
+  }
+
+  void run(Task& t, Algorithm a) {
+    const int n = p();
+    const std::size_t es = dtype_size(t.dt);
+    const ReduceOp op = t.op == ReduceOp::kAvg ? ReduceOp::kSum : t.op;
+    const double scale = t.op == ReduceOp::kAvg ? 1.0 / n : 1.0;
+    const algo::Context ctx = context();
+    NativeCollectives* nat = transport->native();
+    auto copy = [](void* dst, const void* src, std::size_t bytes) {
+      if (dst != src && bytes != 0) std::memmove(dst, src, bytes);
+    };
+    switch (t.kind) {
+      case Collective::kAllreduce:
+        if (n == 1 || t.count == 0) {
+          copy(t.out, t.in, t.count * es);
+          if (scale != 1.0) scale_by(t.dt, t.out, t.count, scale);
+        } else if (a == Algorithm::kNative) {
+          nat->allreduce(t.in, t.out, t.count, t.dt, op);
+          if (scale != 1.0) scale_by(t.dt, t.out, t.count, scale);
+        } else if (a == Algorithm::kHalvingDoubling) {
+          algo::halving_doubling_allreduce(ctx, t.in, t.out, t.count, t.dt, op, scale, ring);
+        } else if (a == Algorithm::kTree) {
+          std::vector<const topology::TreeShape*> trees{&tree_a};
+          if (two_trees && t.count >= 2) trees.push_back(&tree_b);
+          algo::tree_allreduce(ctx, t.in, t.out, t.count, t.dt, op, scale, trees);
+        } else {
+          algo::ring_allreduce(ctx, t.in, t.out, t.count, t.dt, op, scale, ring);
+        }
+        break;
+      case Collective::kReduceScatter:
+        if (n == 1 || t.count == 0) {
+          copy(t.out, t.in, t.count * es);
+          if (scale != 1.0) scale_by(t.dt, t.out, t.count, scale);
+        } else if (a == Algorithm::kNative) {
+          nat->reduce_scatter(t.in, t.out, t.count, t.dt, op);
+          if (scale != 1.0) scale_by(t.dt, t.out, t.count, scale);
+        } else {
+          algo::ring_reduce_scatter(ctx, t.in, t.out, t.count, t.dt, op, scale, ring);
+        }
+        break;
+      case Collective::kAllgather:
+        if (n == 1 || t.count == 0) {
+          copy(t.out, t.in, t.count * es);
+        } else if (a == Algorithm::kNative) {
+          const char* mine = static_cast<char*>(t.out) + static_cast<std::size_t>(transport->rank()) * t.count * es;
+          nat->allgather(t.in == mine ? static_cast<const void*>(MPI_IN_PLACE) : t.in, t.out, t.count, t.dt);
+        } else {
+          algo::ring_allgather(ctx, t.in, t.out, t.count, t.dt, ring);
+        }
+        break;
+      case Collective::kBroadcast:
+        if (n == 1 || t.count == 0) break;
+        if (a == Algorithm::kNative) nat->broadcast(t.out, t.count, t.dt, t.root);
+        else algo::tree_broadcast(ctx, t.out, t.count, t.dt, rooted_tree(t.root));
+        break;
+      case Collective::kReduce:
+        if (n == 1 || t.count == 0) {
+          if (transport->rank() == t.root) {
+            copy(t.out, t.in, t.count * es);
+            if (scale != 1.0) scale_by(t.dt, t.out, t.count, scale);
+          }
+        } else if (a == Algorithm::kNative) {
+          // MPI needs a receive buffer only at the root.
+          nat->reduce(t.in, t.out, t.count, t.dt, op, t.root);
+          if (scale != 1.0 && transport->rank() == t.root) scale_by(t.dt, t.out, t.count, scale);
+        } else {
+          algo::tree_reduce(ctx, t.in, t.out, t.count, t.dt, op, scale, rooted_tree(t.root));
+        }
+        break;
+      case Collective::kBarrier:
+        if (n == 1) break;
+        if (a == Algorithm::kNative) nat->barrier();
+        else algo::dissemination_barrier(ctx);
+        break;
+      default: throw Error("internal: point-to-point task on the collective path");
+    }
+  }
+
+  // The planned tree when its root is `root`, else a binary tree over the ring order rotated to start there.
+  topology::TreeShape rooted_tree_cache;
+  const topology::TreeShape& rooted_tree(int root) {
+    if (tree_a.root == root) return tree_a;
+    if (rooted_tree_cache.root != root || rooted_tree_cache.parent.size() != static_cast<std::size_t>(p())) {
+      std::vector<int> order(ring);
+      std::rotate(order.begin(), order.begin() + algo::position_of(order, root), order.end());
+      rooted_tree_cache = topology::binary_tree(order);
+    }
+    return rooted_tree_cache;
+  }
+
+  void progress_loop() {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      cv.wait(lock, [&] { return stopping || (!queue.empty() && !busy); });
+      if (queue.empty()) return;  // stopping with nothing left
+      Task t = std::move(queue.front());
+      queue.pop_front();
+      busy = true;
+      lock.unlock();
+      execute(t);
+      lock.lock();
+      busy = false;
+      cv.notify_all();
+    }
+  }
+
+  Work submit(Task t, bool async) {
+    t.state = std::make_shared<Work::State>();
+    Work w(t.state);
+    std::unique_lock lock(mutex);
+    ++stats.calls;
+    stats.bytes += t.count * dtype_size(t.dt);
+    if (!async && queue.empty() && !busy) {
+      // Nothing queued: run right here, skipping the hand-off to the progress thread.
+      busy = true;
+      lock.unlock();
+      execute(t);
+      lock.lock();
+      busy = false;
+      cv.notify_all();
+      return w;
+    }
+    queue.push_back(std::move(t));
+    cv.notify_all();
+    return w;
+  }
+};
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw InvalidArgument(what);
+}
+
+}  // namespace
+
+Communicator::Communicator(MPI_Comm comm, Options options)
+    : Communicator([&] {
+        ensure_mpi_initialized();
+        return std::unique_ptr<Transport>(std::make_unique<MpiTransport>(comm));
+      }(),
+                   options) {}
+
+Communicator::Communicator(std::unique_ptr<Transport> transport, Options options) : impl_(std::make_unique<Impl>()) {
+  require(transport != nullptr, "Communicator needs a transport; pass MpiTransport or InProcessTransport");
+  impl_->transport = std::move(transport);
+  impl_->options = options;
+  impl_->transport->set_timeout(std::chrono::duration<double>(options.timeout_s));
+  impl_->forced = options.algorithm;
+  set_ring_order(topology::identity_ring(size()));
+  if (options.calibrate) impl_->cost = CostModel(calibrate(*impl_->transport, impl_->workspace));
+  log::info("rank {}: {} ranks over {}, cost model {} (alpha {:.2f} us, {:.2f} GB/s, reduce {:.2f} GB/s)", rank(),
+            size(), impl_->transport->name(), impl_->cost.params().source, impl_->cost.params().alpha * 1e6,
+            1e-9 / impl_->cost.params().beta, 1e-9 / impl_->cost.params().gamma);
+  impl_->progress = std::thread([this] { impl_->progress_loop(); });
+}
+
+Communicator::~Communicator() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->progress.joinable()) impl_->progress.join();
+}
+
+int Communicator::rank() const { return impl_->transport->rank(); }
+int Communicator::size() const { return impl_->transport->size(); }
+int Communicator::local_rank() const { return impl_->transport->local_rank(); }
+int Communicator::local_size() const { return impl_->transport->local_size(); }
+int Communicator::host_id() const { return impl_->transport->host_id(); }
+Transport& Communicator::transport() { return *impl_->transport; }
+const std::vector<int>& Communicator::ring_order() const { return impl_->ring; }
+const CostModel& Communicator::cost_model() const { return impl_->cost; }
+void Communicator::set_algorithm(Algorithm a) { impl_->forced = a; }
+
+CollectiveStats Communicator::stats() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->stats;
+}
+
+Algorithm Communicator::algorithm_for(Collective c, std::size_t bytes) const { return impl_->choose(c, bytes); }
+
+void Communicator::set_ring_order(std::vector<int> order) {
+  topology::validate_ring(order, size());
+  std::lock_guard lock(impl_->mutex);
+  require(impl_->queue.empty() && !impl_->busy, "set_ring_order while collectives are in flight; wait for them first");
+  impl_->ring = std::move(order);
+  const auto trees = topology::double_binary_tree(impl_->ring);
+  impl_->tree_a = trees.first;
+  impl_->tree_b = trees.second;
+  impl_->two_trees = true;
+}
+
+void Communicator::set_trees(topology::TreeShape first, std::optional<topology::TreeShape> second) {
+  topology::validate_tree(first, size());
+  if (second) {
+    topology::validate_tree(*second, size());
+    require(second->root != first.root || size() == 1,
+            "the two trees of a double tree need different roots, or the root does all the work twice");
+  }
+  std::lock_guard lock(impl_->mutex);
+  require(impl_->queue.empty() && !impl_->busy, "set_trees while collectives are in flight; wait for them first");
+  impl_->tree_a = std::move(first);
+  impl_->two_trees = second.has_value();
+  if (second) impl_->tree_b = std::move(*second);
+}
+
+// ---- argument checks, shared by sync and async calls ----
+namespace {
+
+void check_buffers(const char* what, const void* in, std::size_t in_count, const void* out, std::size_t out_count,
+                   DataType dt, int rank) {
+  checked_bytes(std::max(in_count, out_count), dt, what);
+  if (in_count > 0 && in == nullptr)
+    throw InvalidArgument(fmt::format("{} on rank {}: input buffer is null but count is {}; pass a buffer of {} "
+                                      "elements of {}",
+                                      what, rank, in_count, in_count, to_string(dt)));
+  if (out_count > 0 && out == nullptr)
+    throw InvalidArgument(fmt::format("{} on rank {}: output buffer is null but count is {}; pass a buffer of {} "
+                                      "elements of {}",
+                                      what, rank, out_count, out_count, to_string(dt)));
+}
+
+void check_root(const char* what, int root, int size) {
+  if (root < 0 || root >= size)
+    throw InvalidArgument(fmt::format("{}: root {} is out of range; use a rank in 0..{}", what, root, size - 1));
+}
+
+}  // namespace
+
+static Task allreduce_task(int rank, int size, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) {
+  check_op_supported(dt, op);
+  check_buffers("allreduce", in, count, out, count, dt, rank);
+  return Task{Collective::kAllreduce, in, out, count, dt, op};
+}
+
+static Task reduce_scatter_task(int rank, int size, const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op) {
+  check_op_supported(dt, op);
+  if (recvcount > 0 && recvcount > std::numeric_limits<std::size_t>::max() / 16 / static_cast<std::size_t>(size))
+    throw InvalidArgument(fmt::format("reduce_scatter: recvcount {} times {} ranks overflows", recvcount, size));
+  check_buffers("reduce_scatter", in, recvcount * static_cast<std::size_t>(size), out, recvcount, dt, rank);
+  return Task{Collective::kReduceScatter, in, out, recvcount, dt, op};
+}
+
+static Task allgather_task(int rank, int size, const void* in, void* out, std::size_t sendcount, DataType dt) {
+  if (sendcount > 0 && sendcount > std::numeric_limits<std::size_t>::max() / 16 / static_cast<std::size_t>(size))
+    throw InvalidArgument(fmt::format("allgather: sendcount {} times {} ranks overflows", sendcount, size));
+  check_buffers("allgather", in, sendcount, out, sendcount * static_cast<std::size_t>(size), dt, rank);
+  return Task{Collective::kAllgather, in, out, sendcount, dt};
+}
+
+static Task broadcast_task(int rank, int size, void* buf, std::size_t count, DataType dt, int root) {
+  check_root("broadcast", root, size);
+  check_buffers("broadcast", buf, count, buf, count, dt, rank);
+  Task t{Collective::kBroadcast, buf, buf, count, dt};
+  t.root = root;
+  return t;
+}
+
+static Task reduce_task(int rank, int size, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, int root) {
+  check_op_supported(dt, op);
+  check_root("reduce", root, size);
+  check_buffers("reduce", in, count, out, rank == root ? count : 0, dt, rank);
+  Task t{Collective::kReduce, in, out, count, dt, op};
+  t.root = root;
+  return t;
+}
+
+
+Work Communicator::allreduce_async(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) {
+  return impl_->submit(allreduce_task(rank(), size(), in, out, count, dt, op), true);
+}
+Work Communicator::reduce_scatter_async(const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op) {
+  return impl_->submit(reduce_scatter_task(rank(), size(), in, out, recvcount, dt, op), true);
+}
+Work Communicator::allgather_async(const void* in, void* out, std::size_t sendcount, DataType dt) {
+  return impl_->submit(allgather_task(rank(), size(), in, out, sendcount, dt), true);
+}
+Work Communicator::broadcast_async(void* buf, std::size_t count, DataType dt, int root) {
+  return impl_->submit(broadcast_task(rank(), size(), buf, count, dt, root), true);
+}
+Work Communicator::reduce_async(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, int root) {
+  return impl_->submit(reduce_task(rank(), size(), in, out, count, dt, op, root), true);
+}
+
+Work Communicator::barrier_async() { return impl_->submit({Collective::kBarrier}, true); }
+
+// Point-to-point goes straight to the transport (no queue), so that a send and a receive posted back to back on
+// two ranks can never wait on each other through the progress threads.
+namespace {
+
+Work post_p2p(Transport& t, Request r, std::string what) {
+  auto state = std::make_shared<Work::State>();
+  auto req = std::make_shared<Request>(r);
+  state->drive = [&t, req, weak = std::weak_ptr<Work::State>(state), what](bool block) {
+    auto s = weak.lock();
+    if (!s) return true;
+    {
+      std::lock_guard lock(s->mutex);
+      if (s->done) return true;
+    }
+    try {
+      if (block) t.wait(*req);
+      else if (!t.test(*req)) return false;
+      s->finish(nullptr, {});
+    } catch (const std::exception& e) {
+      s->finish(std::make_exception_ptr(Error(fmt::format("hopwise: rank {}: {} failed: {}", t.rank(), what, e.what()))),
+                e.what());
+    }
+    return true;
+  };
+  return Work(state);
+}
+
+void check_peer(const char* what, int peer, int tag, int size) {
+  if (peer < 0 || peer >= size)
+    throw InvalidArgument(fmt::format("{}: peer {} is out of range; use a rank in 0..{}", what, peer, size - 1));
+  if (tag < 0 || tag >= algo::kFirstInternalTag)
+    throw InvalidArgument(fmt::format("{}: tag {} is out of range; use 0..{} (higher tags are hopwise's own)", what,
+                                      tag, algo::kFirstInternalTag - 1));
+}
+
+}  // namespace
+
+Work Communicator::send_async(const void* buf, std::size_t count, DataType dt, int peer, int tag) {
+  check_peer("send", peer, tag, size());
+  check_buffers("send", buf, count, buf, 0, dt, rank());
+  const std::size_t bytes = count * dtype_size(dt);
+  return post_p2p(*impl_->transport, impl_->transport->isend(buf, bytes, peer, tag),
+                  fmt::format("send(count={}, dtype={}, peer={}, tag={})", count, to_string(dt), peer, tag));
+}
+
+Work Communicator::recv_async(void* buf, std::size_t count, DataType dt, int peer, int tag) {
+  check_peer("recv", peer, tag, size());
+  check_buffers("recv", buf, 0, buf, count, dt, rank());
+  const std::size_t bytes = count * dtype_size(dt);
+  return post_p2p(*impl_->transport, impl_->transport->irecv(buf, bytes, peer, tag),
+                  fmt::format("recv(count={}, dtype={}, peer={}, tag={})", count, to_string(dt), peer, tag));
+}
+
+// ---- sync forms: the same checks, run inline when the queue is idle ----
+void Communicator::allreduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) {
+  impl_->submit(allreduce_task(rank(), size(), in, out, count, dt, op), false).wait();
+}
+void Communicator::reduce_scatter(const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op) {
+  impl_->submit(reduce_scatter_task(rank(), size(), in, out, recvcount, dt, op), false).wait();
+}
+void Communicator::allgather(const void* in, void* out, std::size_t sendcount, DataType dt) {
+  impl_->submit(allgather_task(rank(), size(), in, out, sendcount, dt), false).wait();
+}
+void Communicator::broadcast(void* buf, std::size_t count, DataType dt, int root) {
+  impl_->submit(broadcast_task(rank(), size(), buf, count, dt, root), false).wait();
+}
+void Communicator::reduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, int root) {
+  impl_->submit(reduce_task(rank(), size(), in, out, count, dt, op, root), false).wait();
+}
+void Communicator::barrier() { impl_->submit({Collective::kBarrier}, false).wait(); }
+void Communicator::send(const void* buf, std::size_t count, DataType dt, int peer, int tag) {
+  send_async(buf, count, dt, peer, tag).wait();
+}
+void Communicator::recv(void* buf, std::size_t count, DataType dt, int peer, int tag) {
+  recv_async(buf, count, dt, peer, tag).wait();
+}
+
+}  // namespace hopwise::comm

@@ -1,0 +1,172 @@
+#include "hopwise/comm/cost_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "hopwise/comm/transport.h"
+#include "hopwise/common/reduce.h"
+#include "workspace.h"
+
+namespace hopwise::comm {
+
+CostParams CostParams::defaults() {
+  // Medians of calibrate() on the 2-core Debian development machines (2 ranks, shared memory).
+  CostParams p;
+  p.alpha = 2.0e-6;
+  p.beta = 1.0 / 5.0e9;
+  p.gamma = 1.0 / 6.0e9;
+  p.alpha_native = 3.0e-6;
+  p.beta_native = 1.0 / 3.5e9;
+  p.source = "defaults";
+  return p;
+}
+
+namespace {
+
+double log2_ceil(int p) { return p <= 1 ? 0.0 : std::ceil(std::log2(static_cast<double>(p))); }
+bool is_pow2(int p) { return p > 0 && (p & (p - 1)) == 0; }
+
+}  // namespace
+
+double CostModel::estimate(Collective c, Algorithm a, std::size_t bytes, int p, int tree_depth) const {
+  if (p <= 1) return 0.0;
+  const double n = static_cast<double>(bytes), P = p, frac = (P - 1) / P;
+  const double al = p_.alpha, be = p_.beta, ga = p_.gamma;
+  const double lg = log2_ceil(p);
+  const double d = std::max(1, tree_depth);
+  switch (c) {
+    case Collective::kAllreduce:
+      switch (a) {
+        case Algorithm::kRing: return 2 * (P - 1) * al + 2 * frac * n * be + frac * n * ga;
+        case Algorithm::kHalvingDoubling: {
+          double t = 2 * lg * al + 2 * frac * n * be + frac * n * ga;
+          if (!is_pow2(p)) t += 2 * al + 2 * n * be + n * ga;  // fold and unfold
+          return t;
+        }
+        // Double binary tree: each half climbs and descends its tree; interior ranks move ~1.5x their half.
+        case Algorithm::kTree: return 2 * (d + 1) * al + 3 * n * be + n * ga;
+        case Algorithm::kNative: return p_.alpha_native * lg + p_.beta_native * n * lg;
+        default: break;
+      }
+      break;
+    case Collective::kReduceScatter:
+    case Collective::kAllgather: {
+      // bytes = the per-rank block as the benchmark reports it for these; p blocks move around the ring.
+      const double reduce = c == Collective::kReduceScatter ? frac * n * P * ga : 0.0;
+      if (a == Algorithm::kRing) return (P - 1) * al + frac * n * P * be + reduce;
+      if (a == Algorithm::kNative) return p_.alpha_native * lg + p_.beta_native * frac * n * P;
+      break;
+    }
+    case Collective::kBroadcast:
+    case Collective::kReduce: {
+      const double reduce = c == Collective::kReduce ? n * ga : 0.0;
+      if (a == Algorithm::kTree) return (d + 1) * al + 2 * n * be + reduce;
+      if (a == Algorithm::kNative) return p_.alpha_native * lg + p_.beta_native * n * lg;
+      break;
+    }
+    case Collective::kBarrier:
+      if (a == Algorithm::kRing) return lg * al;
+      if (a == Algorithm::kNative) return lg * p_.alpha_native;
+      break;
+    default: break;
+  }
+  return INFINITY;
+}
+
+Algorithm CostModel::choose(Collective c, std::size_t bytes, int p, int tree_depth, bool has_native) const {
+  Algorithm best = Algorithm::kRing;
+  double best_t = INFINITY;
+  for (Algorithm a : {Algorithm::kNative, Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree}) {
+    if (!implements(a, c) || (a == Algorithm::kNative && (!has_native || p_.alpha_native <= 0))) continue;
+    const double t = estimate(c, a, bytes, p, tree_depth);
+    if (t < best_t) {
+      best_t = t;
+      best = a;
+    }
+  }
+  return best;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Median time of a ring-neighbour exchange (send to next, receive from prev) of `bytes`.
+double time_exchange(Transport& t, char* sendbuf, char* recvbuf, std::size_t bytes, int reps) {
+  const int p = t.size(), r = t.rank();
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    Request reqs[2] = {t.irecv(recvbuf, bytes, (r + p - 1) % p, 16300), t.isend(sendbuf, bytes, (r + 1) % p, 16300)};
+    t.wait_all(reqs);
+    times.push_back(seconds_since(t0));
+  }
+  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
+  return times[static_cast<std::size_t>(reps / 2)];
+}
+
+}  // namespace
+
+CostParams calibrate(Transport& t, Workspace& ws) {
+  CostParams p = CostParams::defaults();
+  p.source = "calibrated";
+  if (t.size() <= 1) return p;
+  constexpr std::size_t kLarge = 1 << 20;
+  char* a = static_cast<char*>(ws.get(Scratch::kRecvA, kLarge));
+  char* b = static_cast<char*>(ws.get(Scratch::kRecvB, kLarge));
+  time_exchange(t, a, b, kLarge, 2);  // warm up the path
+  const double small = time_exchange(t, a, b, 8, 21);
+  const double large = time_exchange(t, a, b, kLarge, 9);
+  p.alpha = small;
+  p.beta = std::max(1e-12, (large - small) / static_cast<double>(kLarge));
+  {
+    std::vector<double> times;
+    for (int i = 0; i < 7; ++i) {
+      const auto t0 = Clock::now();
+      reduce_into(DataType::kFloat32, ReduceOp::kSum, a, a, b, kLarge / 4);
+      times.push_back(seconds_since(t0));
+    }
+    std::sort(times.begin(), times.end());
+    p.gamma = times[3] / static_cast<double>(kLarge);
+  }
+  if (NativeCollectives* nat = t.native()) {
+    auto time_native = [&](std::size_t count, int reps) {
+      std::vector<double> times;
+      for (int i = 0; i < reps; ++i) {
+        const auto t0 = Clock::now();
+        nat->allreduce(a, b, count, DataType::kFloat32, ReduceOp::kSum);
+        times.push_back(seconds_since(t0));
+      }
+      std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
+      return times[static_cast<std::size_t>(reps / 2)];
+    };
+    time_native(kLarge / 4, 2);
+    const double lg = std::max(1.0, std::ceil(std::log2(static_cast<double>(t.size()))));
+    const double ns = time_native(2, 21), nl = time_native(kLarge / 4, 9);
+    p.alpha_native = ns / lg;
+    p.beta_native = std::max(1e-12, (nl - ns) / static_cast<double>(kLarge) / lg);
+  } else {
+    p.alpha_native = p.beta_native = 0;
+  }
+  // Every rank must choose alike: take the largest of each figure. A max-allreduce over the transport itself,
+  // by recursive doubling on the ring of ranks (every rank ends with the maximum).
+  double v[5] = {p.alpha, p.beta, p.gamma, p.alpha_native, p.beta_native}, in[5];
+  const int n = t.size(), r = t.rank();
+  for (int dist = 1; dist < n; dist *= 2) {
+    Request reqs[2] = {t.irecv(in, sizeof in, (r - dist + n) % n, 16301), t.isend(v, sizeof v, (r + dist) % n, 16301)};
+    t.wait_all(reqs);
+    for (int i = 0; i < 5; ++i) v[i] = std::max(v[i], in[i]);
+  }
+  p.alpha = v[0];
+  p.beta = v[1];
+  p.gamma = v[2];
+  p.alpha_native = v[3];
+  p.beta_native = v[4];
+  return p;
+}
+
+}  // namespace hopwise::comm

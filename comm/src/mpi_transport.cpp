@@ -1,0 +1,275 @@
+#include "hopwise/comm/mpi_transport.h"
+
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "hopwise/common/error.h"
+#include "hopwise/common/reduce.h"
+
+namespace hopwise::comm {
+
+static_assert(sizeof(MPI_Request) <= sizeof(std::uint64_t), "MPI_Request must fit a Request handle");
+
+namespace {
+
+MPI_Request to_mpi(std::uint64_t h) {
+  MPI_Request r;
+  std::memcpy(&r, &h, sizeof r);
+  return r;
+}
+std::uint64_t from_mpi(MPI_Request r) {
+  std::uint64_t h = 0;
+  std::memcpy(&h, &r, sizeof r);
+  return h;
+}
+
+int to_int_count(std::size_t n, const char* what) {
+  if (n > static_cast<std::size_t>(INT_MAX))
+    throw InvalidArgument(fmt::format("{}: {} elements exceed MPI's int count limit; split the call or choose a "
+                                      "hopwise algorithm (ring, hd, tree), which sends in chunks",
+                                      what, n));
+  return static_cast<int>(n);
+}
+
+// float16 and bfloat16 have no MPI type: they travel as 2-byte types with user-defined reduction ops.
+struct HalfTypes {
+  MPI_Datatype fp16 = MPI_DATATYPE_NULL, bf16 = MPI_DATATYPE_NULL;
+  MPI_Op ops[5] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+};
+
+template <ReduceOp Op>
+void half_op(void* in, void* inout, int* len, MPI_Datatype* type);
+
+HalfTypes& half_types() {
+  static HalfTypes t = [] {
+    HalfTypes h;
+    check_mpi(MPI_Type_contiguous(2, MPI_BYTE, &h.fp16), "MPI_Type_contiguous");
+    check_mpi(MPI_Type_commit(&h.fp16), "MPI_Type_commit");
+    check_mpi(MPI_Type_contiguous(2, MPI_BYTE, &h.bf16), "MPI_Type_contiguous");
+    check_mpi(MPI_Type_commit(&h.bf16), "MPI_Type_commit");
+    check_mpi(MPI_Op_create(&half_op<ReduceOp::kSum>, 1, &h.ops[0]), "MPI_Op_create");
+    check_mpi(MPI_Op_create(&half_op<ReduceOp::kSum>, 1, &h.ops[1]), "MPI_Op_create");
+    check_mpi(MPI_Op_create(&half_op<ReduceOp::kMin>, 1, &h.ops[2]), "MPI_Op_create");
+    check_mpi(MPI_Op_create(&half_op<ReduceOp::kMax>, 1, &h.ops[3]), "MPI_Op_create");
+    check_mpi(MPI_Op_create(&half_op<ReduceOp::kProd>, 1, &h.ops[4]), "MPI_Op_create");
+    return h;
+  }();
+  return t;
+}
+
+template <ReduceOp Op>
+void half_op(void* in, void* inout, int* len, MPI_Datatype* type) {
+  const DataType dt = *type == half_types().fp16 ? DataType::kFloat16 : DataType::kBFloat16;
+  reduce_into(dt, Op, inout, inout, in, static_cast<std::size_t>(*len));
+}
+
+bool g_we_initialized = false;
+
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+class MpiNative final : public NativeCollectives {
+ public:
+  explicit MpiNative(MPI_Comm comm) : comm_(comm) {}
+  void allreduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) override {
+    check_mpi(MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, to_int_count(count, "MPI_Allreduce"),
+                            mpi_datatype(dt), mpi_op(dt, op), comm_),
+              "MPI_Allreduce");
+  }
+  void reduce_scatter(const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op) override {
+    check_mpi(MPI_Reduce_scatter_block(in, out, to_int_count(recvcount, "MPI_Reduce_scatter_block"),
+                                       mpi_datatype(dt), mpi_op(dt, op), comm_),
+              "MPI_Reduce_scatter_block");
+  }
+  void allgather(const void* in, void* out, std::size_t sendcount, DataType dt) override {
+    check_mpi(MPI_Allgather(in, to_int_count(sendcount, "MPI_Allgather"), mpi_datatype(dt), out,
+                            static_cast<int>(sendcount), mpi_datatype(dt), comm_),
+              "MPI_Allgather");
+  }
+  void broadcast(void* buf, std::size_t count, DataType dt, int root) override {
+    check_mpi(MPI_Bcast(buf, to_int_count(count, "MPI_Bcast"), mpi_datatype(dt), root, comm_), "MPI_Bcast");
+  }
+  void reduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, int root) override {
+    int rank = 0;
+    MPI_Comm_rank(comm_, &rank);
+    const void* send = (rank == root && in == out) ? MPI_IN_PLACE : in;
+    check_mpi(MPI_Reduce(send, out, to_int_count(count, "MPI_Reduce"), mpi_datatype(dt), mpi_op(dt, op), root, comm_),
+              "MPI_Reduce");
+  }
+  void barrier() override { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+ private:
+  MPI_Comm comm_;
+};
+
+}  // namespace
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw TransportError(fmt::format("{} failed: {} (MPI error {})", what, std::string_view(text, static_cast<std::size_t>(len)), rc));
+}
+
+void ensure_mpi_initialized() {
+  static std::mutex m;
+  std::lock_guard lock(m);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized) throw Error("MPI is already finalized; create hopwise communicators before MPI_Finalize");
+  int provided = 0;
+  if (!initialized) {
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+      throw Error("MPI_Init_thread failed; launch with mpirun (or as a single process with MPI installed)");
+    g_we_initialized = true;
+    std::atexit(finalize_at_exit);
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  if (provided < MPI_THREAD_MULTIPLE)
+    throw Error(fmt::format("MPI provides thread level {} but hopwise's progress thread needs MPI_THREAD_MULTIPLE ({}); "
+                            "initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let hopwise do it",
+                            provided, MPI_THREAD_MULTIPLE));
+}
+
+MPI_Datatype mpi_datatype(DataType dt) {
+  switch (dt) {
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kUInt8: return MPI_UINT8_T;
+    case DataType::kFloat16: return half_types().fp16;
+    case DataType::kBFloat16: return half_types().bf16;
+  }
+  throw InvalidArgument("unknown dtype for MPI");
+}
+
+MPI_Op mpi_op(DataType dt, ReduceOp op) {
+  if (dt == DataType::kFloat16 || dt == DataType::kBFloat16) return half_types().ops[static_cast<int>(op)];
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return MPI_SUM;
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kProd: return MPI_PROD;
+  }
+  throw InvalidArgument("unknown reduce op for MPI");
+}
+
+MpiTransport::MpiTransport(MPI_Comm comm) {
+  ensure_mpi_initialized();
+  check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+
+  MPI_Comm local = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
+  MPI_Comm_rank(local, &local_rank_);
+  MPI_Comm_size(local, &local_size_);
+  MPI_Comm_free(&local);
+
+  // Hosts are numbered by the first rank on each, so host ids follow rank order.
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  std::vector<char> all(static_cast<std::size_t>(size_) * MPI_MAX_PROCESSOR_NAME);
+  check_mpi(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm_),
+            "MPI_Allgather(host names)");
+  std::map<std::string, int> ids;
+  for (int r = 0; r < size_; ++r) {
+    std::string h(&all[static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
+    ids.emplace(h, static_cast<int>(ids.size()));
+    if (r == rank_) host_id_ = ids[h];
+  }
+  oversubscribed_ = local_size_ > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  native_ = std::make_unique<MpiNative>(comm_);
+}
+
+MpiTransport::~MpiTransport() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+Request MpiTransport::isend(const void* buf, std::size_t bytes, int peer, int tag) {
+  MPI_Request r;
+  check_mpi(MPI_Isend(buf, to_int_count(bytes, "MPI_Isend"), MPI_BYTE, peer, tag, comm_, &r), "MPI_Isend");
+  return Request{from_mpi(r), peer, false, true};
+}
+
+Request MpiTransport::irecv(void* buf, std::size_t bytes, int peer, int tag) {
+  MPI_Request r;
+  check_mpi(MPI_Irecv(buf, to_int_count(bytes, "MPI_Irecv"), MPI_BYTE, peer, tag, comm_, &r), "MPI_Irecv");
+  return Request{from_mpi(r), peer, true, true};
+}
+
+// Polls rather than blocks in MPI_Waitall so that the timeout holds; yields now and then so that
+// oversubscribed ranks (more ranks than cores) let their peers run.
+void MpiTransport::wait_all(std::span<Request> reqs) {
+  thread_local std::vector<MPI_Request> mpi;
+  thread_local std::vector<std::size_t> index;
+  mpi.clear();
+  index.clear();
+  for (std::size_t i = 0; i < reqs.size(); ++i)
+    if (reqs[i].active) {
+      mpi.push_back(to_mpi(reqs[i].handle));
+      index.push_back(i);
+    }
+  if (mpi.empty()) return;
+  const auto start = std::chrono::steady_clock::now();
+  const int yield_every = oversubscribed_ ? 1 : 64;
+  for (long spins = 1;; ++spins) {
+    int done = 0;
+    check_mpi(MPI_Testall(static_cast<int>(mpi.size()), mpi.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+    if (done) break;
+    if (spins % yield_every == 0) sched_yield();
+    if (spins % 1024 == 0 && std::chrono::steady_clock::now() - start > timeout_) {
+      std::vector<int> pending;
+      for (std::size_t k = 0; k < mpi.size(); ++k) {
+        int flag = 0;
+        MPI_Test(&mpi[k], &flag, MPI_STATUS_IGNORE);
+        if (!flag) {
+          pending.push_back(reqs[index[k]].peer);
+          if (reqs[index[k]].is_recv) MPI_Cancel(&mpi[k]);
+        }
+        reqs[index[k]].active = false;
+      }
+      std::sort(pending.begin(), pending.end());
+      pending.erase(std::unique(pending.begin(), pending.end()), pending.end());
+      throw TimeoutError(fmt::format("rank {} timed out after {:.1f} s waiting for rank(s) {}; a peer died, stalled or "
+                                     "skipped this call (raise HOPWISE_TIMEOUT_S if it is only slow)",
+                                     rank_, timeout_.count(), fmt::join(pending, ",")),
+                         pending);
+    }
+  }
+  for (std::size_t i : index) reqs[i].active = false;
+}
+
+bool MpiTransport::test(Request& r) {
+  if (!r.active) return true;
+  MPI_Request m = to_mpi(r.handle);
+  int flag = 0;
+  check_mpi(MPI_Test(&m, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+  if (flag) r.active = false;
+  return flag != 0;
+}
+
+}  // namespace hopwise::comm

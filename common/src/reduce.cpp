@@ -1,0 +1,61 @@
+// Picks the widest kernel set the CPU supports, once; HOPWISE_ISA caps it.
+#include "hopwise/common/reduce.h"
+
+#include "hopwise/common/env.h"
+#include "hopwise/common/error.h"
+
+namespace hopwise {
+namespace kernels {
+#define HOPWISE_DECLARE_ISA(ns)                                                                 \
+  namespace ns {                                                                                \
+  void reduce(DataType dt, ReduceOp op, void* d, const void* a, const void* b, std::size_t n); \
+  void scale(DataType dt, void* p, std::size_t n, double factor);                             \
+  }
+HOPWISE_DECLARE_ISA(generic)
+#if defined(__x86_64__)
+HOPWISE_DECLARE_ISA(avx2)
+HOPWISE_DECLARE_ISA(avx512)
+#endif
+}  // namespace kernels
+
+namespace {
+
+struct KernelSet {
+  std::string_view name;
+  void (*reduce)(DataType, ReduceOp, void*, const void*, const void*, std::size_t);
+  void (*scale)(DataType, void*, std::size_t, double);
+};
+
+KernelSet pick() {
+  const std::string cap = env::get_or("HOPWISE_ISA", "avx512");
+  if (cap != "generic" && cap != "avx2" && cap != "avx512")
+    throw InvalidArgument("HOPWISE_ISA='" + cap + "' is unknown; use generic, avx2 or avx512");
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (cap == "avx512" && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+    return {"avx512", kernels::avx512::reduce, kernels::avx512::scale};
+  if (cap != "generic" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+      __builtin_cpu_supports("fma"))
+    return {"avx2", kernels::avx2::reduce, kernels::avx2::scale};
+#endif
+  return {"generic", kernels::generic::reduce, kernels::generic::scale};
+}
+
+const KernelSet& active() {
+  static const KernelSet set = pick();
+  return set;
+}
+
+}  // namespace
+
+void reduce_into(DataType dt, ReduceOp op, void* dst, const void* a, const void* b, std::size_t n) {
+  if (n != 0) active().reduce(dt, op, dst, a, b, n);
+}
+
+void scale_by(DataType dt, void* buf, std::size_t n, double factor) {
+  if (n != 0) active().scale(dt, buf, n, factor);
+}
+
+std::string_view active_isa() { return active().name; }
+
+}  // namespace hopwise
