@@ -57,6 +57,7 @@ struct Communicator::Impl {
   std::vector<int> ring;
   topology::TreeShape tree_a, tree_b;
   bool two_trees = true;
+  int tree_depth = 1;  // of tree_a, cached for the cost model
   std::atomic<Algorithm> forced{Algorithm::kAuto};
 
   std::mutex mutex;
@@ -83,30 +84,33 @@ struct Communicator::Impl {
     const Algorithm f = forced.load();
     const bool has_native = transport->native() != nullptr;
     if (f != Algorithm::kAuto && implements(f, c) && (f != Algorithm::kNative || has_native)) return f;
-    return cost.choose(c, bytes, p(), tree_a.depth(), has_native);
+    return cost.choose(c, bytes, p(), tree_depth, has_native);
   }
 
-  void execute(Task& t) {
-    const std::size_t es = dtype_size(t.dt);
-    const Algorithm a = choose(t.kind, t.count * es);
+  // Runs one task; returns its error (naming rank, collective, sizes and algorithm), or null.
+  std::exception_ptr execute(Task& t) {
+    const Algorithm a = choose(t.kind, t.count * dtype_size(t.dt));
     try {
       if (!broken.empty())
         throw Error(fmt::format("communicator is unusable after an earlier error ({}); create a new one", broken));
       run(t, a);
+      return nullptr;
     } catch (const std::exception& e) {
       const std::string text = fmt::format("hopwise: rank {}: {} failed: {}", transport->rank(), describe(t, a), e.what());
       if (broken.empty()) broken = e.what();
-      std::exception_ptr ep;
       if (auto* te = dynamic_cast<const TimeoutError*>(&e))
-        ep = std::make_exception_ptr(TimeoutError(text, te->pending_ranks()));
-      else if (dynamic_cast<const InvalidArgument*>(&e))
-        ep = std::make_exception_ptr(InvalidArgument(text));
-      else
-        ep = std::make_exception_ptr(Error(text));
-      t.state->finish(ep, text);
-      return;
+        return std::make_exception_ptr(TimeoutError(text, te->pending_ranks()));
+      if (dynamic_cast<const InvalidArgument*>(&e)) return std::make_exception_ptr(InvalidArgument(text));
+      return std::make_exception_ptr(Error(text));
     }
-    t.state->finish(nullptr, {});
+  }
+
+  static std::string what_of(const std::exception_ptr& e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      return x.what();
+    }
   }
 
   void run(Task& t, Algorithm a) {
@@ -207,32 +211,46 @@ struct Communicator::Impl {
       queue.pop_front();
       busy = true;
       lock.unlock();
-      execute(t);
+      std::exception_ptr err = execute(t);
+      t.state->finish(err, err ? what_of(err) : std::string());
       lock.lock();
       busy = false;
       cv.notify_all();
     }
   }
 
-  Work submit(Task t, bool async) {
+  Work submit(Task t) {
     t.state = std::make_shared<Work::State>();
     Work w(t.state);
-    std::unique_lock lock(mutex);
+    std::lock_guard lock(mutex);
     ++stats.calls;
     stats.bytes += t.count * dtype_size(t.dt);
-    if (!async && queue.empty() && !busy) {
-      // Nothing queued: run right here, skipping the hand-off to the progress thread.
-      busy = true;
-      lock.unlock();
-      execute(t);
-      lock.lock();
-      busy = false;
-      cv.notify_all();
-      return w;
-    }
     queue.push_back(std::move(t));
     cv.notify_all();
     return w;
+  }
+
+  // A sync call: runs right here when nothing is queued (no hand-off to the progress thread, no allocation),
+  // else queues behind the earlier async calls and waits.
+  void run_sync(Task t) {
+    std::unique_lock lock(mutex);
+    if (!queue.empty() || busy) {
+      lock.unlock();
+      submit(std::move(t)).wait();
+      return;
+    }
+    ++stats.calls;
+    stats.bytes += t.count * dtype_size(t.dt);
+    busy = true;
+    lock.unlock();
+    std::exception_ptr err = execute(t);
+    lock.lock();
+    busy = false;
+    // Wake the progress thread only when it has something to do: a needless wake-up costs a context switch
+    // (microseconds) on every small call.
+    if (!queue.empty()) cv.notify_all();
+    lock.unlock();
+    if (err) std::rethrow_exception(err);
   }
 };
 
@@ -299,6 +317,7 @@ void Communicator::set_ring_order(std::vector<int> order) {
   const auto trees = topology::double_binary_tree(impl_->ring);
   impl_->tree_a = trees.first;
   impl_->tree_b = trees.second;
+  impl_->tree_depth = impl_->tree_a.depth();
   impl_->two_trees = true;
 }
 
@@ -312,6 +331,7 @@ void Communicator::set_trees(topology::TreeShape first, std::optional<topology::
   std::lock_guard lock(impl_->mutex);
   require(impl_->queue.empty() && !impl_->busy, "set_trees while collectives are in flight; wait for them first");
   impl_->tree_a = std::move(first);
+  impl_->tree_depth = impl_->tree_a.depth();
   impl_->two_trees = second.has_value();
   if (second) impl_->tree_b = std::move(*second);
 }
@@ -379,22 +399,22 @@ static Task reduce_task(int rank, int size, const void* in, void* out, std::size
 
 
 Work Communicator::allreduce_async(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) {
-  return impl_->submit(allreduce_task(rank(), size(), in, out, count, dt, op), true);
+  return impl_->submit(allreduce_task(rank(), size(), in, out, count, dt, op));
 }
 Work Communicator::reduce_scatter_async(const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op) {
-  return impl_->submit(reduce_scatter_task(rank(), size(), in, out, recvcount, dt, op), true);
+  return impl_->submit(reduce_scatter_task(rank(), size(), in, out, recvcount, dt, op));
 }
 Work Communicator::allgather_async(const void* in, void* out, std::size_t sendcount, DataType dt) {
-  return impl_->submit(allgather_task(rank(), size(), in, out, sendcount, dt), true);
+  return impl_->submit(allgather_task(rank(), size(), in, out, sendcount, dt));
 }
 Work Communicator::broadcast_async(void* buf, std::size_t count, DataType dt, int root) {
-  return impl_->submit(broadcast_task(rank(), size(), buf, count, dt, root), true);
+  return impl_->submit(broadcast_task(rank(), size(), buf, count, dt, root));
 }
 Work Communicator::reduce_async(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, int root) {
-  return impl_->submit(reduce_task(rank(), size(), in, out, count, dt, op, root), true);
+  return impl_->submit(reduce_task(rank(), size(), in, out, count, dt, op, root));
 }
 
-Work Communicator::barrier_async() { return impl_->submit({Collective::kBarrier}, true); }
+Work Communicator::barrier_async() { return impl_->submit({Collective::kBarrier}); }
 
 // Point-to-point goes straight to the transport (no queue), so that a send and a receive posted back to back on
 // two ranks can never wait on each other through the progress threads.
@@ -451,21 +471,21 @@ Work Communicator::recv_async(void* buf, std::size_t count, DataType dt, int pee
 
 // ---- sync forms: the same checks, run inline when the queue is idle ----
 void Communicator::allreduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) {
-  impl_->submit(allreduce_task(rank(), size(), in, out, count, dt, op), false).wait();
+  impl_->run_sync(allreduce_task(rank(), size(), in, out, count, dt, op));
 }
 void Communicator::reduce_scatter(const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op) {
-  impl_->submit(reduce_scatter_task(rank(), size(), in, out, recvcount, dt, op), false).wait();
+  impl_->run_sync(reduce_scatter_task(rank(), size(), in, out, recvcount, dt, op));
 }
 void Communicator::allgather(const void* in, void* out, std::size_t sendcount, DataType dt) {
-  impl_->submit(allgather_task(rank(), size(), in, out, sendcount, dt), false).wait();
+  impl_->run_sync(allgather_task(rank(), size(), in, out, sendcount, dt));
 }
 void Communicator::broadcast(void* buf, std::size_t count, DataType dt, int root) {
-  impl_->submit(broadcast_task(rank(), size(), buf, count, dt, root), false).wait();
+  impl_->run_sync(broadcast_task(rank(), size(), buf, count, dt, root));
 }
 void Communicator::reduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, int root) {
-  impl_->submit(reduce_task(rank(), size(), in, out, count, dt, op, root), false).wait();
+  impl_->run_sync(reduce_task(rank(), size(), in, out, count, dt, op, root));
 }
-void Communicator::barrier() { impl_->submit({Collective::kBarrier}, false).wait(); }
+void Communicator::barrier() { impl_->run_sync({Collective::kBarrier}); }
 void Communicator::send(const void* buf, std::size_t count, DataType dt, int peer, int tag) {
   send_async(buf, count, dt, peer, tag).wait();
 }

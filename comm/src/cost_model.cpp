@@ -7,6 +7,7 @@
 
 #include "hopwise/comm/transport.h"
 #include "hopwise/common/reduce.h"
+#include "algorithms/algorithm.h"
 #include "workspace.h"
 
 namespace hopwise::comm {
@@ -47,7 +48,7 @@ double CostModel::estimate(Collective c, Algorithm a, std::size_t bytes, int p, 
         }
         // Double binary tree: each half climbs and descends its tree; interior ranks move ~1.5x their half.
         case Algorithm::kTree: return 2 * (d + 1) * al + 3 * n * be + n * ga;
-        case Algorithm::kNative: return p_.alpha_native * lg + p_.beta_native * n * lg;
+        case Algorithm::kNative: return p_.alpha_native + p_.beta_native * n;
         default: break;
       }
       break;
@@ -56,19 +57,19 @@ double CostModel::estimate(Collective c, Algorithm a, std::size_t bytes, int p, 
       // bytes = the per-rank block as the benchmark reports it for these; p blocks move around the ring.
       const double reduce = c == Collective::kReduceScatter ? frac * n * P * ga : 0.0;
       if (a == Algorithm::kRing) return (P - 1) * al + frac * n * P * be + reduce;
-      if (a == Algorithm::kNative) return p_.alpha_native * lg + p_.beta_native * frac * n * P;
+      if (a == Algorithm::kNative) return p_.alpha_native + p_.beta_native * frac * n * P / 2;
       break;
     }
     case Collective::kBroadcast:
     case Collective::kReduce: {
       const double reduce = c == Collective::kReduce ? n * ga : 0.0;
       if (a == Algorithm::kTree) return (d + 1) * al + 2 * n * be + reduce;
-      if (a == Algorithm::kNative) return p_.alpha_native * lg + p_.beta_native * n * lg;
+      if (a == Algorithm::kNative) return p_.alpha_native + p_.beta_native * n / 2;
       break;
     }
     case Collective::kBarrier:
       if (a == Algorithm::kRing) return lg * al;
-      if (a == Algorithm::kNative) return lg * p_.alpha_native;
+      if (a == Algorithm::kNative) return p_.alpha_native;
       break;
     default: break;
   }
@@ -121,8 +122,22 @@ CostParams calibrate(Transport& t, Workspace& ws) {
   time_exchange(t, a, b, kLarge, 2);  // warm up the path
   const double small = time_exchange(t, a, b, 8, 21);
   const double large = time_exchange(t, a, b, kLarge, 9);
-  p.alpha = small;
   p.beta = std::max(1e-12, (large - small) / static_cast<double>(kLarge));
+  {
+    // alpha is what one ring step costs in software, not just on the wire: time a ring allreduce of one
+    // element per rank and divide by its 2(p-1) steps.
+    const algo::Context ctx{t, ws, 256 << 10};
+    std::vector<float> x(static_cast<std::size_t>(t.size()), 1.0f), y(x.size());
+    std::vector<double> times;
+    for (int i = 0; i < 21; ++i) {
+      const auto t0 = Clock::now();
+      algo::ring_allreduce(ctx, x.data(), y.data(), x.size(), DataType::kFloat32, ReduceOp::kSum, 1.0,
+                           topology::identity_ring(t.size()));
+      times.push_back(seconds_since(t0));
+    }
+    std::sort(times.begin(), times.end());
+    p.alpha = std::max(small, times[10] / (2.0 * (t.size() - 1)));
+  }
   {
     std::vector<double> times;
     for (int i = 0; i < 7; ++i) {
@@ -145,10 +160,10 @@ CostParams calibrate(Transport& t, Workspace& ws) {
       return times[static_cast<std::size_t>(reps / 2)];
     };
     time_native(kLarge / 4, 2);
-    const double lg = std::max(1.0, std::ceil(std::log2(static_cast<double>(t.size()))));
+    // MPI's algorithm is its own business: fit its allreduce as a line through two measured sizes.
     const double ns = time_native(2, 21), nl = time_native(kLarge / 4, 9);
-    p.alpha_native = ns / lg;
-    p.beta_native = std::max(1e-12, (nl - ns) / static_cast<double>(kLarge) / lg);
+    p.alpha_native = ns;
+    p.beta_native = std::max(1e-12, (nl - ns) / static_cast<double>(kLarge));
   } else {
     p.alpha_native = p.beta_native = 0;
   }

@@ -67,9 +67,10 @@ void halving_doubling_allreduce(const Context& c, const void* in_v, void* out_v,
       nv = v / 2;
     }
   } else {
-    if (out != in && count != 0) std::memcpy(out, in, count * es);
     nv = v - rem;
   }
+  // The first halving step reads the caller's input directly (no copy of it into out); later steps read out.
+  const char* src = (v < 2 * rem) ? out : in;
   ++tag;
 
   if (nv >= 0) {
@@ -87,7 +88,8 @@ void halving_doubling_allreduce(const Context& c, const void* in_v, void* out_v,
       splits.push_back({lo, hi, keep_low});
       const std::size_t klo = keep_low ? lo : mid, khi = keep_low ? mid : hi;
       const std::size_t slo = keep_low ? mid : lo, shi = keep_low ? hi : mid;
-      exchange_reduce(c, out + slo * es, shi - slo, out + klo * es, out + klo * es, khi - klo, dt, op, partner, tag);
+      exchange_reduce(c, src + slo * es, shi - slo, out + klo * es, src + klo * es, khi - klo, dt, op, partner, tag);
+      src = out;
       lo = klo;
       hi = khi;
     }

@@ -1,0 +1,385 @@
+// hopwise-bench: collectives timed like nccl-tests, every row beside MPI's own collective from the same run.
+#include <fmt/core.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "hopwise/comm/communicator.h"
+#include "hopwise/comm/mpi_transport.h"
+#include "hopwise/common/error.h"
+#include "hopwise/common/half.h"
+#include "hopwise/common/reduce.h"
+#include "options.h"
+
+namespace hopwise::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using comm::Algorithm;
+using comm::Collective;
+
+double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+// Page-aligned, pre-touched buffer: page faults inside a timed call would measure the kernel, not the collective.
+struct Buffer {
+  explicit Buffer(std::size_t bytes) : size(std::max<std::size_t>(bytes, 64)) {
+    data = static_cast<char*>(std::aligned_alloc(4096, (size + 4095) & ~std::size_t{4095}));
+    if (data == nullptr) throw std::bad_alloc();
+    std::memset(data, 0, size);
+  }
+  ~Buffer() { std::free(data); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  char* data;
+  std::size_t size;
+};
+
+// Small integers, so that every sum, product, min and max is exact in every dtype and any order of reduction.
+int pattern(std::size_t i, int rank, ReduceOp op, DataType dt) {
+  const std::size_t k = i * 7 + static_cast<std::size_t>(rank) * 13;
+  if (op == ReduceOp::kProd) {
+    const std::size_t m = (i + static_cast<std::size_t>(rank)) % 5;
+    return m == 1 ? 2 : (m == 3 && dt != DataType::kUInt8 ? -1 : 1);
+  }
+  return dt == DataType::kUInt8 ? static_cast<int>(k % 9) : static_cast<int>(k % 9) - 4;
+}
+
+void fill(void* buf, std::size_t count, DataType dt, int rank, ReduceOp op, std::size_t first = 0) {
+  for (std::size_t j = 0; j < count; ++j) {
+    const int v = pattern(first + j, rank, op, dt);
+    switch (dt) {
+      case DataType::kFloat32: static_cast<float*>(buf)[j] = static_cast<float>(v); break;
+      case DataType::kFloat64: static_cast<double*>(buf)[j] = v; break;
+      case DataType::kFloat16: static_cast<std::uint16_t*>(buf)[j] = float_to_fp16(static_cast<float>(v)); break;
+      case DataType::kBFloat16: static_cast<std::uint16_t*>(buf)[j] = float_to_bf16(static_cast<float>(v)); break;
+      case DataType::kInt32: static_cast<std::int32_t*>(buf)[j] = v; break;
+      case DataType::kInt64: static_cast<std::int64_t*>(buf)[j] = v; break;
+      case DataType::kUInt8: static_cast<std::uint8_t*>(buf)[j] = static_cast<std::uint8_t>(v); break;
+    }
+  }
+}
+
+double memcpy_gbs() {
+  constexpr std::size_t kBytes = 64 << 20;
+  Buffer a(kBytes), b(kBytes);
+  double best = 1e9;
+  for (int i = 0; i < 5; ++i) {
+    const double t0 = now_s();
+    std::memcpy(b.data, a.data, kBytes);
+    best = std::min(best, now_s() - t0);
+  }
+  return kBytes / best / 1e9;
+}
+
+struct Row {
+  std::size_t bytes, count;
+  std::string algo;
+  double time_us, algbw, busbw, vs_mpi;
+  std::string check;
+};
+
+class Bench {
+ public:
+  Bench(const Options& o, comm::Communicator& c) : o_(o), comm_(c), p_(c.size()), rank_(c.rank()) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &ref_);
+    const std::size_t es = dtype_size(o.dtype);
+    const std::size_t max_count = o.max_bytes / es + static_cast<std::size_t>(p_);
+    in_ = std::make_unique<Buffer>(max_count * es);
+    out_ = std::make_unique<Buffer>(max_count * es);
+    expected_ = std::make_unique<Buffer>(max_count * es);
+    scratch_ = std::make_unique<Buffer>(max_count * es);
+  }
+  ~Bench() { MPI_Comm_free(&ref_); }
+
+  std::vector<Row> run_sizes() {
+    std::vector<Row> rows;
+    for (std::size_t bytes = o_.min_bytes; bytes <= o_.max_bytes; bytes *= o_.factor) {
+      auto r = run_size(bytes);
+      rows.insert(rows.end(), r.begin(), r.end());
+      if (bytes > o_.max_bytes / o_.factor) break;
+    }
+    return rows;
+  }
+
+  void run_overlap();
+
+ private:
+  // Elements per call: allreduce/broadcast/reduce move `count`; reduce_scatter's input and allgather's output
+  // hold `count` (rounded down to a multiple of p).
+  std::size_t count_for(std::size_t bytes) const {
+    std::size_t count = bytes / dtype_size(o_.dtype);
+    if (o_.collective == Collective::kReduceScatter || o_.collective == Collective::kAllgather)
+      count -= count % static_cast<std::size_t>(p_);
+    return count;
+  }
+  double bus_factor() const {
+    const double n = p_;
+    switch (o_.collective) {
+      case Collective::kAllreduce: return 2 * (n - 1) / n;
+      case Collective::kReduceScatter:
+      case Collective::kAllgather: return (n - 1) / n;
+      default: return 1.0;
+    }
+  }
+
+  void run_ours(std::size_t count) {
+    const std::size_t block = count / static_cast<std::size_t>(p_);
+    switch (o_.collective) {
+      case Collective::kAllreduce: comm_.allreduce(in_->data, out_->data, count, o_.dtype, o_.op); break;
+      case Collective::kReduceScatter: comm_.reduce_scatter(in_->data, out_->data, block, o_.dtype, o_.op); break;
+      case Collective::kAllgather: comm_.allgather(in_->data, out_->data, block, o_.dtype); break;
+      case Collective::kBroadcast: comm_.broadcast(out_->data, count, o_.dtype, 0); break;
+      case Collective::kReduce: comm_.reduce(in_->data, out_->data, count, o_.dtype, o_.op, 0); break;
+      default: break;
+    }
+  }
+
+  void run_mpi(std::size_t count) {
+    const MPI_Datatype t = comm::mpi_datatype(o_.dtype);
+    const MPI_Op op = comm::mpi_op(o_.dtype, o_.op);
+    const int n = static_cast<int>(count), block = static_cast<int>(count / static_cast<std::size_t>(p_));
+    switch (o_.collective) {
+      case Collective::kAllreduce: MPI_Allreduce(in_->data, out_->data, n, t, op, ref_); break;
+      case Collective::kReduceScatter: MPI_Reduce_scatter_block(in_->data, out_->data, block, t, op, ref_); break;
+      case Collective::kAllgather: MPI_Allgather(in_->data, block, t, out_->data, block, t, ref_); break;
+      case Collective::kBroadcast: MPI_Bcast(out_->data, n, t, 0, ref_); break;
+      case Collective::kReduce: MPI_Reduce(in_->data, out_->data, n, t, op, 0, ref_); break;
+      default: break;
+    }
+  }
+
+  // Runs the collective once more on fresh data and compares with a serial reference, bit for bit.
+  bool check(std::size_t count) {
+    const std::size_t es = dtype_size(o_.dtype), block = count / static_cast<std::size_t>(p_);
+    const ReduceOp op = o_.op == ReduceOp::kAvg ? ReduceOp::kSum : o_.op;
+    auto reference_reduce = [&](std::size_t n, std::size_t first) {
+      fill(expected_->data, n, o_.dtype, 0, o_.op, first);
+      for (int r = 1; r < p_; ++r) {
+        fill(scratch_->data, n, o_.dtype, r, o_.op, first);
+        reduce_into(o_.dtype, op, expected_->data, expected_->data, scratch_->data, n);
+      }
+      if (o_.op == ReduceOp::kAvg) scale_by(o_.dtype, expected_->data, n, 1.0 / p_);
+    };
+    std::memset(out_->data, 0xA5, count * es);
+    std::size_t n = count;
+    switch (o_.collective) {
+      case Collective::kAllreduce:
+      case Collective::kReduce:
+        fill(in_->data, count, o_.dtype, rank_, o_.op);
+        reference_reduce(count, 0);
+        break;
+      case Collective::kReduceScatter:
+        fill(in_->data, count, o_.dtype, rank_, o_.op);
+        reference_reduce(block, static_cast<std::size_t>(rank_) * block);
+        n = block;
+        break;
+      case Collective::kAllgather:
+        fill(in_->data, block, o_.dtype, rank_, o_.op);
+        for (int r = 0; r < p_; ++r)
+          fill(expected_->data + static_cast<std::size_t>(r) * block * es, block, o_.dtype, r, o_.op);
+        n = block * static_cast<std::size_t>(p_);
+        break;
+      case Collective::kBroadcast:
+        fill(expected_->data, count, o_.dtype, 0, o_.op);
+        if (rank_ == 0) std::memcpy(out_->data, expected_->data, count * es);
+        break;
+      default: break;
+    }
+    run_ours(count);
+    const bool has_result = o_.collective != Collective::kReduce || rank_ == 0;
+    int bad = has_result && std::memcmp(out_->data, expected_->data, n * es) != 0 ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, ref_);
+    return bad == 0;
+  }
+
+  std::vector<Row> run_size(std::size_t bytes) {
+    const std::size_t count = count_for(bytes);
+    const std::size_t slots = o_.algorithms.size() + 1;  // ours..., then MPI's
+    std::vector<std::vector<double>> samples(slots);
+    fill(in_->data, count, o_.dtype, rank_, o_.op);
+    for (int it = 0; it < o_.warmup + o_.iters; ++it) {
+      for (std::size_t k = 0; k < slots; ++k) {
+        const bool mpi = k + 1 == slots;
+        if (!mpi) comm_.set_algorithm(o_.algorithms[k]);
+        MPI_Barrier(ref_);
+        const double t0 = now_s();
+        if (mpi) run_mpi(count);
+        else run_ours(count);
+        const double t = now_s() - t0;
+        if (it >= o_.warmup) samples[k].push_back(t);
+      }
+    }
+    // A call takes as long as its slowest rank: max over ranks per sample, then the median over samples.
+    std::vector<double> median(slots);
+    for (std::size_t k = 0; k < slots; ++k) {
+      MPI_Allreduce(MPI_IN_PLACE, samples[k].data(), static_cast<int>(samples[k].size()), MPI_DOUBLE, MPI_MAX, ref_);
+      std::sort(samples[k].begin(), samples[k].end());
+      median[k] = samples[k][samples[k].size() / 2];
+    }
+    std::vector<Row> rows;
+    const double mpi_t = median.back();
+    for (std::size_t k = 0; k < slots; ++k) {
+      const bool mpi = k + 1 == slots;
+      Row r;
+      r.bytes = count * dtype_size(o_.dtype);
+      r.count = count;
+      r.time_us = median[k] * 1e6;
+      r.algbw = static_cast<double>(r.bytes) / median[k] / 1e9;
+      r.busbw = r.algbw * bus_factor();
+      r.vs_mpi = mpi_t / median[k];
+      if (mpi) {
+        r.algo = "mpi";
+        r.check = "-";
+      } else {
+        const Algorithm a = o_.algorithms[k];
+        comm_.set_algorithm(a);
+        r.algo = std::string(comm::to_string(a));
+        if (a == Algorithm::kAuto) r.algo += ":" + std::string(comm::to_string(comm_.algorithm_for(o_.collective, r.bytes)));
+        r.check = o_.check ? (check(count) ? "ok" : "FAIL") : "-";
+      }
+      rows.push_back(r);
+    }
+    comm_.set_algorithm(Algorithm::kAuto);
+    if (rank_ == 0) print_rows(rows);
+    return rows;
+  }
+
+  void print_rows(const std::vector<Row>& rows) {
+    for (const Row& r : rows)
+      fmt::print("{:>12} {:>11} {:>9} {:>12} {:>11.1f} {:>8.3f} {:>8.3f} {:>7.2f} {:>6}\n", r.bytes, r.count,
+                 to_string(o_.dtype), r.algo, r.time_us, r.algbw, r.busbw, r.vs_mpi, r.check);
+    std::fflush(stdout);
+  }
+
+  const Options& o_;
+  comm::Communicator& comm_;
+  int p_, rank_;
+  MPI_Comm ref_;
+  std::unique_ptr<Buffer> in_, out_, expected_, scratch_;
+};
+
+// Compute stand-ins: "sleep" leaves the CPU free (compute on an accelerator); "cpu" keeps this rank's core busy.
+void compute_for(double seconds, bool cpu) {
+  if (!cpu) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    return;
+  }
+  static std::vector<float> v(1 << 14, 1.0f);
+  volatile float sink = 0;
+  const double end = now_s() + seconds;
+  while (now_s() < end) {
+    float s = 0;
+    for (float x : v) s += x * 1.0001f;
+    sink = sink + s;
+  }
+}
+
+void Bench::run_overlap() {
+  const std::size_t count = o_.max_bytes / dtype_size(o_.dtype);
+  comm_.set_algorithm(Algorithm::kAuto);
+  auto median_of = [&](auto&& body) {
+    std::vector<double> t;
+    for (int it = 0; it < o_.warmup + o_.iters; ++it) {
+      MPI_Barrier(ref_);
+      const double t0 = now_s();
+      body();
+      if (it >= o_.warmup) t.push_back(now_s() - t0);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, ref_);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  const double c = median_of([&] { comm_.allreduce(in_->data, out_->data, count, o_.dtype, o_.op); });
+  if (rank_ == 0)
+    fmt::print("\n# async overlap: allreduce_async of {} bytes, then compute for T, then wait(); against compute "
+               "then allreduce\n# {:>7} {:>10} {:>10} {:>13} {:>13} {:>12} {:>8}\n",
+               count * dtype_size(o_.dtype), "compute", "comm_us", "compute_us", "sequential_us", "overlapped_us",
+               "max(T,C)_us", "hidden%");
+  for (bool cpu : {false, true}) {
+    for (double ratio : {0.5, 1.0, 2.0}) {
+      const double T = c * ratio;
+      const double seq = median_of([&] {
+        compute_for(T, cpu);
+        comm_.allreduce(in_->data, out_->data, count, o_.dtype, o_.op);
+      });
+      const double ovl = median_of([&] {
+        comm::Work w = comm_.allreduce_async(in_->data, out_->data, count, o_.dtype, o_.op);
+        compute_for(T, cpu);
+        w.wait();
+      });
+      const double hidden = std::clamp((seq - ovl) / std::min(T, c), 0.0, 1.0) * 100;
+      if (rank_ == 0)
+        fmt::print("  {:>7} {:>10.1f} {:>10.1f} {:>13.1f} {:>13.1f} {:>12.1f} {:>8.0f}\n", cpu ? "cpu" : "sleep",
+                   c * 1e6, T * 1e6, seq * 1e6, ovl * 1e6, std::max(T, c) * 1e6, hidden);
+    }
+  }
+}
+
+int run(int argc, char** argv) {
+  comm::Communicator comm;  // initializes MPI (MPI_THREAD_MULTIPLE)
+  const int rank = comm.rank();
+  Options o;
+  try {
+    o = parse_options(argc, argv);
+  } catch (const InvalidArgument& e) {  // every rank parses the same argv, so every rank stops here
+    if (rank == 0) std::fprintf(stderr, "hopwise-bench: %s\n", e.what());
+    return 2;
+  }
+  const double limit = memcpy_gbs();
+  Bench bench(o, comm);
+  if (rank == 0) {
+    const auto& cp = comm.cost_model().params();
+    fmt::print("# hopwise-bench: {}, {} ranks on {} host(s), {} {}, {} iters (median, max over ranks), {} warm-up\n",
+               comm::to_string(o.collective), comm.size(), 1 + 0, to_string(o.dtype), to_string(o.op), o.iters,
+               o.warmup);
+    fmt::print("# single-core memcpy {:.2f} GB/s (the physical limit here); reduction kernels: {}\n", limit,
+               active_isa());
+    fmt::print("# cost model ({}): alpha {:.2f} us, beta {:.2f} GB/s, gamma {:.2f} GB/s, native alpha {:.2f} us, "
+               "native {:.2f} GB/s\n",
+               cp.source, cp.alpha * 1e6, 1e-9 / cp.beta, 1e-9 / cp.gamma, cp.alpha_native * 1e6,
+               cp.beta_native > 0 ? 1e-9 / cp.beta_native : 0.0);
+    fmt::print("# vs_mpi = MPI's own {} time / this row's time, same buffers, interleaved\n",
+               comm::to_string(o.collective));
+    fmt::print("{:>12} {:>11} {:>9} {:>12} {:>11} {:>8} {:>8} {:>7} {:>6}\n", "size(B)", "count", "type", "algo",
+               "time(us)", "algbw", "busbw", "vs_mpi", "check");
+  }
+  const auto rows = bench.run_sizes();
+  if (o.overlap && o.collective == Collective::kAllreduce) bench.run_overlap();
+  bool ok = true;
+  for (const Row& r : rows) ok = ok && r.check != "FAIL";
+  if (rank == 0 && !o.csv_path.empty()) {
+    std::FILE* f = std::fopen(o.csv_path.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "hopwise-bench: cannot write --csv %s: %s\n", o.csv_path.c_str(), std::strerror(errno));
+      return 1;
+    }
+    std::fprintf(f, "size_bytes,count,dtype,op,algo,ranks,time_us,algbw_gbs,busbw_gbs,vs_mpi,check\n");
+    for (const Row& r : rows) {
+      std::string algo = r.algo.substr(0, r.algo.find(':'));
+      fmt::print(f, "{},{},{},{},{},{},{:.2f},{:.4f},{:.4f},{:.3f},{}\n", r.bytes, r.count, to_string(o.dtype),
+                 to_string(o.op), algo, comm.size(), r.time_us, r.algbw, r.busbw, r.vs_mpi, r.check);
+    }
+    std::fclose(f);
+  }
+  if (rank == 0 && !ok) std::fprintf(stderr, "hopwise-bench: some results did not match the reference (check FAIL)\n");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace hopwise::bench
+
+int main(int argc, char** argv) {
+  try {
+    return hopwise::bench::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hopwise-bench: %s\n", e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+}

@@ -1,0 +1,96 @@
+#include "options.h"
+
+#include <fmt/core.h>
+
+#include <cstdlib>
+#include <string_view>
+
+#include "hopwise/common/env.h"
+#include "hopwise/common/error.h"
+
+namespace hopwise::bench {
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: mpirun -np N hopwise-bench [options]
+  -b SIZE        smallest message in bytes (K/M/G suffixes), default 4K
+  -e SIZE        largest message, default 64M
+  -f FACTOR      multiply the size by FACTOR each row, default 4
+  -o OP          sum | avg | min | max | prod, default sum
+  -d DTYPE       float32 | float64 | float16 | bfloat16 | int32 | int64 | uint8, default float32
+  -a ALGOS       comma list of auto, ring, hd, tree, native: one row each, default auto
+  -n ITERS       timed iterations per row (median reported), default 20
+  -w WARMUP      untimed iterations first, default 5
+  -c 0|1         check every result against a reference, default 0
+  --coll NAME    allreduce | reduce_scatter | allgather | broadcast | reduce, default allreduce
+  --csv FILE     also write the rows as CSV
+  --overlap      add a table: allreduce_async beside compute, against compute-then-allreduce
+  -h             this help
+Every row is timed interleaved with MPI's own collective on the same buffers; vs_mpi = MPI time / our time.
+)";
+
+std::vector<comm::Algorithm> parse_algorithms(std::string_view list) {
+  std::vector<comm::Algorithm> out;
+  while (!list.empty()) {
+    const auto comma = list.find(',');
+    out.push_back(comm::parse_algorithm(list.substr(0, comma)));
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+  }
+  if (out.empty()) throw InvalidArgument("-a needs at least one algorithm, e.g. -a ring,hd,tree,native,auto");
+  return out;
+}
+
+int parse_int(std::string_view flag, std::string_view v, int lo) {
+  char* end = nullptr;
+  const std::string s(v);
+  const long x = std::strtol(s.c_str(), &end, 10);
+  if (end == s.c_str() || *end != '\0' || x < lo)
+    throw InvalidArgument(fmt::format("{} '{}' is not an integer >= {}", flag, v, lo));
+  return static_cast<int>(x);
+}
+
+comm::Collective parse_collective(std::string_view v) {
+  if (v == "allreduce") return comm::Collective::kAllreduce;
+  if (v == "reduce_scatter") return comm::Collective::kReduceScatter;
+  if (v == "allgather") return comm::Collective::kAllgather;
+  if (v == "broadcast") return comm::Collective::kBroadcast;
+  if (v == "reduce") return comm::Collective::kReduce;
+  throw InvalidArgument(fmt::format("--coll '{}' is unknown; use allreduce, reduce_scatter, allgather, broadcast or "
+                                    "reduce",
+                                    v));
+}
+
+}  // namespace
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) throw InvalidArgument(fmt::format("{} needs a value; see hopwise-bench -h", flag));
+      return argv[++i];
+    };
+    if (flag == "-h" || flag == "--help") {
+      fmt::print("{}", kUsage);
+      std::exit(0);
+    } else if (flag == "-b") o.min_bytes = env::parse_size(value(), "-b");
+    else if (flag == "-e") o.max_bytes = env::parse_size(value(), "-e");
+    else if (flag == "-f") o.factor = static_cast<std::size_t>(parse_int(flag, value(), 2));
+    else if (flag == "-o") o.op = parse_reduce_op(value());
+    else if (flag == "-d") o.dtype = parse_dtype(value());
+    else if (flag == "-a") o.algorithms = parse_algorithms(value());
+    else if (flag == "-n") o.iters = parse_int(flag, value(), 1);
+    else if (flag == "-w") o.warmup = parse_int(flag, value(), 0);
+    else if (flag == "-c") o.check = parse_int(flag, value(), 0) != 0;
+    else if (flag == "--coll") o.collective = parse_collective(value());
+    else if (flag == "--csv") o.csv_path = std::string(value());
+    else if (flag == "--overlap") o.overlap = true;
+    else throw InvalidArgument(fmt::format("unknown option '{}'; see hopwise-bench -h", flag));
+  }
+  if (o.min_bytes > o.max_bytes)
+    throw InvalidArgument(fmt::format("-b {} is larger than -e {}", o.min_bytes, o.max_bytes));
+  check_op_supported(o.dtype, o.op);
+  return o;
+}
+
+}  // namespace hopwise::bench

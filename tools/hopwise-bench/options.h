@@ -1,0 +1,29 @@
+// Command line of hopwise-bench, in the habits of nccl-tests.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "hopwise/comm/algorithm.h"
+#include "hopwise/common/dtype.h"
+
+namespace hopwise::bench {
+
+struct Options {
+  std::size_t min_bytes = 4 << 10, max_bytes = 64 << 20;
+  std::size_t factor = 4;
+  comm::Collective collective = comm::Collective::kAllreduce;
+  ReduceOp op = ReduceOp::kSum;
+  DataType dtype = DataType::kFloat32;
+  std::vector<comm::Algorithm> algorithms{comm::Algorithm::kAuto};
+  int iters = 20, warmup = 5;
+  bool check = false;
+  std::string csv_path;
+  bool overlap = false;  // add the async-overlap table
+};
+
+// Parses argv; prints usage and exits 0 for -h, throws InvalidArgument naming the bad flag otherwise.
+Options parse_options(int argc, char** argv);
+
+}  // namespace hopwise::bench
