@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs every Debian package that hopwise's build, tests and examples need. Idempotent: when all are there
+# it only checks (well under a second).
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config   # compilers and the build
+  openmpi-bin libopenmpi-dev         # MPI: processes, host-memory transport, the peer we benchmark against
+  libfmt-dev                         # formatting of messages and tables
+  libgtest-dev                       # the test suite
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "setup: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"
