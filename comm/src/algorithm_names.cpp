@@ -12,6 +12,7 @@ std::string_view to_string(Algorithm a) {
     case Algorithm::kHalvingDoubling: return "hd";
     case Algorithm::kTree: return "tree";
     case Algorithm::kNative: return "native";
+    case Algorithm::kDirect: return "direct";
   }
   return "unknown";
 }
@@ -36,7 +37,8 @@ Algorithm parse_algorithm(std::string_view n) {
   if (n == "hd" || n == "halving-doubling" || n == "rabenseifner") return Algorithm::kHalvingDoubling;
   if (n == "tree" || n == "double-tree") return Algorithm::kTree;
   if (n == "native" || n == "mpi") return Algorithm::kNative;
-  throw InvalidArgument(fmt::format("unknown algorithm '{}'; use one of auto, ring, hd, tree, native", n));
+  if (n == "direct" || n == "oneshot") return Algorithm::kDirect;
+  throw InvalidArgument(fmt::format("unknown algorithm '{}'; use one of auto, ring, hd, tree, native, direct", n));
 }
 
 bool implements(Algorithm a, Collective c) {
@@ -46,7 +48,8 @@ bool implements(Algorithm a, Collective c) {
     case Algorithm::kRing:
       return c == Collective::kAllreduce || c == Collective::kReduceScatter || c == Collective::kAllgather ||
              c == Collective::kBarrier;
-    case Algorithm::kHalvingDoubling: return c == Collective::kAllreduce;
+    case Algorithm::kHalvingDoubling:
+    case Algorithm::kDirect: return c == Collective::kAllreduce;
     case Algorithm::kTree:
       return c == Collective::kAllreduce || c == Collective::kReduce || c == Collective::kBroadcast;
   }

@@ -13,13 +13,13 @@
 namespace hopwise::comm {
 
 CostParams CostParams::defaults() {
-  // Medians of calibrate() on the 2-core Debian development machines (2 ranks, shared memory).
+  // calibrate() on the 2-core Debian development machines, 2 ranks, shared memory.
   CostParams p;
-  p.alpha = 2.0e-6;
-  p.beta = 1.0 / 5.0e9;
-  p.gamma = 1.0 / 6.0e9;
-  p.alpha_native = 3.0e-6;
-  p.beta_native = 1.0 / 3.5e9;
+  p.alpha = 0.32e-6;
+  p.beta = 1.0 / 12.0e9;
+  p.gamma = 1.0 / 47.0e9;
+  p.alpha_native = 0.7e-6;
+  p.beta_native = 1.0 / 7.5e9;
   p.source = "defaults";
   return p;
 }
@@ -34,7 +34,11 @@ bool is_pow2(int p) { return p > 0 && (p & (p - 1)) == 0; }
 double CostModel::estimate(Collective c, Algorithm a, std::size_t bytes, int p, int tree_depth) const {
   if (p <= 1) return 0.0;
   const double n = static_cast<double>(bytes), P = p, frac = (P - 1) / P;
-  const double al = p_.alpha, be = p_.beta, ga = p_.gamma;
+  const double al = p_.alpha, ga = p_.gamma;
+  // Shared-memory MPI copies a message up to its eager limit (4 KiB) twice, in and out of a FIFO; larger ones
+  // once. be(m) is the per-byte cost for messages of m bytes.
+  auto be_for = [&](double m) { return m <= 4096 ? 2 * p_.beta : p_.beta; };
+  const double be = be_for(n / P);
   const double lg = log2_ceil(p);
   const double d = std::max(1, tree_depth);
   switch (c) {
@@ -49,6 +53,8 @@ double CostModel::estimate(Collective c, Algorithm a, std::size_t bytes, int p, 
         // Double binary tree: each half climbs and descends its tree; interior ranks move ~1.5x their half.
         case Algorithm::kTree: return 2 * (d + 1) * al + 3 * n * be + n * ga;
         case Algorithm::kNative: return p_.alpha_native + p_.beta_native * n;
+        // One round of latency; every rank receives and reduces (p-1) whole buffers (as 2 KiB eager pieces).
+        case Algorithm::kDirect: return al + (P - 1) * n * (be_for(0) + ga);
         default: break;
       }
       break;
@@ -79,7 +85,8 @@ double CostModel::estimate(Collective c, Algorithm a, std::size_t bytes, int p, 
 Algorithm CostModel::choose(Collective c, std::size_t bytes, int p, int tree_depth, bool has_native) const {
   Algorithm best = Algorithm::kRing;
   double best_t = INFINITY;
-  for (Algorithm a : {Algorithm::kNative, Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree}) {
+  for (Algorithm a : {Algorithm::kNative, Algorithm::kDirect, Algorithm::kRing, Algorithm::kHalvingDoubling,
+                      Algorithm::kTree}) {
     if (!implements(a, c) || (a == Algorithm::kNative && (!has_native || p_.alpha_native <= 0))) continue;
     const double t = estimate(c, a, bytes, p, tree_depth);
     if (t < best_t) {
@@ -160,10 +167,12 @@ CostParams calibrate(Transport& t, Workspace& ws) {
       return times[static_cast<std::size_t>(reps / 2)];
     };
     time_native(kLarge / 4, 2);
-    // MPI's algorithm is its own business: fit its allreduce as a line through two measured sizes.
-    const double ns = time_native(2, 21), nl = time_native(kLarge / 4, 9);
-    p.alpha_native = ns;
-    p.beta_native = std::max(1e-12, (nl - ns) / static_cast<double>(kLarge));
+    // MPI's algorithm is its own business: fit its allreduce as a line through 4 KiB and 1 MiB, the range
+    // where the choice matters (below 4 KiB MPI is faster per byte than the line says: it stays eager).
+    constexpr std::size_t kSmall = 4096;
+    const double ns = time_native(kSmall / 4, 21), nl = time_native(kLarge / 4, 9);
+    p.beta_native = std::max(1e-12, (nl - ns) / static_cast<double>(kLarge - kSmall));
+    p.alpha_native = std::max(1e-9, ns - p.beta_native * kSmall);
   } else {
     p.alpha_native = p.beta_native = 0;
   }

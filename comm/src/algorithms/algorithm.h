@@ -21,6 +21,7 @@ inline constexpr int kTagHalvingDoubling = 14000;    // + round
 inline constexpr int kTagTreeReduce = 16000;         // + tree index
 inline constexpr int kTagTreeBroadcast = 16100;      // + tree index
 inline constexpr int kTagBarrier = 16200;            // + round
+inline constexpr int kTagDirect = 16250;
 
 struct Context {
   Transport& transport;
@@ -62,6 +63,10 @@ void tree_reduce(const Context& c, const void* in, void* out, std::size_t count,
                  double scale, const topology::TreeShape& tree);
 // Pipelined broadcast from tree.root.
 void tree_broadcast(const Context& c, void* buf, std::size_t count, DataType dt, const topology::TreeShape& tree);
+
+// One shot: everyone sends everything to everyone, then reduces locally in rank order (small messages).
+void direct_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
+                      double scale);
 
 // Dissemination barrier: ceil(log2 p) rounds of 1-byte messages.
 void dissemination_barrier(const Context& c);
