@@ -39,6 +39,22 @@ inline std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// A small fast generator (SplitMix64): test data for 16M-element buffers should not cost more than the collective.
+struct Rng {
+  using result_type = std::uint64_t;
+  std::uint64_t state;
+  explicit Rng(std::uint64_t seed) : state(seed) {}
+  static constexpr result_type min() { return 0; }
+  static constexpr result_type max() { return ~result_type{0}; }
+  result_type operator()() {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double unit() { return static_cast<double>((*this)() >> 11) * 0x1p-53; }  // [0, 1)
+};
+
 inline std::uint64_t mix_seed(std::uint64_t base, std::initializer_list<std::uint64_t> parts) {
   std::uint64_t s = splitmix64(base);
   for (std::uint64_t p : parts) s = splitmix64(s ^ splitmix64(p + 0x632be59bd9b4e019ull));
@@ -127,12 +143,11 @@ inline std::string show(DataType dt, const void* p, std::size_t i) {
 // Rank `rank`'s input of `count` elements for a reduction `op` over `ranks` ranks (see the header comment).
 inline Bytes make_input(DataType dt, ReduceOp op, std::size_t count, int rank, int ranks, std::uint64_t seed) {
   Bytes b(count * hopwise::dtype_size(dt));
-  std::mt19937_64 rng(mix_seed(seed, {static_cast<std::uint64_t>(rank), 77}));
+  Rng rng(mix_seed(seed, {static_cast<std::uint64_t>(rank), 77}));
   if (!hopwise::is_floating(dt)) {
     for (std::size_t i = 0; i < count; ++i) store_u(dt, b.data(), i, rng());
     return b;
   }
-  std::uniform_real_distribution<double> unit(-1.0, 1.0), mag(0.5, 2.0);
   if (op == ReduceOp::kProd) {
     if (is_half(dt)) {
       // Exact: factors +-1, and on at most 8 ranks per element +-2 or +-0.5, so that every partial product of
@@ -149,25 +164,31 @@ inline Bytes make_input(DataType dt, ReduceOp op, std::size_t count, int rank, i
       }
     } else {
       for (std::size_t i = 0; i < count; ++i) {
-        const double v = mag(rng);
-        store_f(dt, b.data(), i, (rng() & 1) ? -v : v);
+        const std::uint64_t r = rng();
+        const double v = 0.5 + 1.5 * static_cast<double>(r >> 11) * 0x1p-53;  // [0.5, 2)
+        store_f(dt, b.data(), i, (r & 1) ? -v : v);
       }
     }
     return b;
   }
+  static constexpr double kScale[9] = {0.0625, 0.125, 0.25, 0.5, 1, 2, 4, 8, 16};
+  static constexpr double kSpecial[5] = {0.0, -0.0, 1.0, -1.0, 0.5};
   for (std::size_t i = 0; i < count; ++i) {
     const std::uint64_t r = rng();
     double v;
     if ((r & 15) == 0) {
-      static constexpr double kSpecial[] = {0.0, -0.0, 1.0, -1.0, 0.5};
       v = kSpecial[(r >> 4) % 5];
     } else {
-      v = std::ldexp(unit(rng), static_cast<int>((r >> 4) % 9) - 4);
+      // A value in (-1, 1) scaled by 2^-4 .. 2^4; the low bits of r pick the scale, the high bits the value.
+      v = (static_cast<double>(r >> 11) * 0x1p-52 - 1.0) * kScale[(r >> 4) % 9];
     }
     // Round to the dtype first so that the stored value is the value the reference uses.
-    if (dt == DataType::kFloat32) v = static_cast<float>(v);
-    if (dt == DataType::kFloat16) v = hopwise::fp16_to_float(hopwise::float_to_fp16(static_cast<float>(v)));
-    if (dt == DataType::kBFloat16) v = hopwise::bf16_to_float(hopwise::float_to_bf16(static_cast<float>(v)));
+    switch (dt) {
+      case DataType::kFloat32: v = static_cast<float>(v); break;
+      case DataType::kFloat16: v = hopwise::fp16_to_float(hopwise::float_to_fp16(static_cast<float>(v))); break;
+      case DataType::kBFloat16: v = hopwise::bf16_to_float(hopwise::float_to_bf16(static_cast<float>(v))); break;
+      default: break;
+    }
     store_f(dt, b.data(), i, v);
   }
   return b;
@@ -176,8 +197,11 @@ inline Bytes make_input(DataType dt, ReduceOp op, std::size_t count, int rank, i
 // Arbitrary bytes for buffers that a collective must overwrite (broadcast receivers, outputs).
 inline Bytes make_garbage(std::size_t bytes, std::uint64_t seed) {
   Bytes b(bytes);
-  std::mt19937_64 rng(seed);
-  for (auto& c : b) c = static_cast<unsigned char>(rng());
+  Rng rng(seed);
+  for (std::size_t i = 0; i < bytes; i += 8) {
+    const std::uint64_t r = rng();
+    std::memcpy(b.data() + i, &r, std::min<std::size_t>(8, bytes - i));
+  }
   return b;
 }
 

@@ -214,9 +214,11 @@ struct Communicator::Impl {
       busy = true;
       lock.unlock();
       std::exception_ptr err = execute(t);
+      lock.lock();
+      busy = false;  // before finish(): whoever wait()s on this work may change the plan right away
+      lock.unlock();
       t.state->finish(err, err ? what_of(err) : std::string());
       lock.lock();
-      busy = false;
       cv.notify_all();
     }
   }

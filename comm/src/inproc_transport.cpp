@@ -175,6 +175,8 @@ bool InProcessTransport::test(Request& r) {
   return true;
 }
 
+void InProcessTransport::cancel(Request& r) { cancel_pending(std::span<Request>(&r, 1)); }
+
 void run_inprocess(int size, const std::function<void(Transport&)>& fn) {
   auto world = make_inprocess_world(size);
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));

@@ -42,7 +42,9 @@ int to_int_count(std::size_t n, const char* what) {
   return static_cast<int>(n);
 }
 
-// float16 and bfloat16 have no MPI type: they travel as 2-byte types with user-defined reduction ops.
+// float16 and bfloat16 have no MPI type: they travel as 2-byte types with user-defined reduction ops. The same
+// ops (hopwise's kernels) serve uint8 sum and prod: Open MPI 4.1's vectorized MPI_SUM saturates 8-bit
+// integers at 255 instead of wrapping, so MPI_SUM on MPI_UINT8_T gives wrong results there.
 struct HalfTypes {
   MPI_Datatype fp16 = MPI_DATATYPE_NULL, bf16 = MPI_DATATYPE_NULL;
   MPI_Op ops[5] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
@@ -70,7 +72,9 @@ HalfTypes& half_types() {
 
 template <ReduceOp Op>
 void half_op(void* in, void* inout, int* len, MPI_Datatype* type) {
-  const DataType dt = *type == half_types().fp16 ? DataType::kFloat16 : DataType::kBFloat16;
+  const DataType dt = *type == half_types().fp16   ? DataType::kFloat16
+                      : *type == half_types().bf16 ? DataType::kBFloat16
+                                                   : DataType::kUInt8;
   reduce_into(dt, Op, inout, inout, in, static_cast<std::size_t>(*len));
 }
 
@@ -163,6 +167,8 @@ MPI_Datatype mpi_datatype(DataType dt) {
 
 MPI_Op mpi_op(DataType dt, ReduceOp op) {
   if (dt == DataType::kFloat16 || dt == DataType::kBFloat16) return half_types().ops[static_cast<int>(op)];
+  if (dt == DataType::kUInt8 && (op == ReduceOp::kSum || op == ReduceOp::kProd))
+    return half_types().ops[static_cast<int>(op)];
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg: return MPI_SUM;
@@ -261,6 +267,14 @@ void MpiTransport::wait_all(std::span<Request> reqs) {
     }
   }
   for (std::size_t i : index) reqs[i].active = false;
+}
+
+void MpiTransport::cancel(Request& r) {
+  if (!r.active) return;
+  MPI_Request m = to_mpi(r.handle);
+  if (r.is_recv) MPI_Cancel(&m);  // a send cannot be recalled reliably; it only reads the caller's buffer
+  MPI_Request_free(&m);
+  r.active = false;
 }
 
 bool MpiTransport::test(Request& r) {

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <limits>
 
 #include "hopwise/common/error.h"
 
@@ -60,6 +61,8 @@ std::size_t parse_size(std::string_view text, std::string_view what) {
     if (!rest.empty() && (rest == "B" || rest == "b" || rest == "iB")) rest = {};
     if (!rest.empty()) throw InvalidArgument(fmt::format("{}: trailing '{}' in '{}'", what, rest, text));
   }
+  if (value > std::numeric_limits<std::size_t>::max() / mult)
+    throw InvalidArgument(fmt::format("{}: '{}' overflows a 64-bit byte count", what, text));
   return value * mult;
 }
 

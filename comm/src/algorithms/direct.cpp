@@ -14,10 +14,11 @@ void direct_allreduce(const Context& c, const void* in, void* out, std::size_t c
   Transport& t = c.transport;
   const int p = t.size(), me = t.rank();
   const std::size_t es = dtype_size(dt), bytes = count * es;
-  // Small messages go below the transport's eager threshold (Open MPI's shared-memory BTL: 4 KiB) in pieces.
-  const std::size_t piece = std::min<std::size_t>(c.chunk_bytes, 2048);
+  // Small buffers go in pieces below the transport's eager threshold (Open MPI's shared-memory BTL: 4 KiB), so
+  // that no handshake is needed; large ones (where the cost model would not pick this) in the usual chunks.
+  const std::size_t piece = bytes <= 16384 ? std::min<std::size_t>(c.chunk_bytes, 2048) : c.chunk_bytes;
   char* others = static_cast<char*>(c.workspace.get(Scratch::kWork, bytes * static_cast<std::size_t>(p) + 64));
-  std::vector<Request> reqs;
+  Requests reqs(t);
   for (int r = 0; r < p; ++r) {
     if (r == me) continue;
     for (std::size_t j = 0; j < bytes; j += piece)
@@ -29,7 +30,13 @@ void direct_allreduce(const Context& c, const void* in, void* out, std::size_t c
       reqs.push_back(t.isend(static_cast<const char*>(in) + j, std::min(piece, bytes - j), r, kTagDirect));
   }
   t.wait_all(reqs);
-  auto input = [&](int r) { return r == me ? static_cast<const char*>(in) : others + static_cast<std::size_t>(r) * bytes; };
+  // In place, the first reductions into out would overwrite this rank's input before its turn: keep a copy.
+  const char* mine = static_cast<const char*>(in);
+  if (in == out && p > 2 && bytes != 0) {
+    std::memcpy(others + static_cast<std::size_t>(me) * bytes, in, bytes);
+    mine = others + static_cast<std::size_t>(me) * bytes;
+  }
+  auto input = [&](int r) { return r == me ? mine : others + static_cast<std::size_t>(r) * bytes; };
   if (p == 1) {
     if (out != in) std::memmove(out, in, bytes);
   } else {

@@ -18,7 +18,7 @@ void exchange_reduce(const Context& c, const char* send, std::size_t send_n, cha
   const std::size_t es = dtype_size(dt);
   const std::size_t ce = std::max<std::size_t>(1, c.chunk_bytes / es);
   char* temp = static_cast<char*>(c.workspace.get(Scratch::kRecvA, recv_n * es + 64));
-  std::vector<Request> recvs, sends;
+  Requests recvs(t), sends(t);
   for (std::size_t j = 0; j < recv_n; j += ce) recvs.push_back(t.irecv(temp + j * es, std::min(ce, recv_n - j) * es, peer, tag));
   for (std::size_t j = 0; j < send_n; j += ce) sends.push_back(t.isend(send + j * es, std::min(ce, send_n - j) * es, peer, tag));
   std::size_t k = 0;
@@ -35,7 +35,7 @@ void exchange(const Context& c, const char* send, std::size_t send_n, char* recv
               int peer, int tag) {
   Transport& t = c.transport;
   const std::size_t ce = std::max<std::size_t>(1, c.chunk_bytes / es);
-  std::vector<Request> reqs;
+  Requests reqs(t);
   for (std::size_t j = 0; j < recv_n; j += ce) reqs.push_back(t.irecv(recv + j * es, std::min(ce, recv_n - j) * es, peer, tag));
   for (std::size_t j = 0; j < send_n; j += ce) reqs.push_back(t.isend(send + j * es, std::min(ce, send_n - j) * es, peer, tag));
   t.wait_all(reqs);

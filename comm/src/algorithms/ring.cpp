@@ -43,7 +43,7 @@ void reduce_scatter_phase(const Context& c, const char* in, char* work, char* fi
   for (int b = 0; b < r.p; ++b) max_seg = std::max(max_seg, blocks.len(b));
   char* temp[2] = {static_cast<char*>(c.workspace.get(Scratch::kRecvA, max_seg * es + 64)),
                    static_cast<char*>(c.workspace.get(Scratch::kRecvB, max_seg * es + 64))};
-  std::vector<Request> recvs[2], sends;
+  Requests recvs[2] = {Requests(t), Requests(t)}, sends(t);
   const int steps = r.p - 1;
 
   auto post_recvs = [&](int s) {
@@ -89,8 +89,9 @@ void allgather_phase(const Context& c, char* buf, const Blocks& blocks, DataType
   const std::size_t es = dtype_size(dt);
   const std::size_t ce = std::max<std::size_t>(1, c.chunk_bytes / es);
   const int steps = r.p - 1;
-  std::vector<std::vector<Request>> recvs(static_cast<std::size_t>(steps));
-  std::vector<Request> sends;
+  std::vector<Requests> recvs;
+  for (int s = 0; s < steps; ++s) recvs.emplace_back(t);
+  Requests sends(t);
   for (int s = 0; s < steps; ++s) {
     const int b = r.block(order, r.i - s);
     for_chunks(blocks.len(b), ce, [&](std::size_t, std::size_t j, std::size_t n) {

@@ -34,9 +34,10 @@ void reduce_phase(const Context& c, const char* in, char* acc, DataType dt, Redu
 
   struct State {
     std::size_t chunks, slot_base;
-    std::vector<Request> recvs;  // [child * kWindow + k % kWindow]
+    Requests recvs;  // [child * kWindow + k % kWindow]
   };
-  std::vector<State> st(jobs.size());
+  std::vector<State> st;
+  for (std::size_t ji = 0; ji < jobs.size(); ++ji) st.push_back({0, 0, Requests(t)});
   std::size_t slot = 0, max_chunks = 0;
   auto post = [&](std::size_t ji, std::size_t ci, std::size_t k) {
     const Job& j = jobs[ji];
@@ -55,7 +56,7 @@ void reduce_phase(const Context& c, const char* in, char* acc, DataType dt, Redu
     for (std::size_t ci = 0; ci < kids.size(); ++ci)
       for (std::size_t k = 0; k < std::min(kWindow, st[ji].chunks); ++k) post(ji, ci, k);
   }
-  std::vector<Request> sends;
+  Requests sends(t);
   for (std::size_t k = 0; k < max_chunks; ++k) {
     for (std::size_t ji = 0; ji < jobs.size(); ++ji) {
       const Job& j = jobs[ji];
@@ -89,7 +90,8 @@ void broadcast_phase(const Context& c, char* buf, DataType dt, const std::vector
   const int me = t.rank();
   const std::size_t es = dtype_size(dt);
   const std::size_t ce = std::max<std::size_t>(1, c.chunk_bytes / es);
-  std::vector<std::vector<Request>> recvs(jobs.size());
+  std::vector<Requests> recvs;
+  for (std::size_t ji = 0; ji < jobs.size(); ++ji) recvs.emplace_back(t);
   std::size_t max_chunks = 0;
   for (std::size_t ji = 0; ji < jobs.size(); ++ji) {
     const Job& j = jobs[ji];
@@ -101,7 +103,7 @@ void broadcast_phase(const Context& c, char* buf, DataType dt, const std::vector
       recvs[ji].push_back(t.irecv(buf + (j.lo + k * ce) * es, std::min(ce, j.n - k * ce) * es, parent,
                                   kTagTreeBroadcast + j.tree_index));
   }
-  std::vector<Request> sends;
+  Requests sends(t);
   for (std::size_t k = 0; k < max_chunks; ++k) {
     for (std::size_t ji = 0; ji < jobs.size(); ++ji) {
       const Job& j = jobs[ji];

@@ -23,6 +23,7 @@ class InProcessTransport final : public Transport {
   Request irecv(void* buf, std::size_t bytes, int peer, int tag) override;
   void wait_all(std::span<Request> reqs) override;
   bool test(Request& r) override;
+  void cancel(Request& r) override;
 
  private:
   std::vector<int> cancel_pending(std::span<Request> reqs);

@@ -31,6 +31,7 @@ class MpiTransport final : public Transport {
   Request irecv(void* buf, std::size_t bytes, int peer, int tag) override;
   void wait_all(std::span<Request> reqs) override;
   bool test(Request& r) override;
+  void cancel(Request& r) override;
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
   int host_id() const override { return host_id_; }

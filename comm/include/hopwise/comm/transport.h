@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "hopwise/common/dtype.h"
 
@@ -32,6 +33,29 @@ class NativeCollectives {
   virtual void barrier() = 0;
 };
 
+class Transport;
+
+// The requests of one algorithm step. Any still active when it goes out of scope (an error unwound the
+// algorithm) are cancelled, so that no late message lands in the caller's buffer after the call has failed.
+class Requests {
+ public:
+  explicit Requests(Transport& t) : t_(&t) {}
+  Requests(Requests&&) = default;
+  Requests& operator=(Requests&&) = default;
+  ~Requests();
+  void push_back(const Request& r) { v_.push_back(r); }
+  Request& operator[](std::size_t i) { return v_[i]; }
+  std::size_t size() const { return v_.size(); }
+  bool empty() const { return v_.empty(); }
+  void resize(std::size_t n) { v_.resize(n); }
+  void clear();  // the requests must be complete
+  operator std::span<Request>() { return v_; }
+
+ private:
+  Transport* t_;
+  std::vector<Request> v_;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -50,6 +74,9 @@ class Transport {
   void wait(Request& r) { wait_all(std::span<Request>(&r, 1)); }
   // True when `r` is complete (it then becomes inactive). Never blocks.
   virtual bool test(Request& r) = 0;
+  // Withdraws an active request that will not be waited for (after an error): a cancelled receive never writes
+  // into its buffer later. `r` becomes inactive.
+  virtual void cancel(Request& r) = 0;
 
   // Local rank / host: ranks with the same host_id share memory.
   virtual int local_rank() const { return rank(); }
