@@ -8,6 +8,7 @@ packages=(
   openmpi-bin libopenmpi-dev         # MPI: processes, host-memory transport, the peer we benchmark against
   libfmt-dev                         # formatting of messages and tables
   libgtest-dev                       # the test suite
+  libgloo-dev                        # Gloo: the second peer in hopwise-bench's allreduce tables
 )
 
 missing=()

@@ -16,6 +16,9 @@
 #include "hopwise/common/half.h"
 #include "hopwise/common/reduce.h"
 #include "options.h"
+#if HOPWISE_HAVE_GLOO
+#include "gloo_peer.h"
+#endif
 
 namespace hopwise::bench {
 namespace {
@@ -94,6 +97,10 @@ class Bench {
     out_ = std::make_unique<Buffer>(max_count * es);
     expected_ = std::make_unique<Buffer>(max_count * es);
     scratch_ = std::make_unique<Buffer>(max_count * es);
+#if HOPWISE_HAVE_GLOO
+    if (o.collective == Collective::kAllreduce && GlooPeer::supports(o.dtype, o.op))
+      gloo_ = std::make_unique<GlooPeer>(MPI_COMM_WORLD);
+#endif
   }
   ~Bench() { MPI_Comm_free(&ref_); }
 
@@ -200,16 +207,19 @@ class Bench {
 
   std::vector<Row> run_size(std::size_t bytes) {
     const std::size_t count = count_for(bytes);
-    const std::size_t slots = o_.algorithms.size() + 1;  // ours..., then MPI's
+    // Slots: our algorithms..., then Gloo's allreduce where it is built and applies, then MPI's.
+    const std::size_t ours = o_.algorithms.size();
+    const std::size_t slots = ours + (has_gloo() ? 1 : 0) + 1;
     std::vector<std::vector<double>> samples(slots);
     fill(in_->data, count, o_.dtype, rank_, o_.op);
     for (int it = 0; it < o_.warmup + o_.iters; ++it) {
       for (std::size_t k = 0; k < slots; ++k) {
         const bool mpi = k + 1 == slots;
-        if (!mpi) comm_.set_algorithm(o_.algorithms[k]);
+        if (k < ours) comm_.set_algorithm(o_.algorithms[k]);
         MPI_Barrier(ref_);
         const double t0 = now_s();
         if (mpi) run_mpi(count);
+        else if (k >= ours) run_gloo(count);
         else run_ours(count);
         const double t = now_s() - t0;
         if (it >= o_.warmup) samples[k].push_back(t);
@@ -233,8 +243,8 @@ class Bench {
       r.algbw = static_cast<double>(r.bytes) / median[k] / 1e9;
       r.busbw = r.algbw * bus_factor();
       r.vs_mpi = mpi_t / median[k];
-      if (mpi) {
-        r.algo = "mpi";
+      if (mpi || k >= ours) {
+        r.algo = mpi ? "mpi" : "gloo";
         r.check = "-";
       } else {
         const Algorithm a = o_.algorithms[k];
@@ -257,11 +267,27 @@ class Bench {
     std::fflush(stdout);
   }
 
+  bool has_gloo() const {
+#if HOPWISE_HAVE_GLOO
+    return gloo_ != nullptr;
+#else
+    return false;
+#endif
+  }
+  void run_gloo(std::size_t count) {
+#if HOPWISE_HAVE_GLOO
+    gloo_->allreduce(in_->data, out_->data, count, o_.dtype, o_.op);
+#endif
+  }
+
   const Options& o_;
   comm::Communicator& comm_;
   int p_, rank_;
   MPI_Comm ref_;
   std::unique_ptr<Buffer> in_, out_, expected_, scratch_;
+#if HOPWISE_HAVE_GLOO
+  std::unique_ptr<GlooPeer> gloo_;
+#endif
 };
 
 // Compute stand-ins: "sleep" leaves the CPU free (compute on an accelerator); "cpu" keeps this rank's core busy.
@@ -344,7 +370,8 @@ int run(int argc, char** argv) {
                "native {:.2f} GB/s\n",
                cp.source, cp.alpha * 1e6, 1e-9 / cp.beta, 1e-9 / cp.gamma, cp.alpha_native * 1e6,
                cp.beta_native > 0 ? 1e-9 / cp.beta_native : 0.0);
-    fmt::print("# vs_mpi = MPI's own {} time / this row's time, same buffers, interleaved\n",
+    fmt::print("# vs_mpi = MPI's own {} time / this row's time, same buffers, interleaved (rows mpi and gloo: the "
+               "peers themselves)\n",
                comm::to_string(o.collective));
     fmt::print("{:>12} {:>11} {:>9} {:>12} {:>11} {:>8} {:>8} {:>7} {:>6}\n", "size(B)", "count", "type", "algo",
                "time(us)", "algbw", "busbw", "vs_mpi", "check");

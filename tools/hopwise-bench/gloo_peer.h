@@ -1,0 +1,26 @@
+// Gloo as a second peer in hopwise-bench: its allreduce over TCP on this host, rendezvous through a FileStore
+// in a directory rank 0 creates and shares over MPI. Built where CMake finds Gloo (Debian libgloo-dev).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "hopwise/common/dtype.h"
+
+namespace hopwise::bench {
+
+class GlooPeer {
+ public:
+  explicit GlooPeer(MPI_Comm comm);  // collective
+  ~GlooPeer();
+  static bool supports(DataType dt, ReduceOp op);
+  void allreduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace hopwise::bench
