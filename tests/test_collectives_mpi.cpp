@@ -347,21 +347,6 @@ TEST(MpiAsync, BackToBackMixedKinds) {
 }
 
 // ================================================================================ plans and errors
-// set_ring_order right after Work::wait() can still see the progress thread "busy" and throw "while collectives
-// are in flight" (a library race pinned by Async.SetRingOrderRightAfterWait in test_async_inproc); retry here so
-// that one rank's spurious refusal does not desynchronize every later test of this MPI run.
-void set_ring_order_when_idle(const std::vector<int>& order) {
-  for (int attempt = 0;; ++attempt) {
-    try {
-      comm().set_ring_order(order);
-      return;
-    } catch (const hopwise::InvalidArgument& e) {
-      if (attempt == 1000 || std::string(e.what()).find("in flight") == std::string::npos) throw;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-}
-
 TEST(MpiPlan, RandomRingOrder) {
   SCOPED_TRACE(seed_note(g_seed));
   const int n = comm().size();
@@ -370,7 +355,7 @@ TEST(MpiPlan, RandomRingOrder) {
   std::mt19937_64 rng(g_seed);  // the same permutation on every rank
   std::shuffle(order.begin(), order.end(), rng);
   SCOPED_TRACE("ring order " + ::testing::PrintToString(order));
-  set_ring_order_when_idle(order);
+  comm().set_ring_order(order);
   EXPECT_EQ(comm().ring_order(), order);
   for (Algorithm a : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree}) {
     comm().set_algorithm(a);
@@ -380,7 +365,7 @@ TEST(MpiPlan, RandomRingOrder) {
     }
   }
   comm().set_algorithm(Algorithm::kAuto);
-  set_ring_order_when_idle(hopwise::topology::identity_ring(n));
+  comm().set_ring_order(hopwise::topology::identity_ring(n));
 }
 
 TEST(MpiErrors, BadArgumentsAreRejectedLocally) {

@@ -28,6 +28,8 @@ CodecSpec parse_codec_spec(std::string_view text) {
     const auto comma = rest.find(',');
     const std::string_view item = trim(rest.substr(0, comma));
     rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    if (comma != std::string_view::npos && trim(rest).empty())
+      throw InvalidArgument(fmt::format("codec spec '{}' ends with ','; remove it or add a key=value after it", text));
     const auto eq = item.find('=');
     if (eq == std::string_view::npos || trim(item.substr(0, eq)).empty() || trim(item.substr(eq + 1)).empty())
       throw InvalidArgument(fmt::format("codec spec '{}': parameter '{}' is not key=value", text, item));

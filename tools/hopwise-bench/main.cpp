@@ -90,6 +90,14 @@ struct Row {
 class Bench {
  public:
   Bench(const Options& o, comm::Communicator& c) : o_(o), comm_(c), p_(c.size()), rank_(c.rank()) {
+    // A row per algorithm that implements the collective (tree has no reduce_scatter, for one).
+    for (Algorithm a : o.algorithms) {
+      if (comm::implements(a, o.collective)) algorithms_.push_back(a);
+      else if (rank_ == 0)
+        fmt::print("# {} does not implement {}: no row\n", comm::to_string(a), comm::to_string(o.collective));
+    }
+    if (algorithms_.empty())
+      throw InvalidArgument(fmt::format("none of the -a algorithms implements {}", comm::to_string(o.collective)));
     MPI_Comm_dup(MPI_COMM_WORLD, &ref_);
     const std::size_t es = dtype_size(o.dtype);
     const std::size_t max_count = o.max_bytes / es + static_cast<std::size_t>(p_);
@@ -208,14 +216,14 @@ class Bench {
   std::vector<Row> run_size(std::size_t bytes) {
     const std::size_t count = count_for(bytes);
     // Slots: our algorithms..., then Gloo's allreduce where it is built and applies, then MPI's.
-    const std::size_t ours = o_.algorithms.size();
+    const std::size_t ours = algorithms_.size();
     const std::size_t slots = ours + (has_gloo() ? 1 : 0) + 1;
     std::vector<std::vector<double>> samples(slots);
     fill(in_->data, count, o_.dtype, rank_, o_.op);
     for (int it = 0; it < o_.warmup + o_.iters; ++it) {
       for (std::size_t k = 0; k < slots; ++k) {
         const bool mpi = k + 1 == slots;
-        if (k < ours) comm_.set_algorithm(o_.algorithms[k]);
+        if (k < ours) comm_.set_algorithm(algorithms_[k]);
         MPI_Barrier(ref_);
         const double t0 = now_s();
         if (mpi) run_mpi(count);
@@ -247,7 +255,7 @@ class Bench {
         r.algo = mpi ? "mpi" : "gloo";
         r.check = "-";
       } else {
-        const Algorithm a = o_.algorithms[k];
+        const Algorithm a = algorithms_[k];
         comm_.set_algorithm(a);
         r.algo = std::string(comm::to_string(a));
         if (a == Algorithm::kAuto) r.algo += ":" + std::string(comm::to_string(comm_.algorithm_for(o_.collective, r.bytes)));
@@ -281,6 +289,7 @@ class Bench {
   }
 
   const Options& o_;
+  std::vector<Algorithm> algorithms_;
   comm::Communicator& comm_;
   int p_, rank_;
   MPI_Comm ref_;
