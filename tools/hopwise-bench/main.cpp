@@ -220,19 +220,25 @@ class Bench {
     const std::size_t slots = ours + (has_gloo() ? 1 : 0) + 1;
     std::vector<std::vector<double>> samples(slots);
     fill(in_->data, count, o_.dtype, rank_, o_.op);
+    auto time_slot = [&](std::size_t k, int it) {
+      const bool mpi = k + 1 == slots;
+      if (k < ours) comm_.set_algorithm(algorithms_[k]);
+      MPI_Barrier(ref_);
+      const double t0 = now_s();
+      if (mpi) run_mpi(count);
+      else if (k >= ours) run_gloo(count);
+      else run_ours(count);
+      const double t = now_s() - t0;
+      if (it >= o_.warmup) samples[k].push_back(t);
+    };
+    // Ours and MPI's interleaved, iteration by iteration, so that both see the same machine. Gloo runs in a
+    // pass of its own afterwards: its TCP progress threads would disturb whatever runs right after it.
     for (int it = 0; it < o_.warmup + o_.iters; ++it) {
-      for (std::size_t k = 0; k < slots; ++k) {
-        const bool mpi = k + 1 == slots;
-        if (k < ours) comm_.set_algorithm(algorithms_[k]);
-        MPI_Barrier(ref_);
-        const double t0 = now_s();
-        if (mpi) run_mpi(count);
-        else if (k >= ours) run_gloo(count);
-        else run_ours(count);
-        const double t = now_s() - t0;
-        if (it >= o_.warmup) samples[k].push_back(t);
-      }
+      for (std::size_t k = 0; k < ours; ++k) time_slot(k, it);
+      time_slot(slots - 1, it);
     }
+    if (has_gloo())
+      for (int it = 0; it < o_.warmup + o_.iters; ++it) time_slot(ours, it);
     // A call takes as long as its slowest rank: max over ranks per sample, then the median over samples.
     std::vector<double> median(slots);
     for (std::size_t k = 0; k < slots; ++k) {
