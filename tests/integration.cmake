@@ -4,12 +4,12 @@
 foreach(np 2 3)
   add_test(NAME bench_check_np${np}
            COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np ${np} $<TARGET_FILE:hopwise-bench>
-                   -b 1K -e 4M -f 8 -a ring,hd,tree,direct,native,auto -c 1 -n 2 -w 1)
+                   -b 1K -e 4M -f 8 -a ring,hd,tree,direct,shm,native,auto -c 1 -n 2 -w 1)
   set_tests_properties(bench_check_np${np} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS ${np})
 endforeach()
 add_test(NAME bench_check_bf16_avg_np4
          COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4 $<TARGET_FILE:hopwise-bench>
-                 -b 4K -e 1M -f 16 -d bf16 -o avg -a ring,hd,tree,direct,native -c 1 -n 2 -w 1)
+                 -b 4K -e 1M -f 16 -d bf16 -o avg -a ring,hd,tree,direct,shm,native -c 1 -n 2 -w 1)
 set_tests_properties(bench_check_bf16_avg_np4 PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 4)
 foreach(coll reduce_scatter allgather broadcast reduce)
   add_test(NAME bench_check_${coll}_np3

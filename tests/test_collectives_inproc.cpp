@@ -34,7 +34,7 @@ std::string algo_name(Algorithm a) { return std::string(hc::to_string(a)); }
 
 // The algorithms hopwise implements itself (native is MPI's and does not exist in-process).
 constexpr Algorithm kHopwiseAlgorithms[] = {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree,
-                                            Algorithm::kDirect};
+                                            Algorithm::kDirect, Algorithm::kSharedMemory};
 
 // One allreduce case on every rank of `g`: out of place, then in place; checks every rank. False when a rank
 // threw (the group is then unusable and the caller stops).
@@ -674,7 +674,7 @@ TEST(Choice, ForcedAlgorithmsAndFallbacks) {
   Group g(4, test_options());
   auto& c = g.comm(0);
   for (Algorithm a : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree, Algorithm::kDirect,
-                      Algorithm::kNative, Algorithm::kAuto}) {
+                      Algorithm::kSharedMemory, Algorithm::kNative, Algorithm::kAuto}) {
     c.set_algorithm(a);
     for (Collective col : {Collective::kAllreduce, Collective::kReduceScatter, Collective::kAllgather,
                            Collective::kBroadcast, Collective::kReduce, Collective::kBarrier}) {
@@ -706,7 +706,7 @@ TEST(Choice, ImplementsTable) {
   EXPECT_EQ(hc::parse_algorithm("rabenseifner"), Algorithm::kHalvingDoubling);
   EXPECT_EQ(hc::parse_algorithm("mpi"), Algorithm::kNative);
   for (Algorithm a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree,
-                      Algorithm::kNative, Algorithm::kDirect})
+                      Algorithm::kNative, Algorithm::kDirect, Algorithm::kSharedMemory})
     EXPECT_EQ(hc::parse_algorithm(hc::to_string(a)), a);
   EXPECT_THROW(hc::parse_algorithm("butterfly"), hopwise::InvalidArgument);
 }

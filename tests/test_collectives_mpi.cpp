@@ -44,7 +44,7 @@ hc::Communicator& comm() { return *g_comm; }
 std::string algo_name(Algorithm a) { return std::string(hc::to_string(a)); }
 
 constexpr Algorithm kAllAlgorithms[] = {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree,
-                                        Algorithm::kDirect, Algorithm::kNative};
+                                        Algorithm::kDirect, Algorithm::kSharedMemory, Algorithm::kNative};
 
 std::vector<const void*> ptrs(const std::vector<Bytes>& v) {
   std::vector<const void*> p;

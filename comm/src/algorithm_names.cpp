@@ -13,6 +13,7 @@ std::string_view to_string(Algorithm a) {
     case Algorithm::kTree: return "tree";
     case Algorithm::kNative: return "native";
     case Algorithm::kDirect: return "direct";
+    case Algorithm::kSharedMemory: return "shm";
   }
   return "unknown";
 }
@@ -38,7 +39,8 @@ Algorithm parse_algorithm(std::string_view n) {
   if (n == "tree" || n == "double-tree") return Algorithm::kTree;
   if (n == "native" || n == "mpi") return Algorithm::kNative;
   if (n == "direct" || n == "oneshot") return Algorithm::kDirect;
-  throw InvalidArgument(fmt::format("unknown algorithm '{}'; use one of auto, ring, hd, tree, native, direct", n));
+  if (n == "shm" || n == "shared-memory") return Algorithm::kSharedMemory;
+  throw InvalidArgument(fmt::format("unknown algorithm '{}'; use one of auto, ring, hd, tree, native, direct, shm", n));
 }
 
 bool implements(Algorithm a, Collective c) {
@@ -49,7 +51,8 @@ bool implements(Algorithm a, Collective c) {
       return c == Collective::kAllreduce || c == Collective::kReduceScatter || c == Collective::kAllgather ||
              c == Collective::kBarrier;
     case Algorithm::kHalvingDoubling:
-    case Algorithm::kDirect: return c == Collective::kAllreduce;
+    case Algorithm::kDirect:
+    case Algorithm::kSharedMemory: return c == Collective::kAllreduce;
     case Algorithm::kTree:
       return c == Collective::kAllreduce || c == Collective::kReduce || c == Collective::kBroadcast;
   }

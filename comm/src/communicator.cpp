@@ -131,6 +131,9 @@ struct Communicator::Impl {
         } else if (a == Algorithm::kNative) {
           nat->allreduce(t.in, t.out, t.count, t.dt, op);
           if (scale != 1.0) scale_by(t.dt, t.out, t.count, scale);
+        } else if (a == Algorithm::kSharedMemory &&
+                   algo::shared_memory_allreduce(ctx, t.in, t.out, t.count, t.dt, op, scale)) {
+          // done through the shared slots (ranks on other hosts fall through to the ring below)
         } else if (a == Algorithm::kDirect) {
           algo::direct_allreduce(ctx, t.in, t.out, t.count, t.dt, op, scale);
         } else if (a == Algorithm::kHalvingDoubling) {

@@ -19,6 +19,7 @@ CostParams CostParams::defaults() {
   p.beta = 1.0 / 12.0e9;
   p.gamma = 1.0 / 47.0e9;
   p.alpha_native = 0.7e-6;
+  p.alpha_rendezvous = 2.0e-6;
   p.beta_native = 1.0 / 7.5e9;
   p.source = "defaults";
   return p;
@@ -39,22 +40,32 @@ double CostModel::estimate(Collective c, Algorithm a, std::size_t bytes, int p, 
   // once. be(m) is the per-byte cost for messages of m bytes.
   auto be_for = [&](double m) { return m <= 4096 ? 2 * p_.beta : p_.beta; };
   const double be = be_for(n / P);
+  // Messages above the eager limit first exchange a handshake (rendezvous): al_for(m) is one message's latency.
+  auto al_for = [&](double m) { return m <= 4096 ? p_.alpha : p_.alpha + p_.alpha_rendezvous; };
+  const double chunk = 256 << 10;
   const double lg = log2_ceil(p);
   const double d = std::max(1, tree_depth);
   switch (c) {
     case Collective::kAllreduce:
       switch (a) {
-        case Algorithm::kRing: return 2 * (P - 1) * al + 2 * frac * n * be + frac * n * ga;
+        case Algorithm::kRing: return 2 * (P - 1) * al_for(std::min(chunk, n / P)) + 2 * frac * n * be + frac * n * ga;
         case Algorithm::kHalvingDoubling: {
-          double t = 2 * lg * al + 2 * frac * n * be + frac * n * ga;
-          if (!is_pow2(p)) t += 2 * al + 2 * n * be + n * ga;  // fold and unfold
+          double t = 2 * lg * al_for(std::min(chunk, n / 2)) + 2 * frac * n * be + frac * n * ga;
+          if (!is_pow2(p)) t += 2 * al_for(std::min(chunk, n)) + 2 * n * be + n * ga;  // fold and unfold
           return t;
         }
         // Double binary tree: each half climbs and descends its tree; interior ranks move ~1.5x their half.
-        case Algorithm::kTree: return 2 * (d + 1) * al + 3 * n * be + n * ga;
+        case Algorithm::kTree: return 2 * (d + 1) * al_for(std::min(chunk, n / 2)) + 3 * n * be + n * ga;
         case Algorithm::kNative: return p_.alpha_native + p_.beta_native * n;
-        // One round of latency; every rank receives and reduces (p-1) whole buffers (as 2 KiB eager pieces).
-        case Algorithm::kDirect: return al + (P - 1) * n * (be_for(0) + ga);
+        // One round; every rank reduces all p buffers. Through shared slots: one copy in, no messages.
+        // Else by messages: (p-1) whole buffers arrive as 2 KiB eager pieces.
+        // Copy in, reduce my n/p over p slots, copy out; two flag waits per slot-sized chunk.
+        case Algorithm::kSharedMemory:
+          if (p_.alpha_shared <= 0) return INFINITY;
+          return std::ceil(n / p_.shared_slot_bytes) * 2 * p_.alpha_shared + n * p_.beta_shared;
+        case Algorithm::kDirect:
+          if (p_.alpha_shared > 0 && n <= p_.shared_slot_bytes) return p_.alpha_shared + n * p_.beta + (P - 1) * n * ga;
+          return al + (P - 1) * n * (be_for(0) + ga);
         default: break;
       }
       break;
@@ -85,8 +96,8 @@ double CostModel::estimate(Collective c, Algorithm a, std::size_t bytes, int p, 
 Algorithm CostModel::choose(Collective c, std::size_t bytes, int p, int tree_depth, bool has_native) const {
   Algorithm best = Algorithm::kRing;
   double best_t = INFINITY;
-  for (Algorithm a : {Algorithm::kNative, Algorithm::kDirect, Algorithm::kRing, Algorithm::kHalvingDoubling,
-                      Algorithm::kTree}) {
+  for (Algorithm a : {Algorithm::kNative, Algorithm::kDirect, Algorithm::kSharedMemory, Algorithm::kRing,
+                      Algorithm::kHalvingDoubling, Algorithm::kTree}) {
     if (!implements(a, c) || (a == Algorithm::kNative && (!has_native || p_.alpha_native <= 0))) continue;
     const double t = estimate(c, a, bytes, p, tree_depth);
     if (t < best_t) {
@@ -130,6 +141,33 @@ CostParams calibrate(Transport& t, Workspace& ws) {
   const double small = time_exchange(t, a, b, 8, 21);
   const double large = time_exchange(t, a, b, kLarge, 9);
   p.beta = std::max(1e-12, (large - small) / static_cast<double>(kLarge));
+  constexpr std::size_t kRendezvous = 16 << 10;
+  p.alpha_rendezvous = std::max(0.0, time_exchange(t, a, b, kRendezvous, 21) - small - kRendezvous * p.beta);
+  if (t.shared_slots() != nullptr) {
+    const algo::Context ctx{t, ws, 256 << 10};
+    float x = 1.0f, y = 0.0f;
+    std::vector<double> times;
+    for (int i = 0; i < 21; ++i) {
+      const auto t0 = Clock::now();
+      algo::direct_allreduce_shared(ctx, &x, &y, 1, DataType::kFloat32, ReduceOp::kSum, 1.0);
+      times.push_back(seconds_since(t0));
+    }
+    std::sort(times.begin(), times.end());
+    p.alpha_shared = times[10];
+    p.shared_slot_bytes = static_cast<double>(t.shared_slots()->slot_bytes);
+    // The shm allreduce's cost per byte (copy in, reduce, copy out), from one slot-sized chunk.
+    const std::size_t n = std::min<std::size_t>(kLarge, t.shared_slots()->slot_bytes);
+    times.clear();
+    for (int i = 0; i < 7; ++i) {
+      const auto t0 = Clock::now();
+      algo::shared_memory_allreduce(ctx, a, a, n / 4, DataType::kFloat32, ReduceOp::kSum, 1.0);
+      times.push_back(seconds_since(t0));
+    }
+    std::sort(times.begin(), times.end());
+    p.beta_shared = std::max(1e-12, (times[3] - 2 * p.alpha_shared) / static_cast<double>(n));
+  } else {
+    p.alpha_shared = p.shared_slot_bytes = p.beta_shared = 0;
+  }
   {
     // alpha is what one ring step costs in software, not just on the wire: time a ring allreduce of one
     // element per rank and divide by its 2(p-1) steps.
@@ -178,18 +216,24 @@ CostParams calibrate(Transport& t, Workspace& ws) {
   }
   // Every rank must choose alike: take the largest of each figure. A max-allreduce over the transport itself,
   // by recursive doubling on the ring of ranks (every rank ends with the maximum).
-  double v[5] = {p.alpha, p.beta, p.gamma, p.alpha_native, p.beta_native}, in[5];
+  double v[9] = {p.alpha, p.beta, p.gamma, p.alpha_native, p.beta_native, p.alpha_rendezvous, p.alpha_shared,
+                 p.shared_slot_bytes, p.beta_shared},
+         in[9];
   const int n = t.size(), r = t.rank();
   for (int dist = 1; dist < n; dist *= 2) {
     Request reqs[2] = {t.irecv(in, sizeof in, (r - dist + n) % n, 16301), t.isend(v, sizeof v, (r + dist) % n, 16301)};
     t.wait_all(reqs);
-    for (int i = 0; i < 5; ++i) v[i] = std::max(v[i], in[i]);
+    for (int i = 0; i < 9; ++i) v[i] = std::max(v[i], in[i]);
   }
   p.alpha = v[0];
   p.beta = v[1];
   p.gamma = v[2];
   p.alpha_native = v[3];
   p.beta_native = v[4];
+  p.alpha_rendezvous = v[5];
+  p.alpha_shared = v[6];
+  p.shared_slot_bytes = v[7];
+  p.beta_shared = v[8];
   return p;
 }
 

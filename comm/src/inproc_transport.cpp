@@ -51,8 +51,12 @@ void complete(Op* send, Op* recv) {
 
 class InProcessWorld {
  public:
-  explicit InProcessWorld(int size) : boxes(static_cast<std::size_t>(size)) {}
+  static constexpr std::size_t kSlotBytes = 64 << 10;
+  explicit InProcessWorld(int size)
+      : boxes(static_cast<std::size_t>(size)),
+        slots(static_cast<std::size_t>(size) * SharedSlots::slot_size(kSlotBytes) + 64) {}
   std::vector<Mailbox> boxes;
+  std::vector<char> slots;  // every rank's shared slot, zeroed (flags start at 0)
 };
 
 std::shared_ptr<InProcessWorld> make_inprocess_world(int size) {
@@ -64,6 +68,10 @@ InProcessTransport::InProcessTransport(std::shared_ptr<InProcessWorld> world, in
     : world_(std::move(world)), rank_(rank) {
   if (rank < 0 || rank >= static_cast<int>(world_->boxes.size()))
     throw InvalidArgument(fmt::format("rank {} is outside the in-process world of {}", rank, world_->boxes.size()));
+  char* first = world_->slots.data() + (64 - reinterpret_cast<std::uintptr_t>(world_->slots.data()) % 64);
+  slots_.slot_bytes = InProcessWorld::kSlotBytes;
+  for (std::size_t r = 0; r < world_->boxes.size(); ++r)
+    slots_.base.push_back(first + r * SharedSlots::slot_size(InProcessWorld::kSlotBytes));
 }
 
 InProcessTransport::~InProcessTransport() = default;

@@ -207,11 +207,31 @@ MpiTransport::MpiTransport(MPI_Comm comm) {
   }
   oversubscribed_ = local_size_ > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   native_ = std::make_unique<MpiNative>(comm_);
+
+  // One host: a shared window of per-rank slots lets small allreduces skip MPI's message path.
+  if (local_size_ == size_ && size_ > 1) {
+    constexpr std::size_t kSlotBytes = 1 << 20;
+    char* mine = nullptr;
+    const MPI_Aint bytes = static_cast<MPI_Aint>(SharedSlots::slot_size(kSlotBytes));
+    if (MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, comm_, &mine, &window_) == MPI_SUCCESS) {
+      std::memset(mine, 0, static_cast<std::size_t>(bytes));  // flags start at 0; pages touched now
+      slots_.slot_bytes = kSlotBytes;
+      for (int r = 0; r < size_; ++r) {
+        MPI_Aint size = 0;
+        int disp = 0;
+        char* base = nullptr;
+        check_mpi(MPI_Win_shared_query(window_, r, &size, &disp, &base), "MPI_Win_shared_query");
+        slots_.base.push_back(base);
+      }
+    }
+    check_mpi(MPI_Barrier(comm_), "MPI_Barrier(shared slots)");
+  }
 }
 
 MpiTransport::~MpiTransport() {
   int finalized = 0;
   MPI_Finalized(&finalized);
+  if (!finalized && window_ != MPI_WIN_NULL) MPI_Win_free(&window_);
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 

@@ -381,10 +381,10 @@ int run(int argc, char** argv) {
                o.warmup);
     fmt::print("# single-core memcpy {:.2f} GB/s (the physical limit here); reduction kernels: {}\n", limit,
                active_isa());
-    fmt::print("# cost model ({}): alpha {:.2f} us, beta {:.2f} GB/s, gamma {:.2f} GB/s, native alpha {:.2f} us, "
-               "native {:.2f} GB/s\n",
-               cp.source, cp.alpha * 1e6, 1e-9 / cp.beta, 1e-9 / cp.gamma, cp.alpha_native * 1e6,
-               cp.beta_native > 0 ? 1e-9 / cp.beta_native : 0.0);
+    fmt::print("# cost model ({}): alpha {:.2f} us (+{:.2f} us above 4 KiB), beta {:.2f} GB/s, gamma {:.2f} GB/s, "
+               "shared slots {:.2f} us, {:.2f} GB/s; MPI line {:.2f} us + n / {:.2f} GB/s\n",
+               cp.source, cp.alpha * 1e6, cp.alpha_rendezvous * 1e6, 1e-9 / cp.beta, 1e-9 / cp.gamma,
+               cp.alpha_shared * 1e6, cp.beta_shared > 0 ? 1e-9 / cp.beta_shared : 0.0, cp.alpha_native * 1e6, cp.beta_native > 0 ? 1e-9 / cp.beta_native : 0.0);
     fmt::print("# vs_mpi = MPI's own {} time / this row's time, same buffers, interleaved (rows mpi and gloo: the "
                "peers themselves)\n",
                comm::to_string(o.collective));

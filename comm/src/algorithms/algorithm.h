@@ -65,8 +65,17 @@ void tree_reduce(const Context& c, const void* in, void* out, std::size_t count,
 void tree_broadcast(const Context& c, void* buf, std::size_t count, DataType dt, const topology::TreeShape& tree);
 
 // One shot: everyone sends everything to everyone, then reduces locally in rank order (small messages).
+// Uses the transport's shared slots when it has them and the data fits (no messages at all).
 void direct_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
                       double scale);
+// The shared-slot path alone; false (nothing done) where the transport has no slots or the data does not fit.
+bool direct_allreduce_shared(const Context& c, const void* in, void* out, std::size_t count, DataType dt,
+                             ReduceOp op, double scale);
+
+// Reduce-scatter + allgather through the shared slots (one host, no messages), chunked by the slot size.
+// False (nothing done) where the transport has no shared slots.
+bool shared_memory_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt,
+                             ReduceOp op, double scale);
 
 // Dissemination barrier: ceil(log2 p) rounds of 1-byte messages.
 void dissemination_barrier(const Context& c);

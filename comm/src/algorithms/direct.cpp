@@ -1,16 +1,63 @@
-// One-shot allreduce for small messages: every rank sends its whole buffer to every other rank and reduces all
-// p inputs itself. One round of latency instead of the ring's 2(p-1) or halving-doubling's 2 log p, at the price
-// of (p-1)·n bytes per rank, so the cost model picks it only for small n. Every rank reduces in rank order, so
-// every rank ends with the same bits.
+// One-shot allreduce for small messages: every rank makes its whole buffer available to every other rank and
+// reduces all p inputs itself. One round of latency instead of the ring's 2(p-1) or halving-doubling's 2 log p,
+// at the price of (p-1)·n bytes per rank, so the cost model picks it only for small n. Every rank reduces in rank
+// order, so every rank ends with the same bits.
+//
+// Where the transport offers shared slots (all ranks on one host), there are no messages at all: each rank
+// copies its input into its slot and raises its sequence flag; once every flag is up, each reads all slots.
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include "hopwise/common/error.h"
+#include "shared_flags.h"
+#include <functional>
 
 #include "algorithm.h"
 #include "hopwise/common/reduce.h"
 
 namespace hopwise::comm::algo {
 
+namespace {
+
+void reduce_inputs(int p, DataType dt, ReduceOp op, void* out, std::size_t count,
+                   const std::function<const char*(int)>& input) {
+  if (p == 1) {
+    if (out != input(0)) std::memmove(out, input(0), count * dtype_size(dt));
+    return;
+  }
+  reduce_into(dt, op, out, input(0), input(1), count);
+  for (int r = 2; r < p; ++r) reduce_into(dt, op, out, out, input(r), count);
+}
+
+}  // namespace
+
+bool direct_allreduce_shared(const Context& c, const void* in, void* out, std::size_t count, DataType dt,
+                             ReduceOp op, double scale) {
+  Transport& t = c.transport;
+  SharedSlots* sh = t.shared_slots();
+  const std::size_t bytes = count * dtype_size(dt);
+  if (sh == nullptr || bytes > sh->slot_bytes) return false;
+  const std::uint64_t seq = ++sh->seq;
+  const std::size_t which = SharedSlots::kHeader + (seq % 2) * sh->slot_bytes;
+  // This buffer was last read in call seq-2; a rank's flag reaches seq-1 only after it finished that call.
+  wait_for_flags(t, *sh, seq - 1);
+  char* mine = sh->base[static_cast<std::size_t>(t.rank())];
+  if (bytes != 0) std::memcpy(mine + which, in, bytes);
+  flag_of(mine).store(seq, std::memory_order_release);
+  wait_for_flags(t, *sh, seq);
+  reduce_inputs(t.size(), dt, op, out, count, [&](int r) { return sh->base[static_cast<std::size_t>(r)] + which; });
+  if (scale != 1.0) scale_by(dt, out, count, scale);
+  return true;
+}
+
 void direct_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
                       double scale) {
+  if (direct_allreduce_shared(c, in, out, count, dt, op, scale)) return;
   Transport& t = c.transport;
   const int p = t.size(), me = t.rank();
   const std::size_t es = dtype_size(dt), bytes = count * es;
@@ -36,13 +83,7 @@ void direct_allreduce(const Context& c, const void* in, void* out, std::size_t c
     std::memcpy(others + static_cast<std::size_t>(me) * bytes, in, bytes);
     mine = others + static_cast<std::size_t>(me) * bytes;
   }
-  auto input = [&](int r) { return r == me ? mine : others + static_cast<std::size_t>(r) * bytes; };
-  if (p == 1) {
-    if (out != in) std::memmove(out, in, bytes);
-  } else {
-    reduce_into(dt, op, out, input(0), input(1), count);
-    for (int r = 2; r < p; ++r) reduce_into(dt, op, out, out, input(r), count);
-  }
+  reduce_inputs(p, dt, op, out, count, [&](int r) { return r == me ? mine : others + static_cast<std::size_t>(r) * bytes; });
   if (scale != 1.0) scale_by(dt, out, count, scale);
 }
 

@@ -24,11 +24,13 @@ class InProcessTransport final : public Transport {
   void wait_all(std::span<Request> reqs) override;
   bool test(Request& r) override;
   void cancel(Request& r) override;
+  SharedSlots* shared_slots() override { return &slots_; }
 
  private:
   std::vector<int> cancel_pending(std::span<Request> reqs);
   std::shared_ptr<InProcessWorld> world_;
   int rank_;
+  SharedSlots slots_;
 };
 
 // The shared mailboxes of one in-process world.

@@ -36,6 +36,7 @@ class MpiTransport final : public Transport {
   int local_size() const override { return local_size_; }
   int host_id() const override { return host_id_; }
   NativeCollectives* native() override { return native_.get(); }
+  SharedSlots* shared_slots() override { return slots_.base.empty() ? nullptr : &slots_; }
 
   MPI_Comm mpi_comm() const { return comm_; }
 
@@ -44,6 +45,8 @@ class MpiTransport final : public Transport {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, host_id_ = 0;
   bool oversubscribed_ = false;
   std::unique_ptr<NativeCollectives> native_;
+  MPI_Win window_ = MPI_WIN_NULL;  // the shared slots, when all ranks share this host
+  SharedSlots slots_;
 };
 
 // The MPI datatype and op hopwise uses for (dt, op); float16/bfloat16 get committed types and user ops.

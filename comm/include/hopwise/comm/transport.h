@@ -35,6 +35,17 @@ class NativeCollectives {
 
 class Transport;
 
+// Per-rank slots in memory every rank of the transport can read (one host): what a small allreduce needs to
+// skip messages altogether. Rank r's slot starts with a 64-byte line holding its sequence flag, then two
+// buffers of slot_bytes (alternate calls use alternate buffers).
+struct SharedSlots {
+  std::size_t slot_bytes = 0;
+  std::vector<char*> base;  // base[r]: rank r's slot
+  std::uint64_t seq = 0;    // this rank's count of calls that used the slots
+  static constexpr std::size_t kHeader = 64;
+  static std::size_t slot_size(std::size_t slot_bytes) { return kHeader + 2 * slot_bytes; }
+};
+
 // The requests of one algorithm step. Any still active when it goes out of scope (an error unwound the
 // algorithm) are cancelled, so that no late message lands in the caller's buffer after the call has failed.
 class Requests {
@@ -82,6 +93,9 @@ class Transport {
   virtual int local_rank() const { return rank(); }
   virtual int local_size() const { return size(); }
   virtual int host_id() const { return 0; }
+
+  // Shared-memory slots when every rank is on this host, else nullptr.
+  virtual SharedSlots* shared_slots() { return nullptr; }
 
   // The library's own collectives, or nullptr where there are none.
   virtual NativeCollectives* native() { return nullptr; }

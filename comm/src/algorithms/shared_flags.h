@@ -1,0 +1,45 @@
+// Sequence flags in shared slots: how ranks on one host signal each other without messages.
+#pragma once
+
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+#include <vector>
+
+#include "hopwise/comm/transport.h"
+#include "hopwise/common/error.h"
+
+namespace hopwise::comm::algo {
+
+// Flag `index` (0 or 1) of a slot: 8-byte counters in the slot's 64-byte header, written only by its owner.
+inline std::atomic_ref<std::uint64_t> flag_of(char* slot, int index = 0) {
+  return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(slot + 8 * index));
+}
+
+// Spins (yielding now and then, for oversubscribed hosts) until every rank's flag `index` reaches `seq`;
+// TimeoutError naming the ranks that did not get there.
+inline void wait_for_flags(const Transport& t, SharedSlots& sh, std::uint64_t seq, int index = 0) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < t.size(); ++r) {
+    auto flag = flag_of(sh.base[static_cast<std::size_t>(r)], index);
+    for (long spins = 1; flag.load(std::memory_order_acquire) < seq; ++spins) {
+      if (spins % 16 == 0) sched_yield();
+      if (spins % 1024 == 0 && std::chrono::steady_clock::now() - start > t.timeout()) {
+        std::vector<int> late;
+        for (int q = 0; q < t.size(); ++q)
+          if (flag_of(sh.base[static_cast<std::size_t>(q)], index).load() < seq) late.push_back(q);
+        throw TimeoutError(fmt::format("rank {} timed out after {:.1f} s waiting for rank(s) {} in shared memory; a "
+                                       "peer died, stalled or skipped this call (raise HOPWISE_TIMEOUT_S if it is "
+                                       "only slow)",
+                                       t.rank(), t.timeout().count(), fmt::join(late, ",")),
+                           late);
+      }
+    }
+  }
+}
+
+}  // namespace hopwise::comm::algo
