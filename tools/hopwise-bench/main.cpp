@@ -231,11 +231,14 @@ class Bench {
       const double t = now_s() - t0;
       if (it >= o_.warmup) samples[k].push_back(t);
     };
-    // Ours and MPI's interleaved, iteration by iteration, so that both see the same machine. Gloo runs in a
-    // pass of its own afterwards: its TCP progress threads would disturb whatever runs right after it.
+    // Ours and MPI's interleaved, iteration by iteration, so that both see the same machine; the order rotates
+    // every iteration, because a call leaves caches and the allocator in a state that helps or hurts the next.
+    // Gloo runs in a pass of its own afterwards: its TCP progress threads would disturb whatever runs after it.
     for (int it = 0; it < o_.warmup + o_.iters; ++it) {
-      for (std::size_t k = 0; k < ours; ++k) time_slot(k, it);
-      time_slot(slots - 1, it);
+      for (std::size_t j = 0; j <= ours; ++j) {
+        const std::size_t k = (j + static_cast<std::size_t>(it)) % (ours + 1);
+        time_slot(k == ours ? slots - 1 : k, it);
+      }
     }
     if (has_gloo())
       for (int it = 0; it < o_.warmup + o_.iters; ++it) time_slot(ours, it);
