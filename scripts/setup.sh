@@ -9,6 +9,9 @@ packages=(
   libfmt-dev                         # formatting of messages and tables
   libgtest-dev                       # the test suite
   libgloo-dev                        # Gloo: the second peer in hopwise-bench's allreduce tables
+  libeigen3-dev                      # the training job's matrix products
+  zlib1g-dev                         # reading the gzip-compressed IDX files
+  dataset-fashion-mnist              # the training job's data
 )
 
 missing=()

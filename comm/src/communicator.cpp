@@ -216,6 +216,7 @@ struct Communicator::Impl {
       queue.pop_front();
       busy = true;
       lock.unlock();
+      t.state->started = std::chrono::steady_clock::now();
       std::exception_ptr err = execute(t);
       lock.lock();
       busy = false;  // before finish(): whoever wait()s on this work may change the plan right away

@@ -8,6 +8,7 @@ void Work::State::finish(std::exception_ptr e, std::string text) {
   {
     std::lock_guard lock(mutex);
     done = true;
+    finished = std::chrono::steady_clock::now();
     error = std::move(e);
     error_text = std::move(text);
   }

@@ -2,6 +2,7 @@
 // the collective and its sizes), test() polls.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -22,6 +23,8 @@ class Work {
     // For point-to-point work, which runs on the transport rather than the progress thread: polls (block=false)
     // or finishes (block=true) the request; returns true when complete.
     std::function<bool(bool block)> drive;
+    // When the progress thread started and finished the work (for statistics and traces).
+    std::chrono::steady_clock::time_point started, finished;
     void finish(std::exception_ptr e, std::string text);
   };
 
@@ -35,6 +38,9 @@ class Work {
   // Empty unless the work failed.
   std::string error() const;
   bool valid() const { return state_ != nullptr; }
+  // Start and end of the work on the progress thread; meaningful once test() is true.
+  std::chrono::steady_clock::time_point started() const { return state_->started; }
+  std::chrono::steady_clock::time_point finished() const { return state_->finished; }
 
  private:
   std::shared_ptr<State> state_;

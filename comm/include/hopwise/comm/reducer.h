@@ -1,0 +1,66 @@
+// The bucketed gradient reducer: gradients registered in forward order are grouped into buckets in reverse
+// order (backward produces them that way); a bucket is all-reduced (averaged) on the communicator's progress
+// thread as soon as its last gradient is marked ready, while backward computes the rest. Buckets view the
+// caller's gradient memory where it is contiguous, else go through a bucket buffer.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "hopwise/comm/communicator.h"
+
+namespace hopwise::comm {
+
+struct ReducerOptions {
+  double bucket_mb = 25;        // HOPWISE_BUCKET_MB: cap of a bucket
+  double first_bucket_mb = 1;   // the first bucket (last layers) small, so that communication starts early
+  bool overlap = true;          // false: launch every bucket in finish() (the no-overlap baseline)
+  bool rebuild = true;          // rebuild buckets after the first step from the observed ready order
+  static ReducerOptions from_env();
+};
+
+struct StepStats {
+  std::size_t bytes = 0;       // bytes all-reduced by this rank this step
+  int buckets = 0;
+  double comm_ms = 0;          // the buckets' time on the progress thread, summed
+  double exposed_comm_ms = 0;  // time finish() spent waiting: the communication backward did not hide
+  double overlap_pct = 0;      // share of comm_ms that was hidden
+};
+
+class GradientReducer {
+ public:
+  struct BucketTiming {
+    int bucket;
+    std::size_t bytes;
+    std::chrono::steady_clock::time_point start, end;
+  };
+
+  explicit GradientReducer(Communicator& comm, ReducerOptions options = ReducerOptions::from_env());
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  // Registers a float32 gradient of `count` elements (forward order); returns its index. The memory stays the
+  // caller's and must live as long as the reducer.
+  int add_parameter(std::string name, float* grad, std::size_t count);
+  // Assigns buckets and checks, once, that every rank has the same layout (names the ranks that differ).
+  // Collective.
+  void finalize();
+  // Backward produced gradient `index`: its bucket is launched when complete (buckets launch in bucket order,
+  // so that every rank issues the same collectives in the same order).
+  void mark_ready(int index);
+  // Waits for every bucket, leaves the averaged gradients in place, returns the step's statistics.
+  StepStats finish();
+
+  std::size_t bucket_count() const;
+  std::vector<std::vector<std::string>> bucket_names() const;  // per bucket, in bucket order
+  const std::vector<BucketTiming>& last_timings() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hopwise::comm

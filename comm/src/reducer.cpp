@@ -1,0 +1,243 @@
+#include "hopwise/comm/reducer.h"
+
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "hopwise/common/env.h"
+#include "hopwise/common/error.h"
+
+namespace hopwise::comm {
+
+ReducerOptions ReducerOptions::from_env() {
+  ReducerOptions o;
+  o.bucket_mb = env::get_double("HOPWISE_BUCKET_MB", o.bucket_mb);
+  if (!(o.bucket_mb > 0)) throw InvalidArgument("HOPWISE_BUCKET_MB must be a positive number of megabytes");
+  return o;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Param {
+  std::string name;
+  float* grad;
+  std::size_t count;
+  int bucket = -1;
+  bool ready = false;
+};
+
+struct Bucket {
+  std::vector<int> params;   // in the order they sit in the bucket
+  std::size_t count = 0;
+  float* view = nullptr;     // the caller's memory when the params are contiguous, else null
+  std::vector<float> flat;   // otherwise: gathered here, reduced, scattered back
+  int pending = 0;
+  bool launched = false;
+  Work work;
+  float* data() { return view ? view : flat.data(); }
+};
+
+}  // namespace
+
+struct GradientReducer::Impl {
+  Communicator& comm;
+  ReducerOptions options;
+  std::vector<Param> params;
+  std::vector<Bucket> buckets;
+  std::vector<int> ready_order;  // this step's mark_ready order (for the rebuild after step 1)
+  int next_launch = 0;
+  int steps = 0;
+  bool finalized = false;
+  std::vector<BucketTiming> timings;
+
+  Impl(Communicator& c, ReducerOptions o) : comm(c), options(o) {}
+
+  // Buckets in `order` (first element goes first), the first capped at first_bucket_mb, the rest at bucket_mb.
+  void assign(const std::vector<int>& order) {
+    buckets.clear();
+    const std::size_t first_cap = static_cast<std::size_t>(options.first_bucket_mb * (1 << 20) / sizeof(float));
+    const std::size_t cap = static_cast<std::size_t>(options.bucket_mb * (1 << 20) / sizeof(float));
+    for (int i : order) {
+      const std::size_t limit = buckets.size() <= 1 ? first_cap : cap;
+      if (buckets.empty() || (buckets.back().count > 0 && buckets.back().count + params[i].count > limit))
+        buckets.emplace_back();
+      buckets.back().params.push_back(i);
+      buckets.back().count += params[i].count;
+      params[i].bucket = static_cast<int>(buckets.size()) - 1;
+    }
+    for (Bucket& b : buckets) {
+      // A view when the members lie back to back in memory (in either direction).
+      std::vector<int> by_addr = b.params;
+      std::sort(by_addr.begin(), by_addr.end(), [&](int x, int y) { return params[x].grad < params[y].grad; });
+      bool contiguous = true;
+      for (std::size_t k = 1; k < by_addr.size(); ++k)
+        contiguous = contiguous && params[by_addr[k - 1]].grad + params[by_addr[k - 1]].count == params[by_addr[k]].grad;
+      b.view = contiguous && !by_addr.empty() ? params[by_addr.front()].grad : nullptr;
+      if (!b.view) b.flat.assign(b.count, 0.0f);
+    }
+  }
+
+  // One 64-bit fingerprint of the layout; every rank's is gathered and compared with rank 0's.
+  void check_layout() {
+    std::uint64_t h = 1469598103934665603ull;
+    auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    mix(params.size());
+    for (const Param& p : params) {
+      mix(p.count);
+      for (char ch : p.name) mix(static_cast<unsigned char>(ch));
+    }
+    mix(buckets.size());
+    for (const Bucket& b : buckets) mix(b.count);
+    std::vector<std::int64_t> all(static_cast<std::size_t>(comm.size()));
+    const auto mine = static_cast<std::int64_t>(h);
+    comm.allgather(&mine, all.data(), 1, DataType::kInt64);
+    std::vector<int> differ;
+    for (int r = 0; r < comm.size(); ++r)
+      if (all[static_cast<std::size_t>(r)] != all[0]) differ.push_back(r);
+    if (!differ.empty())
+      throw InvalidArgument(fmt::format("rank {}: gradient bucket layout differs from rank 0's on rank(s) {}; every "
+                                        "rank must register the same parameters (names, sizes, order) with the "
+                                        "same bucket options",
+                                        comm.rank(), fmt::join(differ, ",")));
+  }
+
+  void launch_ready() {
+    while (next_launch < static_cast<int>(buckets.size()) && buckets[next_launch].pending == 0) {
+      Bucket& b = buckets[next_launch];
+      if (!b.view) {
+        std::size_t off = 0;
+        for (int i : b.params) {
+          std::memcpy(b.flat.data() + off, params[i].grad, params[i].count * sizeof(float));
+          off += params[i].count;
+        }
+      }
+      b.work = comm.allreduce_async(b.data(), b.data(), b.count, DataType::kFloat32, ReduceOp::kAvg);
+      b.launched = true;
+      ++next_launch;
+    }
+  }
+
+  void start_step() {
+    for (Bucket& b : buckets) {
+      b.pending = static_cast<int>(b.params.size());
+      b.launched = false;
+    }
+    for (Param& p : params) p.ready = false;
+    ready_order.clear();
+    next_launch = 0;
+  }
+};
+
+GradientReducer::GradientReducer(Communicator& comm, ReducerOptions options)
+    : impl_(std::make_unique<Impl>(comm, options)) {}
+
+GradientReducer::~GradientReducer() {
+  // Never leave a bucket in flight on buffers that are about to go away.
+  for (Bucket& b : impl_->buckets)
+    if (b.launched && b.work.valid()) try {
+        b.work.wait();
+      } catch (...) {
+      }
+}
+
+int GradientReducer::add_parameter(std::string name, float* grad, std::size_t count) {
+  if (impl_->finalized)
+    throw InvalidArgument(fmt::format("add_parameter('{}') after finalize(); register every parameter first", name));
+  if (grad == nullptr && count > 0)
+    throw InvalidArgument(fmt::format("add_parameter('{}'): gradient pointer is null for {} elements", name, count));
+  impl_->params.push_back({std::move(name), grad, count});
+  return static_cast<int>(impl_->params.size()) - 1;
+}
+
+void GradientReducer::finalize() {
+  Impl& m = *impl_;
+  if (m.finalized) return;
+  std::vector<int> order(m.params.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(order.size() - 1 - i);
+  m.assign(order);
+  m.check_layout();
+  m.finalized = true;
+  m.start_step();
+}
+
+void GradientReducer::mark_ready(int index) {
+  Impl& m = *impl_;
+  if (!m.finalized) throw InvalidArgument("mark_ready() before finalize(); call finalize() once after add_parameter()");
+  if (index < 0 || index >= static_cast<int>(m.params.size()))
+    throw InvalidArgument(fmt::format("mark_ready({}): no such parameter; indices run 0..{}", index, m.params.size() - 1));
+  Param& p = m.params[static_cast<std::size_t>(index)];
+  if (p.ready)
+    throw InvalidArgument(fmt::format("gradient '{}' was marked ready twice in one step; mark each parameter once "
+                                      "per step, then call finish()",
+                                      p.name));
+  p.ready = true;
+  m.ready_order.push_back(index);
+  --m.buckets[static_cast<std::size_t>(p.bucket)].pending;
+  if (m.options.overlap) m.launch_ready();
+}
+
+StepStats GradientReducer::finish() {
+  Impl& m = *impl_;
+  if (!m.finalized) throw InvalidArgument("finish() before finalize()");
+  std::vector<std::string> missing;
+  for (const Param& p : m.params)
+    if (!p.ready) missing.push_back(p.name);
+  if (!missing.empty())
+    throw InvalidArgument(fmt::format("finish(): gradient(s) {} were never marked ready this step; call "
+                                      "mark_ready() for every registered parameter in backward (or register only "
+                                      "the parameters that get gradients)",
+                                      fmt::join(missing, ", ")));
+  m.launch_ready();
+  StepStats s;
+  const auto t0 = Clock::now();
+  m.timings.clear();
+  for (std::size_t k = 0; k < m.buckets.size(); ++k) {
+    Bucket& b = m.buckets[k];
+    b.work.wait();
+    if (!b.view) {
+      std::size_t off = 0;
+      for (int i : b.params) {
+        std::memcpy(m.params[i].grad, b.flat.data() + off, m.params[i].count * sizeof(float));
+        off += m.params[i].count;
+      }
+    }
+    s.bytes += b.count * sizeof(float);
+    s.comm_ms += std::chrono::duration<double, std::milli>(b.work.finished() - b.work.started()).count();
+    m.timings.push_back({static_cast<int>(k), b.count * sizeof(float), b.work.started(), b.work.finished()});
+  }
+  s.exposed_comm_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  s.buckets = static_cast<int>(m.buckets.size());
+  s.overlap_pct = s.comm_ms > 0 ? std::clamp(100.0 * (1.0 - s.exposed_comm_ms / s.comm_ms), 0.0, 100.0) : 100.0;
+  ++m.steps;
+  // After the first step, rebuild the buckets from the order gradients really arrived in (rank 0's, so that
+  // every rank builds the same buckets).
+  if (m.steps == 1 && m.options.rebuild) {
+    std::vector<std::int32_t> order(m.ready_order.begin(), m.ready_order.end());
+    m.comm.broadcast(order.data(), order.size(), DataType::kInt32, 0);
+    std::vector<int> expected(m.params.size());
+    for (std::size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<int>(expected.size() - 1 - i);
+    if (std::vector<int>(order.begin(), order.end()) != expected) m.assign(std::vector<int>(order.begin(), order.end()));
+  }
+  m.start_step();
+  return s;
+}
+
+std::size_t GradientReducer::bucket_count() const { return impl_->buckets.size(); }
+
+std::vector<std::vector<std::string>> GradientReducer::bucket_names() const {
+  std::vector<std::vector<std::string>> out;
+  for (const Bucket& b : impl_->buckets) {
+    out.emplace_back();
+    for (int i : b.params) out.back().push_back(impl_->params[static_cast<std::size_t>(i)].name);
+  }
+  return out;
+}
+
+const std::vector<GradientReducer::BucketTiming>& GradientReducer::last_timings() const { return impl_->timings; }
+
+}  // namespace hopwise::comm

@@ -1,0 +1,277 @@
+// Codec base class, the error-feedback wrapper and the make_codec factory with its parameter checks.
+#include "hopwise/compression/codec.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <utility>
+
+#include "codec_internal.h"
+#include "hopwise/common/env.h"
+#include "hopwise/common/error.h"
+#include "hopwise/common/reduce.h"
+
+namespace hopwise::compression {
+
+std::string_view to_string(Pattern p) { return p == Pattern::kAggregatable ? "aggregatable" : "gather"; }
+
+CodecState::CodecState(std::uint64_t seed_, int rank_, int world_size_) : seed(seed_), rank(rank_), world_size(world_size_) {
+  if (world_size_ < 1 || rank_ < 0 || rank_ >= world_size_)
+    throw InvalidArgument(fmt::format("CodecState: rank {} of world size {} is invalid; need 0 <= rank < world_size",
+                                      rank_, world_size_));
+}
+
+std::size_t Codec::payload_bytes(std::size_t n) const { return payload_count(n) * dtype_size(payload_dtype()); }
+
+namespace {
+
+void check_args(const Codec& c, std::size_t n, const void* in, const void* out, const float* scales,
+                std::string_view what) {
+  if (n == 0) return;
+  if (in == nullptr || out == nullptr)
+    throw InvalidArgument(fmt::format("{} of codec '{}': null buffer for {} elements", what, c.name(), n));
+  if (scales == nullptr && c.scale_count(n) > 0)
+    throw InvalidArgument(fmt::format(
+        "{} of codec '{}' needs the {} agreed scales (local_scales() max-allreduced over ranks); got none", what,
+        c.name(), c.scale_count(n)));
+}
+
+}  // namespace
+
+void Codec::encode(const float* grad, std::size_t n, std::byte* payload, CodecState& state,
+                   const float* scales) const {
+  check_args(*this, n, grad, payload, scales, "encode");
+  ++state.step;  // codecs read the index of this step as state.step - 1, in encode and in decode alike
+  do_encode(grad, n, payload, state, scales);
+}
+
+void Codec::decode(const std::byte* payload, std::size_t n, float* out, const CodecState& state,
+                   const float* scales) const {
+  check_args(*this, n, payload, out, scales, "decode");
+  do_decode(payload, n, out, state, scales, false);
+}
+
+void Codec::decode_add(const std::byte* payload, std::size_t n, float* out, const CodecState& state,
+                       const float* scales) const {
+  check_args(*this, n, payload, out, scales, "decode_add");
+  do_decode(payload, n, out, state, scales, true);
+}
+
+void Codec::sum_payloads(std::byte* acc, const std::byte* other, std::size_t n) const {
+  if (pattern() != Pattern::kAggregatable)
+    throw InvalidArgument(fmt::format("codec '{}' is a gather codec: its payloads cannot be summed; all-gather them "
+                                      "and decode_add() each one",
+                                      name()));
+  reduce_into(payload_dtype(), ReduceOp::kSum, acc, acc, other, payload_count(n));
+}
+
+// residual += grad; payload = encode(residual); residual -= decode(payload).
+class ErrorFeedbackCodec final : public Codec {
+ public:
+  explicit ErrorFeedbackCodec(std::unique_ptr<Codec> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  Pattern pattern() const override { return inner_->pattern(); }
+  DataType payload_dtype() const override { return inner_->payload_dtype(); }
+  std::size_t payload_count(std::size_t n) const override { return inner_->payload_count(n); }
+  std::size_t scale_count(std::size_t n) const override { return inner_->scale_count(n); }
+
+  void local_scales(const float* grad, std::size_t n, float* scales, const CodecState& state) const override {
+    if (state.residual.empty()) return inner_->local_scales(grad, n, scales, state);
+    check_residual(state, n);
+    std::vector<float> sum(n);
+    for (std::size_t i = 0; i < n; ++i) sum[i] = state.residual[i] + grad[i];
+    inner_->local_scales(sum.data(), n, scales, state);
+  }
+
+ protected:
+  void do_encode(const float* grad, std::size_t n, std::byte* payload, CodecState& state,
+                 const float* scales) const override {
+    if (state.residual.empty()) state.residual.assign(n, 0.0f);
+    check_residual(state, n);
+    float* r = state.residual.data();
+    for (std::size_t i = 0; i < n; ++i) r[i] += grad[i];
+    inner_->do_encode(r, n, payload, state, scales);
+    state.scratch.resize(n);
+    float* d = state.scratch.data();
+    inner_->do_decode(payload, n, d, state, scales, false);
+    for (std::size_t i = 0; i < n; ++i) r[i] -= d[i];
+  }
+  void do_decode(const std::byte* payload, std::size_t n, float* out, const CodecState& state,
+                 const float* scales, bool accumulate) const override {
+    inner_->do_decode(payload, n, out, state, scales, accumulate);
+  }
+
+ private:
+  void check_residual(const CodecState& state, std::size_t n) const {
+    if (state.residual.size() != n)
+      throw InvalidArgument(fmt::format(
+          "codec '{}': the state holds an error-feedback residual of {} elements but this tensor has {}; keep one "
+          "CodecState per tensor",
+          name(), state.residual.size(), n));
+  }
+  std::unique_ptr<Codec> inner_;
+};
+
+namespace {
+
+const std::vector<std::string> kKnown = {"none", "fp16", "bf16", "int8", "qsgd", "terngrad", "sign", "topk", "randomk"};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// Checks a codec's parameters against the ones it takes (with their defaults) and parses values.
+class Params {
+ public:
+  Params(const CodecSpec& spec, std::vector<std::pair<std::string, std::string>> defaults)
+      : spec_(spec), defaults_(std::move(defaults)) {
+    std::vector<std::string> allowed;
+    for (const auto& [k, v] : defaults_) allowed.push_back(k);
+    for (const auto& [k, v] : spec.params) {
+      if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
+        if (allowed.empty())
+          throw InvalidArgument(fmt::format("codec spec '{}': codec '{}' takes no parameters (got '{}')",
+                                            spec.to_string(), spec.name, k));
+        throw InvalidArgument(fmt::format("codec spec '{}': codec '{}' has no parameter '{}'; it takes: {}",
+                                          spec.to_string(), spec.name, k, join(allowed)));
+      }
+    }
+    canonical_.name = spec.name;
+  }
+
+  long long get_int(const std::string& key, long long lo, long long hi) {
+    const std::string text = raw(key);
+    errno = 0;
+    char* end = nullptr;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (errno != 0 || end == text.c_str() || *end != '\0' || v < lo || v > hi)
+      throw InvalidArgument(fmt::format("codec spec '{}': {}={} is not an integer in [{}, {}]", spec_.to_string(),
+                                        key, text, lo, hi));
+    canonical_.params[key] = std::to_string(v);
+    return v;
+  }
+
+  // A fraction in (0, 1].
+  double get_ratio(const std::string& key) {
+    const std::string text = raw(key);
+    errno = 0;
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (errno != 0 || end == text.c_str() || *end != '\0' || !(v > 0.0 && v <= 1.0))
+      throw InvalidArgument(fmt::format("codec spec '{}': {}={} is not a number in (0, 1]", spec_.to_string(), key,
+                                        text));
+    canonical_.params[key] = fmt::format("{}", v);
+    return v;
+  }
+
+  bool get_flag(const std::string& key) { return get_choice(key, {"0", "1"}) == "1"; }
+
+  std::string get_choice(const std::string& key, const std::vector<std::string>& choices) {
+    const std::string text = raw(key);
+    if (std::find(choices.begin(), choices.end(), text) == choices.end()) {
+      std::string list;
+      for (const auto& c : choices) list += (list.empty() ? "" : "|") + c;
+      throw InvalidArgument(fmt::format("codec spec '{}': {}={} is not one of {}", spec_.to_string(), key, text, list));
+    }
+    canonical_.params[key] = text;
+    return text;
+  }
+
+  std::string canonical() const { return canonical_.to_string(); }
+
+ private:
+  std::string raw(const std::string& key) const {
+    if (auto it = spec_.params.find(key); it != spec_.params.end()) return it->second;
+    for (const auto& [k, v] : defaults_)
+      if (k == key) return v;
+    return {};
+  }
+  const CodecSpec& spec_;
+  std::vector<std::pair<std::string, std::string>> defaults_;
+  CodecSpec canonical_;
+};
+
+std::unique_ptr<Codec> with_ef(std::unique_ptr<Codec> c, bool ef) {
+  if (!ef) return c;
+  return std::make_unique<ErrorFeedbackCodec>(std::move(c));
+}
+
+}  // namespace
+
+const std::vector<std::string>& known_codecs() { return kKnown; }
+
+std::unique_ptr<Codec> make_codec(const CodecSpec& spec) {
+  const std::string& n = spec.name;
+  if (n == "none") {
+    Params p(spec, {});
+    return detail::make_none(p.canonical());
+  }
+  if (n == "fp16" || n == "bf16" || n == "terngrad") {
+    Params p(spec, {{"ef", "0"}});
+    const bool ef = p.get_flag("ef");
+    auto c = n == "fp16" ? detail::make_fp16(p.canonical())
+             : n == "bf16" ? detail::make_bf16(p.canonical())
+                           : detail::make_terngrad(p.canonical());
+    return with_ef(std::move(c), ef);
+  }
+  if (n == "int8") {
+    Params p(spec, {{"block", "256"}, {"round", "nearest"}, {"ef", "0"}});
+    const auto block = static_cast<std::size_t>(p.get_int("block", 1, 1 << 24));
+    const bool stochastic = p.get_choice("round", {"nearest", "stochastic"}) == "stochastic";
+    const bool ef = p.get_flag("ef");
+    return with_ef(detail::make_int8(p.canonical(), block, stochastic), ef);
+  }
+  if (n == "qsgd") {
+    Params p(spec, {{"levels", "16"}, {"ef", "0"}});
+    const int levels = static_cast<int>(p.get_int("levels", 1, 127));
+    const bool ef = p.get_flag("ef");
+    return with_ef(detail::make_qsgd(p.canonical(), levels), ef);
+  }
+  if (n == "sign") {
+    Params p(spec, {{"ef", "1"}});
+    const bool ef = p.get_flag("ef");
+    return with_ef(detail::make_sign(p.canonical()), ef);
+  }
+  if (n == "topk" || n == "randomk") {
+    Params p(spec, {{"ratio", "0.01"}, {"ef", "1"}});
+    const double ratio = p.get_ratio("ratio");
+    const bool ef = p.get_flag("ef");
+    return with_ef(n == "topk" ? detail::make_topk(p.canonical(), ratio) : detail::make_randomk(p.canonical(), ratio),
+                   ef);
+  }
+  throw InvalidArgument(fmt::format("codec spec '{}': unknown codec '{}'; known codecs: {}", spec.to_string(), n,
+                                    join(kKnown)));
+}
+
+std::unique_ptr<Codec> make_codec(std::string_view spec) { return make_codec(parse_codec_spec(spec)); }
+
+CodecSpec default_codec_spec() {
+  const std::string text = env::get_or("HOPWISE_COMPRESSION", "none");
+  try {
+    CodecSpec spec = parse_codec_spec(text);
+    make_codec(spec);  // validate now, so that a typo fails at start-up
+    return spec;
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("HOPWISE_COMPRESSION={}: {}", text, e.what()));
+  }
+}
+
+namespace detail {
+
+std::size_t kept_count(double ratio, std::size_t n) {
+  if (n == 0) return 0;
+  const double x = ratio * static_cast<double>(n);
+  const double r = std::round(x);
+  double k = std::fabs(x - r) <= 1e-9 * std::max(1.0, x) ? r : std::ceil(x);
+  k = std::clamp(k, 1.0, static_cast<double>(n));
+  return static_cast<std::size_t>(k);
+}
+
+}  // namespace detail
+
+}  // namespace hopwise::compression

@@ -1,0 +1,302 @@
+// train_mnist: data-parallel training of an MLP on Fashion-MNIST, each layer's gradient handed to hopwise's
+// bucketed reducer as soon as backward produces it.
+//   mpirun -np 4 build/bin/train_mnist --epochs 5
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "hopwise/comm/communicator.h"
+#include "hopwise/comm/reducer.h"
+#include "hopwise/common/env.h"
+#include "hopwise/common/error.h"
+#include "hopwise/compression/spec.h"
+#include "mlp.h"
+#include "mnist.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using hopwise::InvalidArgument;
+namespace hc = hopwise::comm;
+
+struct Flags {
+  int epochs = 5, batch = 128, hidden = 1024;
+  float lr = 0.05f, momentum = 0.9f;
+  std::string compression = hopwise::env::get_or("HOPWISE_COMPRESSION", "none");
+  double bucket_mb = 1;
+  bool overlap = true;
+  std::string algo = "auto", trace = hopwise::env::get_or("HOPWISE_TRACE_FILE", ""), json;
+  std::uint64_t seed = 1;
+  std::size_t limit = 0;  // use only the first N training images (0 = all)
+};
+
+constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
+  --epochs N        passes over the training set (default 5)
+  --batch N         global batch, split evenly across ranks (default 128)
+  --lr X            learning rate of SGD with momentum 0.9 (default 0.05)
+  --hidden N        width of the two hidden layers (default 1024: 784-1024-1024-10)
+  --compression S   gradient codec spec (default none / HOPWISE_COMPRESSION)
+  --bucket-mb X     gradient bucket cap in MB (default 1; the first bucket is at most 1 MB)
+  --no-overlap      all-reduce only after backward finished (the baseline)
+  --algo A          auto | ring | hd | tree | direct | shm | native
+  --trace FILE      Chrome/Perfetto trace of compute and bucket communication (HOPWISE_TRACE_FILE)
+  --seed N          initialization and shuffling seed (default 1)
+  --json FILE       write the summary as JSON
+  --limit N         train on the first N images only
+)";
+
+Flags parse(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) throw InvalidArgument(a + " needs a value; see train_mnist --help");
+      return argv[++i];
+    };
+    auto num = [&](const std::string& v) {
+      char* end = nullptr;
+      const double d = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || d < 0) throw InvalidArgument(a + " '" + v + "' is not a non-negative number");
+      return d;
+    };
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--epochs") f.epochs = static_cast<int>(num(val()));
+    else if (a == "--batch") f.batch = static_cast<int>(num(val()));
+    else if (a == "--lr") f.lr = static_cast<float>(num(val()));
+    else if (a == "--hidden") f.hidden = static_cast<int>(num(val()));
+    else if (a == "--compression") f.compression = val();
+    else if (a == "--bucket-mb") f.bucket_mb = num(val());
+    else if (a == "--no-overlap") f.overlap = false;
+    else if (a == "--algo") f.algo = val();
+    else if (a == "--trace") f.trace = val();
+    else if (a == "--seed") f.seed = static_cast<std::uint64_t>(num(val()));
+    else if (a == "--json") f.json = val();
+    else if (a == "--limit") f.limit = static_cast<std::size_t>(num(val()));
+    else throw InvalidArgument("unknown option '" + a + "'; see train_mnist --help");
+  }
+  if (f.batch < 1 || f.hidden < 1 || f.bucket_mb <= 0)
+    throw InvalidArgument("--batch, --hidden and --bucket-mb must be positive");
+  const auto spec = hopwise::compression::parse_codec_spec(f.compression);
+  if (spec.name != "none")
+    throw InvalidArgument("--compression '" + f.compression +
+                          "': the reducer does not run codecs yet (only 'none'); compressed buckets come with the "
+                          "compression issue");
+  return f;
+}
+
+// Chrome trace events ("X" spans) of this rank, merged on rank 0.
+struct Trace {
+  Clock::time_point origin;
+  std::string events;
+  int rank = 0;
+  bool on = false;
+  void span(const std::string& name, const std::string& cat, Clock::time_point a, Clock::time_point b, int tid) {
+    if (!on) return;
+    const double ts = std::chrono::duration<double, std::micro>(a - origin).count();
+    const double dur = std::chrono::duration<double, std::micro>(b - a).count();
+    events += fmt::format("{}{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.1f},\"dur\":{:.1f},\"pid\":{},\"tid\":{}}}",
+                          events.empty() ? "" : ",", name, cat, ts, dur, rank, tid);
+  }
+};
+
+void write_trace(hc::Communicator& comm, Trace& tr, const std::string& path) {
+  // Gather every rank's events on all ranks (sizes, then padded bytes) and let rank 0 write the file.
+  const std::int64_t mine = static_cast<std::int64_t>(tr.events.size());
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(comm.size()));
+  comm.allgather(&mine, sizes.data(), 1, hopwise::DataType::kInt64);
+  const std::size_t width = static_cast<std::size_t>(*std::max_element(sizes.begin(), sizes.end())) + 1;
+  std::vector<std::uint8_t> buf(width, ' '), all(width * sizes.size());
+  std::memcpy(buf.data(), tr.events.data(), tr.events.size());
+  comm.allgather(buf.data(), all.data(), width, hopwise::DataType::kUInt8);
+  if (comm.rank() != 0) return;
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw hopwise::Error("cannot write the trace to " + path);
+  std::fputs("{\"traceEvents\":[", f);
+  bool first = true;
+  for (std::size_t r = 0; r < sizes.size(); ++r) {
+    if (sizes[r] == 0) continue;
+    if (!first) std::fputc(',', f);
+    first = false;
+    std::fwrite(all.data() + r * width, 1, static_cast<std::size_t>(sizes[r]), f);
+    std::fprintf(f, ",{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%zu,\"args\":{\"name\":\"rank %zu\"}}", r, r);
+  }
+  std::fputs("]}\n", f);
+  std::fclose(f);
+}
+
+double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+int run(int argc, char** argv) {
+  hc::Communicator comm;
+  const int rank = comm.rank(), p = comm.size();
+  Flags f;
+  try {
+    f = parse(argc, argv);
+    if (f.batch % p != 0)
+      throw InvalidArgument(fmt::format("--batch {} is not a multiple of the {} ranks; use e.g. {}", f.batch, p,
+                                        (f.batch / p + 1) * p));
+  } catch (const InvalidArgument& e) {
+    if (rank == 0) std::fprintf(stderr, "train_mnist: %s\n", e.what());
+    return 2;
+  }
+  comm.set_algorithm(hc::parse_algorithm(f.algo));
+  const std::string dir = hopwise::examples::default_mnist_dir();
+  auto train = hopwise::examples::load_fashion_mnist(dir, "train");
+  const auto test = hopwise::examples::load_fashion_mnist(dir, "t10k");
+  const int px = train.rows * train.cols;
+  const std::size_t n_train = f.limit ? std::min(f.limit, train.size()) : train.size();
+
+  hopwise::examples::Mlp model({px, f.hidden, f.hidden, 10}, f.seed);
+  hc::ReducerOptions ro;
+  ro.bucket_mb = f.bucket_mb;
+  ro.first_bucket_mb = std::min(1.0, f.bucket_mb);
+  ro.overlap = f.overlap;
+  hc::GradientReducer reducer(comm, ro);
+  for (const auto& t : model.tensors()) reducer.add_parameter(t.name, model.grads() + t.offset, t.count);
+  reducer.finalize();
+
+  if (rank == 0) {
+    fmt::print("train_mnist: {} ranks on {} host(s), Fashion-MNIST {} train / {} test images from {}\n", p,
+               comm.host_id() + 1, n_train, test.size(), dir);
+    std::string ring;
+    for (int r : comm.ring_order()) ring += (ring.empty() ? "" : "→") + std::to_string(r);
+    fmt::print("plan: ring {} (rank order: the topology planner is not wired in yet); ranks share {}; "
+               "cost model {}\n",
+               ring, comm.local_size() == p ? "one host (shared-memory slots)" : "several hosts",
+               comm.cost_model().params().source);
+    const auto names = reducer.bucket_names();
+    std::size_t k = 0;
+    for (const auto& b : names) {
+      std::size_t count = 0;
+      for (const auto& t : model.tensors())
+        if (std::find(b.begin(), b.end(), t.name) != b.end()) count += t.count;
+      fmt::print("  bucket {}: {} ({:.2f} MB) -> {}\n", k++, fmt::join(b, ", "), count * 4 / 1e6,
+                 hc::to_string(comm.algorithm_for(hc::Collective::kAllreduce, count * 4)));
+    }
+    fmt::print("model {}-{}-{}-10: {} parameters ({:.1f} MB of gradients per step); batch {} ({} per rank); "
+               "overlap {}\n",
+               px, f.hidden, f.hidden, model.parameter_count(), model.parameter_count() * 4 / 1e6, f.batch,
+               f.batch / p, f.overlap ? "on" : "off (--no-overlap)");
+  }
+
+  Trace tr{Clock::now(), {}, rank, !f.trace.empty()};
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  const int local = f.batch / p;
+  const std::size_t steps_per_epoch = n_train / static_cast<std::size_t>(f.batch);
+  std::vector<std::size_t> order(n_train);
+  std::vector<float> xb(static_cast<std::size_t>(px) * static_cast<std::size_t>(local));
+  std::vector<std::uint8_t> yb(static_cast<std::size_t>(local));
+  double compute_ms = 0, comm_ms = 0, exposed_ms = 0, step_ms = 0;
+  std::size_t steps = 0, bytes = 0;
+  const auto t_start = Clock::now();
+  std::mt19937_64 shuffle_rng(f.seed + 1);
+  for (int epoch = 0; epoch < f.epochs; ++epoch) {
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), shuffle_rng);  // same permutation on every rank
+    double loss_sum = 0;
+    for (std::size_t s = 0; s < steps_per_epoch; ++s) {
+      const auto t0 = Clock::now();
+      for (int j = 0; j < local; ++j) {  // this rank's slice of the global batch
+        const std::size_t idx = order[s * static_cast<std::size_t>(f.batch) + static_cast<std::size_t>(rank * local + j)];
+        std::memcpy(xb.data() + static_cast<std::size_t>(j) * px, train.images.data() + idx * px, px * sizeof(float));
+        yb[static_cast<std::size_t>(j)] = train.labels[idx];
+      }
+      loss_sum += model.forward(xb.data(), yb.data(), local);
+      const auto t_fwd = Clock::now();
+      Clock::time_point layer_start;
+      model.backward([&](int i) { reducer.mark_ready(i); },
+                     [&](int l, bool begin) {
+                       if (begin) layer_start = Clock::now();
+                       else if (steps < 200) tr.span(fmt::format("backward layer{}", l + 1), "compute", layer_start, Clock::now(), 0);
+                     });
+      const auto t_bwd = Clock::now();
+      const hc::StepStats st = reducer.finish();
+      model.sgd_step(f.lr, f.momentum);
+      const auto t1 = Clock::now();
+      if (steps < 200) {
+        tr.span("forward", "compute", t0, t_fwd, 0);
+        tr.span("finish (exposed comm)", "comm", t_bwd, t1, 0);
+        for (const auto& b : reducer.last_timings())
+          tr.span(fmt::format("allreduce bucket {} ({:.2f} MB)", b.bucket, b.bytes / 1e6), "comm", b.start, b.end, 1);
+      }
+      compute_ms += ms(t_bwd - t0);
+      comm_ms += st.comm_ms;
+      exposed_ms += st.exposed_comm_ms;
+      step_ms += ms(t1 - t0);
+      bytes += st.bytes;
+      ++steps;
+      // A bar redrawn in place on a terminal; a line per quarter epoch in a log.
+      const std::size_t every = std::max<std::size_t>(1, steps_per_epoch / (tty ? 40 : 4));
+      if (rank == 0 && (s % every == every - 1 || s + 1 == steps_per_epoch)) {
+        const int w = 30, done = static_cast<int>(w * (s + 1) / steps_per_epoch);
+        fmt::print("{}epoch {}/{} [{}{}] {:3d}% loss {:.3f}", tty ? "\r" : "", epoch + 1, f.epochs, std::string(static_cast<std::size_t>(done), '#'),
+                   std::string(static_cast<std::size_t>(w - done), '.'), static_cast<int>(100 * (s + 1) / steps_per_epoch),
+                   loss_sum / static_cast<double>(s + 1));
+        if (!tty && s + 1 != steps_per_epoch) fmt::print("\n");
+        std::fflush(stdout);
+      }
+    }
+    if (rank == 0) fmt::print("\n");
+  }
+  const double wall_s = std::chrono::duration<double>(Clock::now() - t_start).count();
+
+  // Test accuracy: each rank scores a slice, the counts are summed.
+  std::vector<int> pred;
+  std::int64_t correct = 0;
+  const std::size_t per = (test.size() + static_cast<std::size_t>(p) - 1) / static_cast<std::size_t>(p);
+  const std::size_t lo = std::min(test.size(), per * static_cast<std::size_t>(rank)), hi = std::min(test.size(), lo + per);
+  for (std::size_t a = lo; a < hi; a += 1000) {
+    const int n = static_cast<int>(std::min<std::size_t>(1000, hi - a));
+    model.predict(test.images.data() + a * px, n, pred);
+    for (int j = 0; j < n; ++j) correct += pred[static_cast<std::size_t>(j)] == test.labels[a + static_cast<std::size_t>(j)];
+  }
+  comm.allreduce(&correct, &correct, 1, hopwise::DataType::kInt64, hopwise::ReduceOp::kSum);
+  const double acc = 100.0 * static_cast<double>(correct) / static_cast<double>(test.size());
+  const double n_steps = std::max<double>(1, static_cast<double>(steps));
+  const double images_per_s = static_cast<double>(steps) * f.batch / wall_s;
+  const double overlap_pct = comm_ms > 0 ? std::clamp(100.0 * (1 - exposed_ms / comm_ms), 0.0, 100.0) : 100.0;
+  if (!f.trace.empty()) write_trace(comm, tr, f.trace);
+  if (rank == 0) {
+    fmt::print("test accuracy {:.2f}% after {} epoch(s); {:.0f} images/s; step {:.2f} ms (compute {:.2f} ms, "
+               "communication {:.2f} ms of which exposed {:.2f} ms: {:.0f}% hidden); {:.2f} MB all-reduced per step "
+               "per rank\n",
+               acc, f.epochs, images_per_s, step_ms / n_steps, compute_ms / n_steps, comm_ms / n_steps,
+               exposed_ms / n_steps, overlap_pct, bytes / n_steps / 1e6);
+    if (!f.trace.empty()) fmt::print("trace written to {} (open in ui.perfetto.dev or chrome://tracing)\n", f.trace);
+    if (!f.json.empty()) {
+      std::FILE* j = std::fopen(f.json.c_str(), "w");
+      if (!j) throw hopwise::Error("cannot write --json " + f.json);
+      fmt::print(j,
+                 "{{\"ranks\": {}, \"epochs\": {}, \"test_accuracy\": {:.4f}, \"images_per_s\": {:.1f}, "
+                 "\"step_ms\": {:.3f}, \"compute_ms\": {:.3f}, \"comm_ms\": {:.3f}, \"exposed_comm_ms\": {:.3f}, "
+                 "\"overlap_pct\": {:.1f}, \"bytes_per_step\": {:.0f}, \"compression\": \"{}\", \"overlap\": {}, "
+                 "\"batch\": {}, \"steps\": {}}}\n",
+                 p, f.epochs, acc / 100, images_per_s, step_ms / n_steps, compute_ms / n_steps, comm_ms / n_steps,
+                 exposed_ms / n_steps, overlap_pct, bytes / n_steps, f.compression, f.overlap ? "true" : "false",
+                 f.batch, steps);
+      std::fclose(j);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_mnist: %s\n", e.what());
+    return 1;
+  }
+}

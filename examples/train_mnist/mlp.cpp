@@ -1,0 +1,109 @@
+#include "mlp.h"
+
+#include <cmath>
+
+namespace hopwise::examples {
+
+Mlp::Mlp(std::vector<int> sizes, std::uint64_t seed) : sizes_(std::move(sizes)) {
+  // Offsets: reverse layer order, bias first (b_L, W_L, ..., b_1, W_1).
+  std::size_t total = 0;
+  const int L = layers();
+  std::vector<std::size_t> w_off(static_cast<std::size_t>(L)), b_off(static_cast<std::size_t>(L));
+  for (int l = L - 1; l >= 0; --l) {
+    b_off[static_cast<std::size_t>(l)] = total;
+    total += static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l) + 1]);
+    w_off[static_cast<std::size_t>(l)] = total;
+    total += static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l) + 1]) * static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l)]);
+  }
+  for (int l = 0; l < L; ++l) {
+    const auto out = static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l) + 1]);
+    const auto in = static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l)]);
+    tensors_.push_back({"layer" + std::to_string(l + 1) + ".weight", w_off[static_cast<std::size_t>(l)], out * in});
+    tensors_.push_back({"layer" + std::to_string(l + 1) + ".bias", b_off[static_cast<std::size_t>(l)], out});
+  }
+  params_.assign(total, 0.0f);
+  grads_.assign(total, 0.0f);
+  velocity_.assign(total, 0.0f);
+  std::mt19937_64 rng(seed);
+  for (int l = 0; l < L; ++l) {
+    std::normal_distribution<float> dist(0.0f, std::sqrt(2.0f / static_cast<float>(sizes_[static_cast<std::size_t>(l)])));
+    auto w = W(l, params_);
+    for (Eigen::Index j = 0; j < w.cols(); ++j)
+      for (Eigen::Index i = 0; i < w.rows(); ++i) w(i, j) = dist(rng);
+  }
+  acts_.resize(static_cast<std::size_t>(L) + 1);
+  pre_.resize(static_cast<std::size_t>(L));
+}
+
+Mlp::MatMap Mlp::W(int l, std::vector<float>& buf) {
+  const Tensor& t = tensors_[static_cast<std::size_t>(w_index(l))];
+  return MatMap(buf.data() + t.offset, sizes_[static_cast<std::size_t>(l) + 1], sizes_[static_cast<std::size_t>(l)]);
+}
+
+Mlp::VecMap Mlp::b(int l, std::vector<float>& buf) {
+  const Tensor& t = tensors_[static_cast<std::size_t>(b_index(l))];
+  return VecMap(buf.data() + t.offset, sizes_[static_cast<std::size_t>(l) + 1]);
+}
+
+float Mlp::forward(const float* x, const std::uint8_t* labels, int n) {
+  n_ = n;
+  labels_.assign(labels, labels + n);
+  acts_[0] = Eigen::Map<const Matrix>(x, sizes_[0], n);
+  const int L = layers();
+  for (int l = 0; l < L; ++l) {
+    pre_[static_cast<std::size_t>(l)].noalias() = W(l, params_) * acts_[static_cast<std::size_t>(l)];
+    pre_[static_cast<std::size_t>(l)].colwise() += b(l, params_);
+    if (l + 1 < L) acts_[static_cast<std::size_t>(l) + 1] = pre_[static_cast<std::size_t>(l)].cwiseMax(0.0f);
+  }
+  // Softmax cross-entropy; delta_ = d(mean loss)/d(logits).
+  Matrix& z = pre_[static_cast<std::size_t>(L) - 1];
+  delta_.resize(z.rows(), z.cols());
+  double loss = 0;
+  for (int j = 0; j < n; ++j) {
+    const float m = z.col(j).maxCoeff();
+    auto e = (z.col(j).array() - m).exp();
+    const float s = e.sum();
+    delta_.col(j) = e / s;
+    loss += -(z(labels[j], j) - m - std::log(s));
+    delta_(labels[j], j) -= 1.0f;
+  }
+  delta_ /= static_cast<float>(n);
+  return static_cast<float>(loss / n);
+}
+
+void Mlp::backward(const std::function<void(int)>& on_ready, const std::function<void(int, bool)>& on_layer) {
+  const int L = layers();
+  for (int l = L - 1; l >= 0; --l) {
+    if (on_layer) on_layer(l, true);
+    b(l, grads_) = delta_.rowwise().sum();
+    on_ready(b_index(l));
+    W(l, grads_).noalias() = delta_ * acts_[static_cast<std::size_t>(l)].transpose();
+    on_ready(w_index(l));
+    if (l > 0) {
+      Matrix up = W(l, params_).transpose() * delta_;
+      delta_ = up.cwiseProduct((pre_[static_cast<std::size_t>(l) - 1].array() > 0.0f).cast<float>().matrix());
+    }
+    if (on_layer) on_layer(l, false);
+  }
+}
+
+void Mlp::predict(const float* x, int n, std::vector<int>& out) {
+  Matrix a = Eigen::Map<const Matrix>(x, sizes_[0], n);
+  const int L = layers();
+  for (int l = 0; l < L; ++l) {
+    Matrix z = W(l, params_) * a;
+    z.colwise() += b(l, params_);
+    a = l + 1 < L ? Matrix(z.cwiseMax(0.0f)) : z;
+  }
+  out.resize(static_cast<std::size_t>(n));
+  for (int j = 0; j < n; ++j) a.col(j).maxCoeff(&out[static_cast<std::size_t>(j)]);
+}
+
+void Mlp::sgd_step(float lr, float momentum) {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    velocity_[i] = momentum * velocity_[i] + grads_[i];
+    params_[i] -= lr * velocity_[i];
+  }
+}
+
+}  // namespace hopwise::examples

@@ -1,0 +1,62 @@
+// A multilayer perceptron (ReLU hidden layers, softmax cross-entropy) on Eigen, whose parameters and gradients
+// live in flat buffers laid out in reverse layer order, bias before weights: the order backward produces them,
+// so that every bucket of the gradient reducer is one contiguous view.
+#pragma once
+
+#include <Eigen/Dense>
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace hopwise::examples {
+
+class Mlp {
+ public:
+  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
+  using MatMap = Eigen::Map<Matrix>;
+  using VecMap = Eigen::Map<Eigen::VectorXf>;
+
+  struct Tensor {
+    std::string name;
+    std::size_t offset, count;
+  };
+
+  // sizes = {784, 1024, 1024, 10}; weights drawn from He-normal with `seed`.
+  Mlp(std::vector<int> sizes, std::uint64_t seed);
+
+  int layers() const { return static_cast<int>(sizes_.size()) - 1; }
+  // Parameters in forward order (W1, b1, W2, b2, ...): what a reducer registers.
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  float* params() { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  std::size_t parameter_count() const { return params_.size(); }
+
+  // Forward on a column-major batch x (in_features x n); returns mean loss.
+  float forward(const float* x, const std::uint8_t* labels, int n);
+  // Backward of the last forward; calls on_ready(tensor index) as each gradient is complete (last layer first),
+  // so that the caller can hand it to the reducer while the earlier layers are still being computed.
+  void backward(const std::function<void(int)>& on_ready, const std::function<void(int, bool)>& on_layer = {});
+  // Predicted classes of a batch.
+  void predict(const float* x, int n, std::vector<int>& out);
+  // SGD with momentum on the (averaged) gradients.
+  void sgd_step(float lr, float momentum);
+
+ private:
+  MatMap W(int l, std::vector<float>& buf);
+  VecMap b(int l, std::vector<float>& buf);
+  int w_index(int l) const { return 2 * l; }
+  int b_index(int l) const { return 2 * l + 1; }
+
+  std::vector<int> sizes_;
+  std::vector<Tensor> tensors_;
+  std::vector<float> params_, grads_, velocity_;
+  std::vector<Matrix> acts_, pre_;  // activations (input included) and pre-activations of the last forward
+  Matrix delta_;
+  std::vector<std::uint8_t> labels_;
+  int n_ = 0;
+};
+
+}  // namespace hopwise::examples
