@@ -1,0 +1,210 @@
+// The bucketed gradient reducer over in-process ranks: random gradient sizes and random (per-rank) ready
+// orders against a plain average of each gradient; bucket layout and rebuild; every error it promises.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "hopwise/comm/reducer.h"
+#include "hopwise/common/error.h"
+#include "inproc_group.h"
+
+namespace {
+
+using hwtest::Group;
+using hwtest::test_options;
+namespace hc = hopwise::comm;
+
+struct Model {
+  std::vector<std::size_t> sizes;
+  std::vector<std::vector<float>> grads;  // separate allocations: buckets go through their flat buffers
+  std::vector<float> flat;                // or one contiguous buffer (reverse order), viewed in place
+};
+
+// A pseudo-random value in [-1, 1) that every rank can recompute for every other rank (splitmix64).
+float value(std::uint64_t seed, int rank, std::size_t param, std::size_t i, int step) {
+  std::uint64_t z = seed ^ (static_cast<std::uint64_t>(rank) << 56) ^ (static_cast<std::uint64_t>(param) << 40) ^
+                    (static_cast<std::uint64_t>(step) << 32) ^ i;
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) / static_cast<float>(1 << 23) - 1.0f;
+}
+
+void run_case(int ranks, std::size_t params, bool contiguous, double bucket_mb, std::uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << ranks << " ranks, " << params << " params, contiguous " << contiguous
+                                    << ", bucket " << bucket_mb << " MB, seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::vector<std::size_t> sizes(params);
+  for (auto& s : sizes) s = std::uniform_int_distribution<std::size_t>(0, 70000)(rng);
+  Group g(ranks, test_options());
+  const std::string err = g.run([&](int r, hc::Communicator& c) {
+    hc::ReducerOptions ro;
+    ro.bucket_mb = bucket_mb;
+    ro.first_bucket_mb = std::min(bucket_mb, 0.05);
+    hc::GradientReducer red(c, ro);
+    std::vector<std::vector<float>> own(params);
+    std::vector<float> flat;
+    std::vector<float*> ptr(params);
+    if (contiguous) {
+      flat.assign(std::accumulate(sizes.begin(), sizes.end(), std::size_t{0}), 0.0f);
+      std::size_t off = 0;
+      for (std::size_t k = params; k-- > 0;) {  // reverse order: the order backward produces them
+        ptr[k] = flat.data() + off;
+        off += sizes[k];
+      }
+    } else {
+      for (std::size_t k = 0; k < params; ++k) {
+        own[k].assign(sizes[k] + 1, 0.0f);
+        ptr[k] = own[k].data();
+      }
+    }
+    for (std::size_t k = 0; k < params; ++k) red.add_parameter("p" + std::to_string(k), ptr[k], sizes[k]);
+    red.finalize();
+    std::mt19937_64 order_rng(seed + static_cast<std::uint64_t>(r) * 77);  // a different ready order per rank
+    for (int step = 0; step < 3; ++step) {
+      for (std::size_t k = 0; k < params; ++k)
+        for (std::size_t i = 0; i < sizes[k]; ++i) ptr[k][i] = value(seed, r, k, i, step);
+      std::vector<int> order(params);
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), order_rng);
+      for (int k : order) red.mark_ready(k);
+      const hc::StepStats st = red.finish();
+      EXPECT_EQ(st.bytes, 4 * std::accumulate(sizes.begin(), sizes.end(), std::size_t{0}));
+      for (std::size_t k = 0; k < params; ++k)
+        for (std::size_t i = 0; i < sizes[k]; ++i) {
+          double sum = 0;
+          for (int q = 0; q < ranks; ++q) sum += value(seed, q, k, i, step);
+          const float want = static_cast<float>(sum / ranks);
+          if (std::abs(ptr[k][i] - want) > 1e-5f * ranks) {
+            ADD_FAILURE() << "rank " << r << " step " << step << " param " << k << "[" << i << "] = " << ptr[k][i]
+                          << ", expected " << want;
+            return;
+          }
+        }
+    }
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(Reducer, MatchesPlainAverageContiguous) {
+  const std::uint64_t seed = std::random_device{}();
+  for (int ranks : {1, 2, 3, 5}) run_case(ranks, 9, true, 0.1, seed + static_cast<std::uint64_t>(ranks));
+}
+
+TEST(Reducer, MatchesPlainAverageScattered) {
+  const std::uint64_t seed = std::random_device{}();
+  for (int ranks : {2, 4}) run_case(ranks, 13, false, 0.2, seed + static_cast<std::uint64_t>(ranks));
+}
+
+TEST(Reducer, BucketsFollowReverseOrderAndCap) {
+  Group g(1, test_options());
+  std::vector<float> a(100000), b(100000), c(10);
+  hc::ReducerOptions ro;
+  ro.bucket_mb = 0.5;
+  ro.first_bucket_mb = 0.001;
+  hc::GradientReducer red(g.comm(0), ro);
+  red.add_parameter("a", a.data(), a.size());
+  red.add_parameter("b", b.data(), b.size());
+  red.add_parameter("c", c.data(), c.size());
+  red.finalize();
+  const auto names = red.bucket_names();
+  ASSERT_EQ(names.size(), 3u);  // c alone (first bucket tiny), then b, then a (0.4 MB each, cap 0.5 MB)
+  EXPECT_EQ(names[0], std::vector<std::string>{"c"});
+  EXPECT_EQ(names[1], std::vector<std::string>{"b"});
+  EXPECT_EQ(names[2], std::vector<std::string>{"a"});
+}
+
+TEST(Reducer, RebuildsFromRankZerosReadyOrder) {
+  Group g(2, test_options());
+  const std::string err = g.run([&](int, hc::Communicator& c) {
+    std::vector<float> x(1000, 1.0f), y(1000, 2.0f), z(1000, 3.0f);
+    hc::ReducerOptions ro;
+    ro.bucket_mb = 0.005;  // ~1300 floats: one parameter a bucket
+    ro.first_bucket_mb = 0.005;
+    hc::GradientReducer red(c, ro);
+    red.add_parameter("x", x.data(), x.size());
+    red.add_parameter("y", y.data(), y.size());
+    red.add_parameter("z", z.data(), z.size());
+    red.finalize();
+    EXPECT_EQ(red.bucket_names()[0], std::vector<std::string>{"z"});
+    for (int k : {0, 2, 1}) red.mark_ready(k);  // x first: not the registration's reverse
+    red.finish();
+    const auto names = red.bucket_names();
+    EXPECT_EQ(names[0], std::vector<std::string>{"x"});
+    EXPECT_EQ(names[1], std::vector<std::string>{"z"});
+    EXPECT_EQ(names[2], std::vector<std::string>{"y"});
+    for (int k : {0, 2, 1}) red.mark_ready(k);
+    red.finish();
+    EXPECT_EQ(x[0], 1.0f);
+    EXPECT_EQ(z[999], 3.0f);
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(Reducer, MarkedTwiceIsAnError) {
+  Group g(1, test_options());
+  std::vector<float> a(10);
+  hc::GradientReducer red(g.comm(0));
+  red.add_parameter("layer1.weight", a.data(), a.size());
+  red.finalize();
+  red.mark_ready(0);
+  try {
+    red.mark_ready(0);
+    FAIL() << "no error";
+  } catch (const hopwise::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'layer1.weight' was marked ready twice"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Reducer, FinishNamesGradientsNeverMarked) {
+  Group g(1, test_options());
+  std::vector<float> a(10), b(10), c(10);
+  hc::GradientReducer red(g.comm(0));
+  red.add_parameter("fc1", a.data(), a.size());
+  red.add_parameter("fc2", b.data(), b.size());
+  red.add_parameter("fc3", c.data(), c.size());
+  red.finalize();
+  red.mark_ready(1);
+  try {
+    red.finish();
+    FAIL() << "no error";
+  } catch (const hopwise::InvalidArgument& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("fc1"), std::string::npos) << w;
+    EXPECT_NE(w.find("fc3"), std::string::npos) << w;
+    EXPECT_EQ(w.find("fc2"), std::string::npos) << w;
+  }
+}
+
+TEST(Reducer, LayoutMismatchNamesTheRanks) {
+  Group g(3, test_options());
+  std::vector<std::string> errors(3);
+  g.run([&](int r, hc::Communicator& c) {
+    std::vector<float> a(r == 2 ? 11 : 10);
+    hc::GradientReducer red(c);
+    red.add_parameter("w", a.data(), a.size());
+    try {
+      red.finalize();
+    } catch (const hopwise::InvalidArgument& e) {
+      errors[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NE(errors[static_cast<std::size_t>(r)].find("on rank(s) 2"), std::string::npos) << "rank " << r << ": "
+                                                                                           << errors[static_cast<std::size_t>(r)];
+}
+
+TEST(Reducer, UseBeforeFinalizeIsAnError) {
+  Group g(1, test_options());
+  std::vector<float> a(10);
+  hc::GradientReducer red(g.comm(0));
+  red.add_parameter("w", a.data(), a.size());
+  EXPECT_THROW(red.mark_ready(0), hopwise::InvalidArgument);
+  EXPECT_THROW(red.finish(), hopwise::InvalidArgument);
+  EXPECT_THROW(red.add_parameter("null", nullptr, 5), hopwise::InvalidArgument);
+}
+
+}  // namespace
