@@ -30,6 +30,8 @@ Options Options::from_env() {
   if (o.chunk_bytes < 64 || o.chunk_bytes > (1u << 30))
     throw InvalidArgument("HOPWISE_CHUNK_BYTES must be between 64 and 1G");
   o.calibrate = env::get_int("HOPWISE_CALIBRATE", 1) != 0;
+  o.emulate_gbps = env::get_double("HOPWISE_EMULATE_GBPS", 0);
+  if (o.emulate_gbps < 0) throw InvalidArgument("HOPWISE_EMULATE_GBPS must be a link speed in Gbit/s (0 = off)");
   return o;
 }
 
@@ -80,6 +82,21 @@ struct Communicator::Impl {
     return s + fmt::format(", ranks={})", p());
   }
 
+  // Seconds the bytes each rank sends in `t` would take on the emulated link (bandwidth-optimal algorithms).
+  double wire_seconds(const Task& t) const {
+    const double n = static_cast<double>(t.count * dtype_size(t.dt)), P = p();
+    double bytes = 0;
+    switch (t.kind) {
+      case Collective::kAllreduce: bytes = 2 * (P - 1) / P * n; break;
+      case Collective::kReduceScatter:
+      case Collective::kAllgather: bytes = (P - 1) * n; break;
+      case Collective::kBroadcast:
+      case Collective::kReduce: bytes = n; break;
+      default: break;
+    }
+    return bytes * 8 / (options.emulate_gbps * 1e9);
+  }
+
   Algorithm choose(Collective c, std::size_t bytes) const {
     const Algorithm f = forced.load();
     const bool has_native = transport->native() != nullptr;
@@ -93,7 +110,11 @@ struct Communicator::Impl {
     try {
       if (!broken.empty())
         throw Error(fmt::format("communicator is unusable after an earlier error ({}); create a new one", broken));
+      const auto start = std::chrono::steady_clock::now();
       run(t, a);
+      if (options.emulate_gbps > 0)
+        std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                  std::chrono::duration<double>(wire_seconds(t))));
       return nullptr;
     } catch (const std::exception& e) {
       const std::string text = fmt::format("hopwise: rank {}: {} failed: {}", transport->rank(), describe(t, a), e.what());
