@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config   # compilers and the build
   openmpi-bin libopenmpi-dev         # MPI: processes, host-memory transport, the peer we benchmark against
   libfmt-dev                         # formatting of messages and tables
+  nlohmann-json3-dev                 # the topology JSON format
   libgtest-dev                       # the test suite
   libgloo-dev                        # Gloo: the second peer in hopwise-bench's allreduce tables
   libeigen3-dev                      # the training job's matrix products

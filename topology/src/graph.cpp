@@ -14,12 +14,11 @@
 namespace hopwise::topology {
 
 namespace {
-constexpr std::array<std::string_view, 8> kNodeNames = {"host", "cpu_package", "numa",   "pci_switch",
-                                                         "gpu",  "nvswitch",    "nic",    "network"};
-constexpr std::array<std::string_view, 6> kLinkNames = {"internal", "pcie", "nvlink", "inter_socket", "c2c",
-                                                         "network"};
-constexpr std::array<std::string_view, 11> kPathNames = {"LOC", "NVL", "NVB",  "C2C", "PIX", "PXB",
-                                                          "PHB", "NODE", "SYS", "NET", "DIS"};
+constexpr std::array<std::string_view, 8> kNodeNames = {"host", "cpu_package", "numa", "pci_switch",
+                                                        "gpu",  "nvswitch",    "nic",  "network"};
+constexpr std::array<std::string_view, 6> kLinkNames = {"internal", "pcie", "nvlink", "inter_socket", "c2c", "network"};
+constexpr std::array<std::string_view, 11> kPathNames = {"LOC", "NVL",  "NVB", "C2C", "PIX", "PXB",
+                                                         "PHB", "NODE", "SYS", "NET", "DIS"};
 
 template <typename E, std::size_t N>
 E from_name(std::string_view s, const std::array<std::string_view, N>& names, const char* what) {
@@ -40,8 +39,13 @@ PathClass path_class_from_string(std::string_view s) { return from_name<PathClas
 
 double pcie_bandwidth_gbps(int gen, int width) {
   // GT/s per lane times encoding efficiency, / 8 bits.
-  static constexpr double per_lane[] = {0, 2.5 * 0.8 / 8, 5.0 * 0.8 / 8, 8.0 * 128 / 130 / 8, 16.0 * 128 / 130 / 8,
-                                        32.0 * 128 / 130 / 8, 64.0 * 242 / 256 / 8};
+  static constexpr double per_lane[] = {0,
+                                        2.5 * 0.8 / 8,
+                                        5.0 * 0.8 / 8,
+                                        8.0 * 128 / 130 / 8,
+                                        16.0 * 128 / 130 / 8,
+                                        32.0 * 128 / 130 / 8,
+                                        64.0 * 242 / 256 / 8};
   if (gen < 1 || gen > 6 || width <= 0) return 0;
   return per_lane[gen] * width;
 }
@@ -72,9 +76,10 @@ int Topology::add_node(Node n) {
 int Topology::add_link(Link l) {
   const int n = static_cast<int>(nodes_.size());
   if (l.a < 0 || l.a >= n || l.b < 0 || l.b >= n || l.a == l.b)
-    throw InvalidArgument(fmt::format("link {} - {} is invalid in a topology of {} nodes; link two distinct "
-                                      "existing nodes",
-                                      l.a, l.b, n));
+    throw InvalidArgument(
+        fmt::format("link {} - {} is invalid in a topology of {} nodes; link two distinct "
+                    "existing nodes",
+                    l.a, l.b, n));
   links_.push_back(l);
   const int idx = static_cast<int>(links_.size()) - 1;
   adj_[static_cast<std::size_t>(l.a)].push_back(idx);
@@ -180,33 +185,34 @@ PathInfo Topology::path(int a, int b) const {
     p.hops = static_cast<int>(route_links.size());
     p.route = {a};
     double bw = 0;
-    bool all_known = true;
     for (int li : route_links) {
       const Link& l = links_[static_cast<std::size_t>(li)];
       p.route.push_back(p.route.back() == l.a ? l.b : l.a);
+      p.latency_us += l.latency_us;
       if (l.kind == LinkKind::Internal) continue;  // containment, not a data link
-      if (l.bandwidth_gbps <= 0) all_known = false;
-      else bw = bw == 0 ? l.bandwidth_gbps : std::min(bw, l.bandwidth_gbps);
+      if (l.bandwidth_gbps > 0) bw = bw == 0 ? l.bandwidth_gbps : std::min(bw, l.bandwidth_gbps);
     }
-    p.bottleneck_gbps = all_known ? bw : (bw > 0 ? bw : 0);
+    p.bottleneck_gbps = bw;
   };
   auto nv_link = [](const Link& l) { return l.kind == LinkKind::NVLink; };
   bool found = false;
   std::optional<PathClass> cls;
   // 1. NVLink only, through NVSwitches: NVL. 2. NVLink through other GPUs: NVB.
-  auto r = bfs(*this, adj_, a, b, nv_link, [](const Node& n) { return n.kind == NodeKind::NvSwitch; }, found);
+  auto r = bfs(
+      *this, adj_, a, b, nv_link, [](const Node& n) { return n.kind == NodeKind::NvSwitch; }, found);
   if (found) {
     cls = PathClass::NVL;
   } else {
-    r = bfs(*this, adj_, a, b, nv_link,
-            [](const Node& n) { return n.kind == NodeKind::NvSwitch || n.kind == NodeKind::Gpu; }, found);
+    r = bfs(
+        *this, adj_, a, b, nv_link,
+        [](const Node& n) { return n.kind == NodeKind::NvSwitch || n.kind == NodeKind::Gpu; }, found);
     if (found) cls = PathClass::NVB;
   }
   // 3. Within one host over PCIe and the CPU side (no NVLink, no network).
   if (!found) {
-    r = bfs(*this, adj_, a, b,
-            [](const Link& l) { return l.kind != LinkKind::NVLink && l.kind != LinkKind::Network; },
-            [](const Node& n) { return n.kind != NodeKind::Gpu && n.kind != NodeKind::Nic; }, found);
+    r = bfs(
+        *this, adj_, a, b, [](const Link& l) { return l.kind != LinkKind::NVLink && l.kind != LinkKind::Network; },
+        [](const Node& n) { return n.kind != NodeKind::Gpu && n.kind != NodeKind::Nic; }, found);
     if (found) {
       bool inter = false, c2c = false;
       int host_bridges = 0, cpus = 0, switches = 0;
@@ -225,16 +231,22 @@ PathInfo Topology::path(int a, int b) const {
           numas.push_back(n.id);
         if (n.kind == NodeKind::PciSwitch) (n.host_bridge ? host_bridges : switches)++;
       }
-      if (inter || numas.size() >= 2) cls = PathClass::SYS;
-      else if (c2c) cls = PathClass::C2C;
-      else if (cpus > 0) cls = host_bridges >= 2 ? PathClass::NODE : PathClass::PHB;
-      else if (host_bridges > 0) cls = PathClass::PHB;
-      else cls = switches <= 1 ? PathClass::PIX : PathClass::PXB;
+      if (inter || numas.size() >= 2)
+        cls = PathClass::SYS;
+      else if (c2c)
+        cls = PathClass::C2C;
+      else if (cpus > 0)
+        cls = host_bridges >= 2 ? PathClass::NODE : PathClass::PHB;
+      else if (host_bridges > 0)
+        cls = PathClass::PHB;
+      else
+        cls = switches <= 1 ? PathClass::PIX : PathClass::PXB;
     }
   }
   // 4. Anything, network included: NET.
   if (!found) {
-    r = bfs(*this, adj_, a, b, [](const Link&) { return true; }, [](const Node&) { return true; }, found);
+    r = bfs(
+        *this, adj_, a, b, [](const Link&) { return true; }, [](const Node&) { return true; }, found);
     if (found) cls = PathClass::NET;
   }
   if (found && p.route.empty()) fill(r);

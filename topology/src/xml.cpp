@@ -62,9 +62,12 @@ class Reader {
   void misc() {
     for (;;) {
       skip_ws();
-      if (starts("<!--")) skip_until("-->", "comment");
-      else if (starts("<?")) skip_until("?>", "processing instruction");
-      else return;
+      if (starts("<!--"))
+        skip_until("-->", "comment");
+      else if (starts("<?"))
+        skip_until("?>", "processing instruction");
+      else
+        return;
     }
   }
   void prolog() {
@@ -89,7 +92,8 @@ class Reader {
     const std::size_t b = i_;
     while (!at_end() && name_char(peek())) advance();
     if (i_ == b)
-      fail(fmt::format("expected {} name, found '{}'", what, at_end() ? std::string("end of input") : printable(peek())));
+      fail(fmt::format("expected {} name, found '{}'", what,
+                       at_end() ? std::string("end of input") : printable(peek())));
     return std::string(s_.substr(b, i_ - b));
   }
   void decode(std::string_view raw, std::string& out) {
@@ -101,11 +105,16 @@ class Reader {
       const std::size_t semi = raw.find(';', k);
       if (semi == std::string_view::npos || semi - k > 12) fail("expected an entity reference ending in ';' after '&'");
       const std::string_view ent = raw.substr(k + 1, semi - k - 1);
-      if (ent == "lt") out += '<';
-      else if (ent == "gt") out += '>';
-      else if (ent == "amp") out += '&';
-      else if (ent == "quot") out += '"';
-      else if (ent == "apos") out += '\'';
+      if (ent == "lt")
+        out += '<';
+      else if (ent == "gt")
+        out += '>';
+      else if (ent == "amp")
+        out += '&';
+      else if (ent == "quot")
+        out += '"';
+      else if (ent == "apos")
+        out += '\'';
       else if (ent.size() > 1 && ent[0] == '#') {
         const bool hex = ent[1] == 'x' || ent[1] == 'X';
         const std::string digits(ent.substr(hex ? 2 : 1));
@@ -113,7 +122,8 @@ class Reader {
         const unsigned long cp = std::strtoul(digits.c_str(), &end, hex ? 16 : 10);
         if (digits.empty() || *end != '\0' || cp == 0 || cp > 0x10FFFF)
           fail(fmt::format("invalid character reference '&{};'", ent));
-        if (cp < 0x80) out += static_cast<char>(cp);
+        if (cp < 0x80)
+          out += static_cast<char>(cp);
         else if (cp < 0x800) {
           out += static_cast<char>(0xC0 | (cp >> 6));
           out += static_cast<char>(0x80 | (cp & 0x3F));
@@ -174,28 +184,32 @@ class Reader {
     }
     // Content.
     for (;;) {
-      if (at_end()) fail(fmt::format("unexpected end of input inside <{}> (opened on line {}): expected </{}>",
-                                     e.name, e.line, e.name));
+      if (at_end())
+        fail(fmt::format("unexpected end of input inside <{}> (opened on line {}): expected </{}>", e.name, e.line,
+                         e.name));
       if (starts("</")) {
         advance(2);
         const std::string close = name("a closing tag");
         if (close != e.name)
-          fail(fmt::format("expected </{}> closing the element opened on line {}, found </{}>", e.name, e.line,
-                           close));
+          fail(fmt::format("expected </{}> closing the element opened on line {}, found </{}>", e.name, e.line, close));
         skip_ws();
         if (peek() != '>') fail(fmt::format("expected '>' after </{}", close));
         advance();
         return e;
       }
-      if (starts("<!--")) skip_until("-->", "comment");
+      if (starts("<!--"))
+        skip_until("-->", "comment");
       else if (starts("<![CDATA[")) {
         advance(9);
         const std::size_t b = i_;
         skip_until("]]>", "CDATA section");
         e.text += std::string(s_.substr(b, i_ - 3 - b));
-      } else if (starts("<?")) skip_until("?>", "processing instruction");
-      else if (starts("<!")) fail("declarations ('<!') are only accepted before the root element");
-      else if (peek() == '<') e.children.push_back(element(depth + 1));
+      } else if (starts("<?"))
+        skip_until("?>", "processing instruction");
+      else if (starts("<!"))
+        fail("declarations ('<!') are only accepted before the root element");
+      else if (peek() == '<')
+        e.children.push_back(element(depth + 1));
       else {
         const std::size_t b = i_;
         while (!at_end() && peek() != '<') advance();

@@ -49,7 +49,10 @@ std::string to_json(const Topology& t);
 
 // NCCL topology XML that NCCL's own parser (2.28) accepts: no XML declaration, every element on one line with all
 // its attributes, at most 16 attributes, 2-space indentation, self-closing leaves. <cpu> per NUMA node, nested
-// <pci> for switches, <gpu>/<nvlink>, <nic>/<net>.
+// <pci> for switches, <gpu>/<nvlink>, <nic>/<net>. Host bridges are collapsed (their children hang off <cpu>),
+// NVSwitches are written only as <nvlink tclass="0x068000"> targets, as NCCL's own dumps do. Where the model lacks
+// what NCCL requires, placeholders are written: busid ffff:fX:YY.0, vendor/device 0xffff, cpu arch x86_64 /
+// GenuineIntel / family 6 / model 85, gpu sm 80. Throws InvalidArgument if the PCI tree is deeper than kMaxXmlDepth.
 std::string to_nccl_xml(const Topology& t);
 
 // Graphviz DOT (undirected), one vertex per node ("n<id>") labelled with its name, edges labelled with the link.

@@ -26,11 +26,11 @@ enum class NodeKind {
   Gpu,
   NvSwitch,
   Nic,
-  Network,     // the fabric a NIC attaches to (IB, Ethernet, EFA); joins hosts
+  Network,  // the fabric a NIC attaches to (IB, Ethernet, EFA); joins hosts
 };
 
 enum class LinkKind {
-  Internal,     // containment on the CPU side: host - package - NUMA node
+  Internal,  // containment on the CPU side: host - package - NUMA node
   PCIe,
   NVLink,       // also AMD xGMI / Infinity Fabric (Node attribute "fabric" says which)
   InterSocket,  // QPI/UPI/Infinity Fabric between packages or NUMA nodes
@@ -52,37 +52,40 @@ PathClass path_class_from_string(std::string_view s);
 struct Node {
   int id = -1;  // index in Topology::nodes()
   NodeKind kind = NodeKind::Host;
-  std::string name;        // "GPU0", "mlx5_0", "NUMA1", "Package0", "0000:0c:00.0" for switches
-  std::string pci_bus_id;  // "dddd:bb:dd.f" lowercase, empty if none
-  int numa = -1;           // NUMA affinity (NUMA node os index), -1 unknown
-  int index = -1;          // os index (package/NUMA), CUDA/NCCL device index for GPUs and NICs
-  std::string cpu_affinity;  // Linux cpulist ("0-19,40-59") when known
-  std::string model;         // GPU model, CPU model, NIC model
-  double speed_gbps = 0;     // NIC port speed in Gb/s (bits), 0 unknown
-  bool host_bridge = false;  // PciSwitch only: a PCI host bridge / root complex
+  std::string name;                          // "GPU0", "mlx5_0", "NUMA1", "Package0", "0000:0c:00.0" for switches
+  std::string pci_bus_id;                    // "dddd:bb:dd.f" lowercase, empty if none
+  int numa = -1;                             // NUMA affinity (NUMA node os index), -1 unknown
+  int index = -1;                            // os index (package/NUMA), CUDA/NCCL device index for GPUs and NICs
+  std::string cpu_affinity;                  // Linux cpulist ("0-19,40-59") when known
+  std::string model;                         // GPU model, CPU model, NIC model
+  double speed_gbps = 0;                     // NIC port speed in Gb/s (bits), 0 unknown
+  bool host_bridge = false;                  // PciSwitch only: a PCI host bridge / root complex
   std::map<std::string, std::string> attrs;  // everything else worth keeping (vendor, device, class, ...)
 };
 
 struct Link {
   int a = -1, b = -1;
   LinkKind kind = LinkKind::PCIe;
-  int count = 1;        // NVLink/xGMI lanes bonded, 1 otherwise
-  int pcie_gen = 0;     // 1..6, 0 unknown
-  int pcie_width = 0;   // lanes, 0 unknown
+  int count = 1;              // NVLink/xGMI lanes bonded, 1 otherwise
+  int pcie_gen = 0;           // 1..6, 0 unknown
+  int pcie_width = 0;         // lanes, 0 unknown
   double bandwidth_gbps = 0;  // GB/s (bytes) one direction; 0 unknown
   double latency_us = 0;      // 0 unknown
 };
 
 struct PathInfo {
   PathClass cls = PathClass::DIS;
-  int hops = -1;                 // links on the route found, -1 when no route is in the graph
-  double bottleneck_gbps = 0;    // smallest known link bandwidth on the route (0 unknown)
-  std::vector<int> route;        // node ids from source to destination (empty if none)
+  int hops = -1;               // links on the route found, -1 when no route is in the graph
+  double bottleneck_gbps = 0;  // smallest known link bandwidth on the route (0 unknown)
+  double latency_us = 0;       // sum of the known link latencies on the route
+  std::vector<int> route;      // node ids from source to destination (empty if none)
 };
 
 // GB/s of one PCIe link: gen 1..6 at `width` lanes (after encoding overhead).
 double pcie_bandwidth_gbps(int gen, int width);
-// GB/s of `count` NVLinks for a GPU generation guess (per-link 25 GB/s, NVLink 3+); NCCL uses similar figures.
+// GB/s of `count` NVLinks at `per_link_gbps` each (25 GB/s per direction for NVLink 2-4; used for nvidia-smi's
+// NV#, which names no GPU generation). The NCCL reader uses NCCL's per-SM figures instead (20 for SM70/80, 20.6 for
+// SM90, 40 for SM100), xGMI 50 per link; the hwloc reader takes NVLinkBandwidth/XGMIBandwidth matrices (MB/s).
 double nvlink_bandwidth_gbps(int count, int per_link_gbps = 25);
 
 class Topology {
@@ -97,7 +100,7 @@ class Topology {
   int count(NodeKind k) const { return static_cast<int>(nodes_of(k).size()); }
   std::optional<int> find_by_name(std::string_view name) const;
   std::optional<int> find_by_bus_id(std::string_view bus_id) const;  // compares normalised bus ids
-  std::vector<int> links_of(int id) const;                          // link indices touching node id
+  std::vector<int> links_of(int id) const;                           // link indices touching node id
 
   // Path between two nodes. Uses a declared class when the source file stated one (nvidia-smi matrix),
   // otherwise classifies the shortest route found in the graph.
