@@ -28,11 +28,15 @@ std::size_t Codec::payload_bytes(std::size_t n) const { return payload_count(n) 
 
 namespace {
 
-void check_args(const Codec& c, std::size_t n, const void* in, const void* out, const float* scales,
+// `floats` / `payload`: the float array and the payload of the call (null is fine only where they hold 0 bytes;
+// gather codecs have a header even for n == 0).
+void check_args(const Codec& c, std::size_t n, const void* floats, const void* payload, const float* scales,
                 std::string_view what) {
-  if (n == 0) return;
-  if (in == nullptr || out == nullptr)
-    throw InvalidArgument(fmt::format("{} of codec '{}': null buffer for {} elements", what, c.name(), n));
+  if (floats == nullptr && n > 0)
+    throw InvalidArgument(fmt::format("{} of codec '{}': null float buffer for {} elements", what, c.name(), n));
+  if (payload == nullptr && c.payload_bytes(n) > 0)
+    throw InvalidArgument(fmt::format("{} of codec '{}': null payload; it needs payload_bytes({}) = {} bytes", what,
+                                      c.name(), n, c.payload_bytes(n)));
   if (scales == nullptr && c.scale_count(n) > 0)
     throw InvalidArgument(fmt::format(
         "{} of codec '{}' needs the {} agreed scales (local_scales() max-allreduced over ranks); got none", what,
@@ -45,18 +49,23 @@ void Codec::encode(const float* grad, std::size_t n, std::byte* payload, CodecSt
                    const float* scales) const {
   check_args(*this, n, grad, payload, scales, "encode");
   ++state.step;  // codecs read the index of this step as state.step - 1, in encode and in decode alike
-  do_encode(grad, n, payload, state, scales);
+  try {
+    do_encode(grad, n, payload, state, scales);
+  } catch (...) {
+    --state.step;  // a rejected call is not a step
+    throw;
+  }
 }
 
 void Codec::decode(const std::byte* payload, std::size_t n, float* out, const CodecState& state,
                    const float* scales) const {
-  check_args(*this, n, payload, out, scales, "decode");
+  check_args(*this, n, out, payload, scales, "decode");
   do_decode(payload, n, out, state, scales, false);
 }
 
 void Codec::decode_add(const std::byte* payload, std::size_t n, float* out, const CodecState& state,
                        const float* scales) const {
-  check_args(*this, n, payload, out, scales, "decode_add");
+  check_args(*this, n, out, payload, scales, "decode_add");
   do_decode(payload, n, out, state, scales, true);
 }
 
@@ -244,6 +253,11 @@ std::unique_ptr<Codec> make_codec(const CodecSpec& spec) {
     return with_ef(n == "topk" ? detail::make_topk(p.canonical(), ratio) : detail::make_randomk(p.canonical(), ratio),
                    ef);
   }
+  if (n == "powersgd")
+    throw InvalidArgument(fmt::format("codec spec '{}': powersgd needs two allreduces per step and a matrix shape, "
+                                      "so it is not a Codec; build it with PowerSgd::from_spec "
+                                      "(hopwise/compression/powersgd.h)",
+                                      spec.to_string()));
   throw InvalidArgument(fmt::format("codec spec '{}': unknown codec '{}'; known codecs: {}", spec.to_string(), n,
                                     join(kKnown)));
 }

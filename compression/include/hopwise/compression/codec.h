@@ -38,7 +38,8 @@
 //                                          drawn from (seed, step) only, identical on every rank: one index
 //                                          uniformly inside each of k equal strata of [0, n). Not rescaled.
 // ef=1 wraps any lossy codec in error feedback: residual += grad; encode(residual); residual -= decode(own payload).
-// Not implemented: PowerSGD (needs 2-D shapes and two allreduces with orthogonalization in between).
+// PowerSGD needs a matrix shape and two allreduces with an orthogonalization in between: it is not a Codec, see
+// hopwise/compression/powersgd.h (make_codec("powersgd") says so).
 #pragma once
 
 #include <cstddef>

@@ -1,0 +1,8 @@
+# ---- compression codecs: round trips, unbiasedness, error feedback, summed payloads, factory errors ----
+# fp16 runs F16C kernels where hopwise::active_isa() allows them, so every case runs capped at generic and at avx2.
+hopwise_test(test_compression_codecs test_compression_codecs.cpp)
+target_link_libraries(test_compression_codecs PRIVATE hopwise::compression GTest::gtest_main)
+foreach(isa generic avx2)
+  gtest_discover_tests(test_compression_codecs TEST_PREFIX "${isa}/" DISCOVERY_TIMEOUT 60
+                       PROPERTIES ENVIRONMENT "HOPWISE_ISA=${isa}" LABELS unit TIMEOUT 300)
+endforeach()
