@@ -6,3 +6,8 @@ foreach(isa generic avx2)
   gtest_discover_tests(test_compression_codecs TEST_PREFIX "${isa}/" DISCOVERY_TIMEOUT 60
                        PROPERTIES ENVIRONMENT "HOPWISE_ISA=${isa}" LABELS unit TIMEOUT 300)
 endforeach()
+
+# Compressed allreduce through the communicator (in-process ranks) against a serial run of the same codec.
+hopwise_test(test_compressed_allreduce test_compressed_allreduce.cpp)
+target_link_libraries(test_compressed_allreduce PRIVATE hopwise::comm hopwise::compression GTest::gtest_main Threads::Threads)
+gtest_discover_tests(test_compressed_allreduce DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 300)

@@ -13,6 +13,7 @@
 
 #include "algorithms/algorithm.h"
 #include "hopwise/comm/mpi_transport.h"
+#include "hopwise/compression/codec.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/log.h"
@@ -47,6 +48,9 @@ struct Task {
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
   std::shared_ptr<Work::State> state;
+  // A compressed allreduce: the codec and its per-tensor state (kind is kAllreduce, dt float32).
+  const compression::Codec* codec = nullptr;
+  compression::CodecState* codec_state = nullptr;
 };
 
 }  // namespace
@@ -78,6 +82,7 @@ struct Communicator::Impl {
     if (t.kind == Collective::kAllreduce || t.kind == Collective::kReduceScatter || t.kind == Collective::kReduce)
       s += fmt::format(", op={}", to_string(t.op));
     if (t.kind == Collective::kBroadcast || t.kind == Collective::kReduce) s += fmt::format(", root={}", t.root);
+    if (t.codec != nullptr) s += fmt::format(", codec={}", t.codec->name());
     s += fmt::format(", algo={}", to_string(a));
     return s + fmt::format(", ranks={})", p());
   }
@@ -134,7 +139,50 @@ struct Communicator::Impl {
     }
   }
 
+  // Runs a plain collective right here (on the thread already executing a task: no queue).
+  void run_nested(Collective kind, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) {
+    Task n{kind, in, out, count, dt, op};
+    run(n, choose(kind, count * dtype_size(dt)));
+  }
+
+  // Allreduce through a codec: agree on scales where the codec needs them, encode, move the payloads (allreduce
+  // for aggregatable codecs, allgather for the rest), decode.
+  void run_compressed(Task& t) {
+    const compression::Codec& c = *t.codec;
+    compression::CodecState& st = *t.codec_state;
+    const std::size_t n = t.count;
+    std::vector<float>& scales = scratch_scales;
+    scales.assign(c.scale_count(n), 0.0f);
+    if (!scales.empty()) {
+      c.local_scales(static_cast<const float*>(t.in), n, scales.data(), st);
+      run_nested(Collective::kAllreduce, scales.data(), scales.data(), scales.size(), DataType::kFloat32, ReduceOp::kMax);
+      add_wire_bytes(scales.size() * sizeof(float));
+    }
+    const std::size_t bytes = c.payload_bytes(n);
+    auto* payload = static_cast<std::byte*>(workspace.get(Scratch::kPayload, bytes + 64));
+    c.encode(static_cast<const float*>(t.in), n, payload, st, scales.empty() ? nullptr : scales.data());
+    float* out = static_cast<float*>(t.out);
+    if (c.pattern() == compression::Pattern::kAggregatable) {
+      run_nested(Collective::kAllreduce, payload, payload, c.payload_count(n), c.payload_dtype(), ReduceOp::kSum);
+      c.decode(payload, n, out, st, scales.empty() ? nullptr : scales.data());
+    } else {
+      auto* all = static_cast<std::byte*>(workspace.get(Scratch::kGathered, bytes * static_cast<std::size_t>(p()) + 64));
+      run_nested(Collective::kAllgather, payload, all, bytes, DataType::kUInt8, ReduceOp::kSum);
+      std::fill(out, out + n, 0.0f);
+      for (int r = 0; r < p(); ++r)
+        c.decode_add(all + static_cast<std::size_t>(r) * bytes, n, out, st, scales.empty() ? nullptr : scales.data());
+    }
+    add_wire_bytes(bytes);
+    if (t.op == ReduceOp::kAvg) scale_by(DataType::kFloat32, out, n, 1.0 / p());
+  }
+  std::vector<float> scratch_scales;
+  void add_wire_bytes(std::size_t b) {
+    std::lock_guard lock(mutex);
+    stats.wire_bytes += b;
+  }
+
   void run(Task& t, Algorithm a) {
+    if (t.codec != nullptr) return run_compressed(t);
     const int n = p();
     const std::size_t es = dtype_size(t.dt);
     const ReduceOp op = t.op == ReduceOp::kAvg ? ReduceOp::kSum : t.op;
@@ -441,6 +489,29 @@ Work Communicator::broadcast_async(void* buf, std::size_t count, DataType dt, in
 }
 Work Communicator::reduce_async(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, int root) {
   return impl_->submit(reduce_task(rank(), size(), in, out, count, dt, op, root));
+}
+
+static Task compressed_task(int rank, const float* in, float* out, std::size_t count,
+                            const compression::Codec& codec, compression::CodecState& state, ReduceOp op) {
+  if (op != ReduceOp::kSum && op != ReduceOp::kAvg)
+    throw InvalidArgument(fmt::format("allreduce_compressed: op {} is not available; codecs sum (use sum or avg)",
+                                      to_string(op)));
+  check_buffers("allreduce_compressed", in, count, out, count, DataType::kFloat32, rank);
+  Task t{Collective::kAllreduce, in, out, count, DataType::kFloat32, op};
+  t.codec = &codec;
+  t.codec_state = &state;
+  return t;
+}
+
+Work Communicator::allreduce_compressed_async(const float* in, float* out, std::size_t count,
+                                              const compression::Codec& codec, compression::CodecState& state,
+                                              ReduceOp op) {
+  return impl_->submit(compressed_task(rank(), in, out, count, codec, state, op));
+}
+
+void Communicator::allreduce_compressed(const float* in, float* out, std::size_t count,
+                                        const compression::Codec& codec, compression::CodecState& state, ReduceOp op) {
+  impl_->run_sync(compressed_task(rank(), in, out, count, codec, state, op));
 }
 
 Work Communicator::barrier_async() { return impl_->submit({Collective::kBarrier}); }

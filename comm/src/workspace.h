@@ -9,7 +9,7 @@
 
 namespace hopwise::comm {
 
-enum class Scratch : int { kRecvA = 0, kRecvB, kWork, kTree, kCount };
+enum class Scratch : int { kRecvA = 0, kRecvB, kWork, kTree, kPayload, kGathered, kCount };
 
 class Workspace {
  public:

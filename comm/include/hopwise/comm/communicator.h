@@ -22,6 +22,11 @@
 #include "hopwise/common/half.h"
 #include "hopwise/topology/plan.h"
 
+namespace hopwise::compression {
+class Codec;
+struct CodecState;
+}  // namespace hopwise::compression
+
 namespace hopwise::comm {
 
 struct Options {
@@ -37,7 +42,8 @@ struct Options {
 
 struct CollectiveStats {
   std::uint64_t calls = 0;
-  std::uint64_t bytes = 0;  // user-buffer bytes passed to collectives on this rank
+  std::uint64_t bytes = 0;       // user-buffer bytes passed to collectives on this rank
+  std::uint64_t wire_bytes = 0;  // bytes this rank's compressed allreduces put on the wire (payloads + scales)
 };
 
 class Communicator {
@@ -80,6 +86,15 @@ class Communicator {
   Work barrier_async();
   Work send_async(const void* buf, std::size_t count, DataType dt, int peer, int tag = 0);
   Work recv_async(void* buf, std::size_t count, DataType dt, int peer, int tag = 0);
+
+  // ---- compressed allreduce (float32): the codec's payloads travel instead of the floats ----
+  // Aggregatable codecs (fp16, bf16, int8, randomk, none) all-reduce their payloads; gather codecs (topk, sign,
+  // qsgd, terngrad) all-gather them; every rank decodes. `state` is the tensor's codec state (error-feedback
+  // residual, step), kept by the caller across steps. op: sum or avg. The codec and state must outlive the call.
+  void allreduce_compressed(const float* in, float* out, std::size_t count, const compression::Codec& codec,
+                            compression::CodecState& state, ReduceOp op = ReduceOp::kSum);
+  Work allreduce_compressed_async(const float* in, float* out, std::size_t count, const compression::Codec& codec,
+                                  compression::CodecState& state, ReduceOp op = ReduceOp::kSum);
 
   // Typed conveniences.
   template <class T>
