@@ -9,6 +9,7 @@
 
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
+#include "hopwise/compression/codec.h"
 
 namespace hopwise::comm {
 
@@ -16,6 +17,7 @@ ReducerOptions ReducerOptions::from_env() {
   ReducerOptions o;
   o.bucket_mb = env::get_double("HOPWISE_BUCKET_MB", o.bucket_mb);
   if (!(o.bucket_mb > 0)) throw InvalidArgument("HOPWISE_BUCKET_MB must be a positive number of megabytes");
+  o.compression = env::get_or("HOPWISE_COMPRESSION", "none");
   return o;
 }
 
@@ -39,6 +41,7 @@ struct Bucket {
   int pending = 0;
   bool launched = false;
   Work work;
+  compression::CodecState codec_state;  // per bucket: error-feedback residual and step
   float* data() { return view ? view : flat.data(); }
 };
 
@@ -54,8 +57,12 @@ struct GradientReducer::Impl {
   int steps = 0;
   bool finalized = false;
   std::vector<BucketTiming> timings;
+  std::unique_ptr<compression::Codec> codec;  // null: plain allreduce
 
-  Impl(Communicator& c, ReducerOptions o) : comm(c), options(o) {}
+  Impl(Communicator& c, ReducerOptions o) : comm(c), options(o) {
+    const auto spec = compression::parse_codec_spec(options.compression);
+    if (spec.name != "none") codec = compression::make_codec(spec);
+  }
 
   // Buckets in `order` (first element goes first), the first capped at first_bucket_mb, the rest at bucket_mb.
   void assign(const std::vector<int>& order) {
@@ -80,6 +87,8 @@ struct GradientReducer::Impl {
       b.view = contiguous && !by_addr.empty() ? params[by_addr.front()].grad : nullptr;
       if (!b.view) b.flat.assign(b.count, 0.0f);
     }
+    for (std::size_t k = 0; k < buckets.size(); ++k)
+      buckets[k].codec_state = compression::CodecState(0x6e75 + k, comm.rank(), comm.size());
   }
 
   // One 64-bit fingerprint of the layout; every rank's is gathered and compared with rank 0's.
@@ -91,6 +100,7 @@ struct GradientReducer::Impl {
       mix(p.count);
       for (char ch : p.name) mix(static_cast<unsigned char>(ch));
     }
+    for (char ch : options.compression) mix(static_cast<unsigned char>(ch));
     mix(buckets.size());
     for (const Bucket& b : buckets) mix(b.count);
     std::vector<std::int64_t> all(static_cast<std::size_t>(comm.size()));
@@ -116,7 +126,8 @@ struct GradientReducer::Impl {
           off += params[i].count;
         }
       }
-      b.work = comm.allreduce_async(b.data(), b.data(), b.count, DataType::kFloat32, ReduceOp::kAvg);
+      b.work = codec ? comm.allreduce_compressed_async(b.data(), b.data(), b.count, *codec, b.codec_state, ReduceOp::kAvg)
+                     : comm.allreduce_async(b.data(), b.data(), b.count, DataType::kFloat32, ReduceOp::kAvg);
       b.launched = true;
       ++next_launch;
     }
@@ -206,7 +217,8 @@ StepStats GradientReducer::finish() {
         off += m.params[i].count;
       }
     }
-    s.bytes += b.count * sizeof(float);
+    s.bytes += m.codec ? m.codec->payload_bytes(b.count) + m.codec->scale_count(b.count) * sizeof(float)
+                     : b.count * sizeof(float);
     s.comm_ms += std::chrono::duration<double, std::milli>(b.work.finished() - b.work.started()).count();
     m.timings.push_back({static_cast<int>(k), b.count * sizeof(float), b.work.started(), b.work.finished()});
   }

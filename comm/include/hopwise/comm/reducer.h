@@ -18,11 +18,12 @@ struct ReducerOptions {
   double first_bucket_mb = 1;   // the first bucket (last layers) small, so that communication starts early
   bool overlap = true;          // false: launch every bucket in finish() (the no-overlap baseline)
   bool rebuild = true;          // rebuild buckets after the first step from the observed ready order
+  std::string compression = "none";  // HOPWISE_COMPRESSION: codec spec for every bucket (see compression/codec.h)
   static ReducerOptions from_env();
 };
 
 struct StepStats {
-  std::size_t bytes = 0;       // bytes all-reduced by this rank this step
+  std::size_t bytes = 0;       // bytes this rank put on the wire this step (codec payloads when compressing)
   int buckets = 0;
   double comm_ms = 0;          // the buckets' time on the progress thread, summed
   double exposed_comm_ms = 0;  // time finish() spent waiting: the communication backward did not hide
