@@ -15,6 +15,9 @@
 #include "hopwise/common/error.h"
 #include "hopwise/common/half.h"
 #include "hopwise/common/reduce.h"
+#include "hopwise/compression/codec.h"
+#include <cmath>
+#include <random>
 #include "options.h"
 #if HOPWISE_HAVE_GLOO
 #include "gloo_peer.h"
@@ -85,6 +88,9 @@ struct Row {
   std::string algo;
   double time_us, algbw, busbw, vs_mpi;
   std::string check;
+  std::string codec = "-";  // -C rows: the codec spec, bytes per rank on the wire, ratio, relative L2 error
+  std::size_t wire_bytes = 0;
+  double ratio = 0, rel_err = 0;
 };
 
 class Bench {
@@ -273,14 +279,96 @@ class Bench {
       rows.push_back(r);
     }
     comm_.set_algorithm(Algorithm::kAuto);
+    for (const auto& spec : o_.codecs) rows.push_back(codec_row(count, spec, mpi_t));
     if (rank_ == 0) print_rows(rows);
     return rows;
   }
 
+  // A compressed allreduce of `count` random normal floats per rank through `spec`.
+  Row codec_row(std::size_t count, const std::string& spec, double mpi_t) {
+    const auto codec = compression::make_codec(spec);
+    float* in = reinterpret_cast<float*>(in_->data);
+    float* out = reinterpret_cast<float*>(out_->data);
+    float* exact = reinterpret_cast<float*>(expected_->data);
+    auto normal = [&](float* v, int rank) {
+      std::mt19937 g(static_cast<std::uint32_t>(1234 + rank));
+      std::normal_distribution<float> d(0.0f, 1.0f);
+      for (std::size_t i = 0; i < count; ++i) v[i] = d(g);
+    };
+    normal(in, rank_);
+    comm_.allreduce(in, exact, count, DataType::kFloat32, ReduceOp::kSum);
+    compression::CodecState st(7, rank_, p_);
+    std::vector<double> t;
+    for (int it = 0; it < o_.warmup + o_.iters; ++it) {
+      MPI_Barrier(ref_);
+      const double t0 = now_s();
+      comm_.allreduce_compressed(in, out, count, *codec, st);
+      if (it >= o_.warmup) t.push_back(now_s() - t0);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, ref_);
+    std::sort(t.begin(), t.end());
+    // One more call from a fresh state, for the error and the check.
+    compression::CodecState fresh(11, rank_, p_);
+    comm_.allreduce_compressed(in, out, count, *codec, fresh);
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      num += (static_cast<double>(out[i]) - exact[i]) * (static_cast<double>(out[i]) - exact[i]);
+      den += static_cast<double>(exact[i]) * exact[i];
+    }
+    Row r;
+    r.bytes = count * sizeof(float);
+    r.count = count;
+    r.algo = "C:" + codec->name();
+    r.time_us = t[t.size() / 2] * 1e6;
+    r.algbw = static_cast<double>(r.bytes) / t[t.size() / 2] / 1e9;
+    r.busbw = r.algbw * bus_factor();
+    r.vs_mpi = mpi_t / t[t.size() / 2];
+    r.codec = codec->name();
+    r.wire_bytes = codec->payload_bytes(count) + codec->scale_count(count) * sizeof(float);
+    r.ratio = r.wire_bytes ? static_cast<double>(r.bytes) / static_cast<double>(r.wire_bytes) : 0.0;
+    r.rel_err = den > 0 ? std::sqrt(num / den) : 0.0;
+    r.check = o_.check ? (check_codec(*codec, count, out, normal) ? "ok" : "FAIL") : "-";
+    return r;
+  }
+
+  // The codec's own stated result: every rank's payload decoded and summed (run serially here, all ranks'
+  // inputs regenerated), against what the compressed allreduce returned. fp16/bf16 payloads are summed in their
+  // own type, so they may differ by p roundings of that type.
+  template <class Fill>
+  bool check_codec(const compression::Codec& codec, std::size_t count, const float* out, Fill fill) {
+    float* ref = reinterpret_cast<float*>(expected_->data);
+    float* x = reinterpret_cast<float*>(scratch_->data);
+    std::vector<compression::CodecState> st;
+    for (int r = 0; r < p_; ++r) st.emplace_back(11, r, p_);
+    std::vector<float> scales(codec.scale_count(count), 0.0f), local(scales.size());
+    for (int r = 0; r < p_; ++r) {
+      fill(x, r);
+      codec.local_scales(x, count, local.data(), st[static_cast<std::size_t>(r)]);
+      for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = std::max(scales[i], local[i]);
+    }
+    std::vector<std::byte> payload(codec.payload_bytes(count));
+    std::fill(ref, ref + count, 0.0f);
+    for (int r = 0; r < p_; ++r) {
+      fill(x, r);
+      codec.encode(x, count, payload.data(), st[static_cast<std::size_t>(r)], scales.empty() ? nullptr : scales.data());
+      codec.decode_add(payload.data(), count, ref, st[static_cast<std::size_t>(r)], scales.empty() ? nullptr : scales.data());
+    }
+    const std::string name = codec.name();
+    const double ulp = name.rfind("fp16", 0) == 0 ? std::ldexp(1.0, -10) : name.rfind("bf16", 0) == 0 ? std::ldexp(1.0, -7) : 1e-6;
+    int bad = 0;
+    for (std::size_t i = 0; i < count && !bad; ++i)
+      bad = std::abs(out[i] - ref[i]) > ulp * p_ * (std::abs(ref[i]) + 4.0) ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, ref_);
+    return bad == 0;
+  }
+
   void print_rows(const std::vector<Row>& rows) {
-    for (const Row& r : rows)
-      fmt::print("{:>12} {:>11} {:>9} {:>12} {:>11.1f} {:>8.3f} {:>8.3f} {:>7.2f} {:>6}\n", r.bytes, r.count,
+    for (const Row& r : rows) {
+      fmt::print("{:>12} {:>11} {:>9} {:>12} {:>11.1f} {:>8.3f} {:>8.3f} {:>7.2f} {:>6}", r.bytes, r.count,
                  to_string(o_.dtype), r.algo, r.time_us, r.algbw, r.busbw, r.vs_mpi, r.check);
+      if (r.codec != "-") fmt::print("  wire {} B, ratio {:.1f}, rel_err {:.2e}", r.wire_bytes, r.ratio, r.rel_err);
+      fmt::print("\n");
+    }
     std::fflush(stdout);
   }
 
@@ -404,11 +492,20 @@ int run(int argc, char** argv) {
       std::fprintf(stderr, "hopwise-bench: cannot write --csv %s: %s\n", o.csv_path.c_str(), std::strerror(errno));
       return 1;
     }
-    std::fprintf(f, "size_bytes,count,dtype,op,algo,ranks,time_us,algbw_gbs,busbw_gbs,vs_mpi,check\n");
+    const bool codecs = !o.codecs.empty();
+    std::fprintf(f, "size_bytes,count,dtype,op,algo,ranks,time_us,algbw_gbs,busbw_gbs,vs_mpi,check%s\n",
+                 codecs ? ",codec,wire_bytes,ratio,rel_err" : "");
     for (const Row& r : rows) {
-      std::string algo = r.algo.substr(0, r.algo.find(':'));
-      fmt::print(f, "{},{},{},{},{},{},{:.2f},{:.4f},{:.4f},{:.3f},{}\n", r.bytes, r.count, to_string(o.dtype),
+      const bool coded = r.codec != "-";
+      std::string algo = coded ? "auto" : r.algo.substr(0, r.algo.find(':'));
+      fmt::print(f, "{},{},{},{},{},{},{:.2f},{:.4f},{:.4f},{:.3f},{}", r.bytes, r.count, to_string(o.dtype),
                  to_string(o.op), algo, comm.size(), r.time_us, r.algbw, r.busbw, r.vs_mpi, r.check);
+      if (codecs) {
+        // The spec has commas of its own: quote it.
+        if (coded) fmt::print(f, ",\"{}\",{},{:.2f},{:.3e}", r.codec, r.wire_bytes, r.ratio, r.rel_err);
+        else fmt::print(f, ",none,{},1.00,0", r.bytes);
+      }
+      fmt::print(f, "\n");
     }
     std::fclose(f);
   }

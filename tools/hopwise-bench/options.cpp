@@ -7,6 +7,7 @@
 
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
+#include "hopwise/compression/codec.h"
 
 namespace hopwise::bench {
 
@@ -25,6 +26,9 @@ constexpr const char* kUsage = R"(usage: mpirun -np N hopwise-bench [options]
   --coll NAME    allreduce | reduce_scatter | allgather | broadcast | reduce, default allreduce
   --csv FILE     also write the rows as CSV
   --overlap      add a table: allreduce_async beside compute, against compute-then-allreduce
+  -C SPEC        also a row per codec (repeatable): allreduce_compressed on random normal data, with wire bytes,
+                 compression ratio and relative L2 error against the exact sum; -c 1 checks it against a
+                 serial run of the same codec
   -h             this help
 Every row is timed interleaved with MPI's own collective on the same buffers; vs_mpi = MPI time / our time.
 )";
@@ -85,11 +89,16 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--coll") o.collective = parse_collective(value());
     else if (flag == "--csv") o.csv_path = std::string(value());
     else if (flag == "--overlap") o.overlap = true;
+    else if (flag == "-C") o.codecs.emplace_back(value());
     else throw InvalidArgument(fmt::format("unknown option '{}'; see hopwise-bench -h", flag));
   }
   if (o.min_bytes > o.max_bytes)
     throw InvalidArgument(fmt::format("-b {} is larger than -e {}", o.min_bytes, o.max_bytes));
   check_op_supported(o.dtype, o.op);
+  if (!o.codecs.empty() && (o.collective != comm::Collective::kAllreduce || o.dtype != DataType::kFloat32 ||
+                            o.op != ReduceOp::kSum))
+    throw InvalidArgument("-C rows need --coll allreduce -d float32 -o sum (codecs compress float32 sums)");
+  for (const auto& spec : o.codecs) compression::make_codec(spec);  // a bad spec fails here, with its reason
   return o;
 }
 

@@ -21,6 +21,7 @@ struct Options {
   bool check = false;
   std::string csv_path;
   bool overlap = false;  // add the async-overlap table
+  std::vector<std::string> codecs;  // -C SPEC (repeatable): a compressed-allreduce row per codec
 };
 
 // Parses argv; prints usage and exits 0 for -h, throws InvalidArgument naming the bad flag otherwise.

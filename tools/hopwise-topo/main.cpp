@@ -1,0 +1,404 @@
+// hopwise-topo: look at a machine topology file (hwloc XML, NCCL XML, `nvidia-smi topo -m`, hopwise JSON), print
+// the path-class matrix, plan rings and trees over its devices, and convert it between formats.
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hopwise/common/error.h"
+#include "hopwise/topology/formats.h"
+#include "hopwise/topology/graph.h"
+#include "hopwise/topology/planner.h"
+
+namespace fs = std::filesystem;
+using namespace hopwise::topology;
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: hopwise-topo <command> FILE [options]
+
+FILE is a topology file: hwloc XML (lstopo --of xml), NCCL/RCCL topology XML (NCCL_TOPO_DUMP_FILE),
+`nvidia-smi topo -m` output, or hopwise JSON. The format is detected from the content.
+
+commands:
+  show FILE                          tree view: host, packages, NUMA nodes, PCI switches, GPUs, NICs; then
+                                     NVLink, inter-socket and network links
+  matrix FILE                        GPU x GPU and GPU x NIC path classes, as `nvidia-smi topo -m` prints them
+  plan FILE [--ranks N] [--exact-limit K]
+                                     place N ranks (default: one per device) round-robin on the GPUs, or the
+                                     NUMA nodes / CPU packages when there are none; print the ring, the double
+                                     binary trees, the bottleneck and an allreduce cost estimate
+  convert FILE --to json|nccl|dot [-o OUT]
+                                     write the model in another format (stdout without -o)
+  dot FILE -o OUT                    Graphviz: OUT.dot as text; OUT.png / OUT.svg rendered with `dot` when
+                                     Graphviz is installed
+
+options:
+  -h, --help                         this help
+)";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Args {
+  std::string command;
+  std::string file;
+  std::map<std::string, std::string> opts;
+};
+
+// Parses `argv` for `command`, whose accepted value-taking flags are `flags` (long form; "-o" is an alias of
+// "--output").
+Args parse_args(int argc, char** argv, const std::vector<std::string>& flags) {
+  Args a;
+  a.command = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s == "-h" || s == "--help") {
+      a.opts["help"] = "1";
+      continue;
+    }
+    if (!s.empty() && s[0] == '-' && s != "-") {
+      std::string name = s, value;
+      bool has_value = false;
+      if (auto eq = s.find('='); eq != std::string::npos && s.rfind("--", 0) == 0) {
+        name = s.substr(0, eq);
+        value = s.substr(eq + 1);
+        has_value = true;
+      }
+      if (name == "-o") name = "--output";
+      if (std::find(flags.begin(), flags.end(), name) == flags.end()) {
+        std::vector<std::string> shown;
+        for (const auto& f : flags) shown.push_back(f == "--output" ? "-o/--output" : f);
+        throw UsageError(fmt::format("unknown option '{}' for '{}'; it takes: {}", s, a.command,
+                                     shown.empty() ? std::string("no options") : fmt::format("{}", fmt::join(shown, ", "))));
+      }
+      if (!has_value) {
+        if (i + 1 >= argc) throw UsageError(fmt::format("option '{}' needs a value", s));
+        value = argv[++i];
+      }
+      a.opts[name] = value;
+      continue;
+    }
+    if (!a.file.empty()) throw UsageError(fmt::format("unexpected argument '{}': '{}' takes one FILE", s, a.command));
+    a.file = s;
+  }
+  if (a.file.empty() && !a.opts.count("help"))
+    throw UsageError(fmt::format("'{}' needs a topology FILE", a.command));
+  return a;
+}
+
+int parse_int(const std::string& flag, const std::string& v, int lo, int hi) {
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || x < lo || x > hi)
+    throw UsageError(fmt::format("{} wants an integer in {}..{}, got '{}'", flag, lo, hi, v));
+  return static_cast<int>(x);
+}
+
+std::string node_label(const Node& n) {
+  std::string s;
+  switch (n.kind) {
+    case NodeKind::Host: s = "Host"; break;
+    case NodeKind::CpuPackage: s = "Package"; break;
+    case NodeKind::Numa: s = "NUMANode"; break;
+    case NodeKind::PciSwitch: s = n.host_bridge ? "HostBridge" : "PCIBridge"; break;
+    case NodeKind::Gpu: s = "GPU"; break;
+    case NodeKind::NvSwitch: s = "NVSwitch"; break;
+    case NodeKind::Nic: s = "NIC"; break;
+    case NodeKind::Network: s = "Network"; break;
+  }
+  s += " " + n.name;
+  std::vector<std::string> extra;
+  if (!n.pci_bus_id.empty() && n.pci_bus_id != n.name) extra.push_back(n.pci_bus_id);
+  if (!n.model.empty()) extra.push_back(n.model);
+  if (n.kind == NodeKind::Nic && n.speed_gbps > 0) extra.push_back(fmt::format("{:g} Gb/s", n.speed_gbps));
+  if (n.numa >= 0 && n.kind != NodeKind::Numa) extra.push_back(fmt::format("numa {}", n.numa));
+  if (!n.cpu_affinity.empty()) extra.push_back("cpus " + n.cpu_affinity);
+  if (!extra.empty()) s += " (" + fmt::format("{}", fmt::join(extra, ", ")) + ")";
+  return s;
+}
+
+std::string link_label(const Link& l) {
+  std::string s(to_string(l.kind));
+  if (l.kind == LinkKind::NVLink && l.count > 1) s += fmt::format(" x{}", l.count);
+  if (l.kind == LinkKind::PCIe && l.pcie_gen > 0)
+    s += fmt::format(" gen{}{}", l.pcie_gen, l.pcie_width > 0 ? fmt::format(" x{}", l.pcie_width) : "");
+  if (l.bandwidth_gbps > 0) s += fmt::format(", {:.1f} GB/s", l.bandwidth_gbps);
+  if (l.latency_us > 0) s += fmt::format(", {:.1f} us", l.latency_us);
+  return s;
+}
+
+int kind_rank(NodeKind k) {
+  switch (k) {
+    case NodeKind::Host: return 0;
+    case NodeKind::CpuPackage: return 1;
+    case NodeKind::Numa: return 2;
+    case NodeKind::PciSwitch: return 3;
+    case NodeKind::NvSwitch: return 4;
+    case NodeKind::Gpu: return 5;
+    case NodeKind::Nic: return 6;
+    case NodeKind::Network: return 7;
+  }
+  return 8;
+}
+
+void summary(const Topology& t) {
+  fmt::print("{} ({}): {} hosts, {} packages, {} NUMA nodes, {} PCI switches/bridges, {} GPUs, {} NVSwitches, {} "
+             "NICs, {} links\n",
+             t.source_name, t.source_format, t.count(NodeKind::Host), t.count(NodeKind::CpuPackage),
+             t.count(NodeKind::Numa), t.count(NodeKind::PciSwitch), t.count(NodeKind::Gpu),
+             t.count(NodeKind::NvSwitch), t.count(NodeKind::Nic), t.links().size());
+}
+
+int cmd_show(const Topology& t) {
+  summary(t);
+  const size_t n = t.nodes().size();
+  // Containment tree: BFS over Internal / PCIe / C2C links from the outermost nodes.
+  std::vector<int> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return kind_rank(t.node(a).kind) < kind_rank(t.node(b).kind); });
+  std::vector<int> parent(n, -1);
+  std::vector<char> seen(n, 0);
+  std::vector<std::vector<int>> kids(n);
+  std::vector<int> roots;
+  auto tree_link = [](LinkKind k) { return k == LinkKind::Internal || k == LinkKind::PCIe || k == LinkKind::C2C; };
+  for (int root : order) {
+    if (seen[static_cast<size_t>(root)] || t.node(root).kind == NodeKind::Network) continue;
+    roots.push_back(root);
+    seen[static_cast<size_t>(root)] = 1;
+    std::deque<int> q{root};
+    while (!q.empty()) {
+      const int u = q.front();
+      q.pop_front();
+      std::vector<int> next;
+      for (int li : t.links_of(u)) {
+        const Link& l = t.links()[static_cast<size_t>(li)];
+        if (!tree_link(l.kind)) continue;
+        const int v = l.a == u ? l.b : l.a;
+        // Do not climb from a device back up to a containing CPU-side node.
+        if (seen[static_cast<size_t>(v)] || kind_rank(t.node(v).kind) < kind_rank(t.node(u).kind) - 0) {
+          if (seen[static_cast<size_t>(v)] || kind_rank(t.node(v).kind) < 3) continue;
+        }
+        seen[static_cast<size_t>(v)] = 1;
+        parent[static_cast<size_t>(v)] = u;
+        next.push_back(v);
+      }
+      std::stable_sort(next.begin(), next.end(),
+                       [&](int a, int b) { return kind_rank(t.node(a).kind) < kind_rank(t.node(b).kind); });
+      for (int v : next) {
+        kids[static_cast<size_t>(u)].push_back(v);
+        q.push_back(v);
+      }
+    }
+  }
+  std::function<void(int, const std::string&, bool, bool)> rec = [&](int u, const std::string& prefix, bool last,
+                                                                    bool top) {
+    fmt::print("{}{}{}\n", prefix, top ? "" : (last ? "└─ " : "├─ "), node_label(t.node(u)));
+    const std::string child_prefix = top ? prefix : prefix + (last ? "   " : "│  ");
+    const auto& k = kids[static_cast<size_t>(u)];
+    for (size_t i = 0; i < k.size(); ++i) rec(k[i], child_prefix, i + 1 == k.size(), false);
+  };
+  for (int r : roots) rec(r, "", true, true);
+  auto list = [&](LinkKind kind, const char* title) {
+    bool any = false;
+    for (const Link& l : t.links()) {
+      if (l.kind != kind) continue;
+      if (!any) fmt::print("{}:\n", title);
+      any = true;
+      fmt::print("  {} <-> {}: {}\n", t.node(l.a).name, t.node(l.b).name, link_label(l));
+    }
+  };
+  list(LinkKind::NVLink, "NVLink");
+  list(LinkKind::InterSocket, "Inter-socket");
+  list(LinkKind::Network, "Network");
+  for (const auto& nd : t.nodes())
+    if (nd.kind == NodeKind::Network) fmt::print("network {}\n", node_label(nd));
+  return 0;
+}
+
+// "NV#" as nvidia-smi prints it: the NVLinks bonded between the pair (or from a to the NVSwitches).
+std::string cell(const Topology& t, int a, int b) {
+  if (a == b) return "X";
+  const PathInfo p = t.path(a, b);
+  if (p.cls == PathClass::NVL) {
+    int direct = 0, to_switch = 0;
+    for (int li : t.links_of(a)) {
+      const Link& l = t.links()[static_cast<size_t>(li)];
+      if (l.kind != LinkKind::NVLink) continue;
+      const int o = l.a == a ? l.b : l.a;
+      if (o == b) direct += l.count;
+      if (t.node(o).kind == NodeKind::NvSwitch) to_switch += l.count;
+    }
+    if (direct > 0) return fmt::format("NV{}", direct);
+    if (to_switch > 0) return fmt::format("NV{}", to_switch);
+  }
+  return std::string(to_string(p.cls));
+}
+
+int cmd_matrix(const Topology& t) {
+  const auto gpus = t.nodes_of(NodeKind::Gpu);
+  const auto nics = t.nodes_of(NodeKind::Nic);
+  std::vector<int> cols = gpus;
+  cols.insert(cols.end(), nics.begin(), nics.end());
+  if (cols.empty()) {
+    fmt::print("{}: no GPUs or NICs in this topology; nothing to tabulate (try `show`)\n", t.source_name);
+    return 0;
+  }
+  size_t w = 6;
+  for (int c : cols) w = std::max(w, t.node(c).name.size() + 2);
+  std::string head = fmt::format("{:<{}}", "", w);
+  for (int c : cols) head += fmt::format("{:<{}}", t.node(c).name, w);
+  head += "CPU Affinity    NUMA Affinity";
+  fmt::print("{}\n", head);
+  for (int r : cols) {
+    std::string line = fmt::format("{:<{}}", t.node(r).name, w);
+    for (int c : cols) line += fmt::format("{:<{}}", cell(t, r, c), w);
+    if (t.node(r).kind == NodeKind::Gpu) {
+      const Node& nd = t.node(r);
+      line += fmt::format("{:<16}{}", nd.cpu_affinity.empty() ? "N/A" : nd.cpu_affinity,
+                          nd.numa >= 0 ? std::to_string(nd.numa) : "N/A");
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    fmt::print("{}\n", line);
+  }
+  fmt::print(R"(
+Legend:
+
+  X    = Self
+  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
+  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
+  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
+  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
+  PIX  = Connection traversing at most a single PCIe bridge
+  NV#  = Connection traversing a bonded set of # NVLinks
+  NVB  = Connection traversing NVLink through another GPU (NCCL's NVB)
+  C2C  = NVLink-C2C between GPU and CPU
+  NET  = Connection across the network
+  DIS  = No route in the model
+)");
+  return 0;
+}
+
+int cmd_plan(const Topology& t, const Args& a) {
+  int ranks = 0;
+  if (auto it = a.opts.find("--ranks"); it != a.opts.end()) ranks = parse_int("--ranks", it->second, 1, 1024);
+  PlannerOptions o;
+  if (auto it = a.opts.find("--exact-limit"); it != a.opts.end())
+    o.exact_limit = parse_int("--exact-limit", it->second, 0, kMaxExactRanks);
+  const auto placement = place_ranks(t, ranks);
+  summary(t);
+  fmt::print("placement:");
+  for (size_t r = 0; r < placement.size(); ++r)
+    fmt::print(" {}={}{}", r, t.node(placement[r].device).name,
+               placement[r].host != 0 ? fmt::format("@host{}", placement[r].host) : "");
+  fmt::print("\n");
+  const Plan plan = plan_collectives(t, placement, o);
+  fmt::print("{}", plan.describe());
+  return 0;
+}
+
+std::string render(const Topology& t, const std::string& to) {
+  if (to == "json") return to_json(t);
+  if (to == "nccl") return to_nccl_xml(t);
+  if (to == "dot") return to_dot(t);
+  throw UsageError(fmt::format("--to '{}' is not a format; use one of: json, nccl, dot", to));
+}
+
+int cmd_convert(const Topology& t, const Args& a) {
+  auto it = a.opts.find("--to");
+  if (it == a.opts.end()) throw UsageError("convert needs --to json|nccl|dot");
+  const std::string text = render(t, it->second);
+  if (auto o = a.opts.find("--output"); o != a.opts.end() && o->second != "-")
+    save_text(o->second, text);
+  else
+    fmt::print("{}", text);
+  return 0;
+}
+
+int cmd_dot(const Topology& t, const Args& a) {
+  auto o = a.opts.find("--output");
+  if (o == a.opts.end()) throw UsageError("dot needs -o OUT (OUT.dot, OUT.png or OUT.svg)");
+  const std::string out = o->second;
+  const std::string ext = fs::path(out).extension().string();
+  const std::string text = to_dot(t);
+  if (ext == ".dot" || ext == ".gv" || ext.empty()) {
+    save_text(out, text);
+    return 0;
+  }
+  if (ext != ".png" && ext != ".svg" && ext != ".pdf")
+    throw UsageError(fmt::format("dot: cannot write '{}'; use an OUT ending in .dot, .png, .svg or .pdf", out));
+  if (std::system("command -v dot >/dev/null 2>&1") != 0)
+    throw hopwise::InvalidArgument(fmt::format(
+        "rendering {} needs Graphviz's `dot` on PATH, which was not found; install graphviz or write -o {}.dot",
+        out, fs::path(out).replace_extension("").string()));
+  const std::string tmp = out + ".tmp.dot";
+  save_text(tmp, text);
+  auto quote = [](const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
+  const std::string cmd = fmt::format("dot -T{} -o {} {}", ext.substr(1), quote(out), quote(tmp));
+  const int rc = std::system(cmd.c_str());
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  if (rc != 0) throw hopwise::InvalidArgument(fmt::format("`{}` failed (status {})", cmd, rc));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const std::map<std::string, std::vector<std::string>> commands = {
+      {"show", {}},
+      {"matrix", {}},
+      {"plan", {"--ranks", "--exact-limit"}},
+      {"convert", {"--to", "--output"}},
+      {"dot", {"--output"}},
+  };
+  auto c = commands.find(cmd);
+  if (c == commands.end()) {
+    std::fprintf(stderr, "hopwise-topo: unknown command '%s'; use one of: show, matrix, plan, convert, dot (-h for help)\n",
+                 cmd.c_str());
+    return 2;
+  }
+  try {
+    const Args a = parse_args(argc, argv, c->second);
+    if (a.opts.count("help")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    const Topology t = load_topology(a.file);
+    if (cmd == "show") return cmd_show(t);
+    if (cmd == "matrix") return cmd_matrix(t);
+    if (cmd == "plan") return cmd_plan(t, a);
+    if (cmd == "convert") return cmd_convert(t, a);
+    return cmd_dot(t, a);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "hopwise-topo: %s (-h for help)\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hopwise-topo: %s\n", e.what());
+    return 1;
+  }
+}
