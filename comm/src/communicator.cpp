@@ -14,6 +14,8 @@
 #include "algorithms/algorithm.h"
 #include "hopwise/comm/mpi_transport.h"
 #include "hopwise/compression/codec.h"
+#include "hopwise/topology/formats.h"
+#include "hopwise/topology/planner.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/log.h"
@@ -61,6 +63,7 @@ struct Communicator::Impl {
   Workspace workspace;
   CostModel cost;
   std::vector<int> ring;
+  std::string plan_text;  // the planner's description of the plan in use; empty for rank order
   topology::TreeShape tree_a, tree_b;
   bool two_trees = true;
   int tree_depth = 1;  // of tree_a, cached for the cost model
@@ -353,6 +356,14 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, Options options
   impl_->transport->set_timeout(std::chrono::duration<double>(options.timeout_s));
   impl_->forced = options.algorithm;
   set_ring_order(topology::identity_ring(size()));
+  // HOPWISE_TOPO_FILE stands in for discovery: plan the ring and trees on the machine that file describes.
+  if (auto path = env::get("HOPWISE_TOPO_FILE")) {
+    const topology::Topology topo = topology::load_topology(*path);
+    const topology::Plan plan = topology::plan_collectives(topo, topology::place_ranks(topo, size()));
+    set_ring_order(plan.ring);
+    if (size() > 1) set_trees(plan.trees.first, plan.trees.second);
+    impl_->plan_text = fmt::format("from HOPWISE_TOPO_FILE={}\n{}", *path, plan.describe());
+  }
   if (options.calibrate) impl_->cost = CostModel(calibrate(*impl_->transport, impl_->workspace));
   log::info("rank {}: {} ranks over {}, cost model {} (alpha {:.2f} us, {:.2f} GB/s, reduce {:.2f} GB/s)", rank(),
             size(), impl_->transport->name(), impl_->cost.params().source, impl_->cost.params().alpha * 1e6,
@@ -376,6 +387,7 @@ int Communicator::local_size() const { return impl_->transport->local_size(); }
 int Communicator::host_id() const { return impl_->transport->host_id(); }
 Transport& Communicator::transport() { return *impl_->transport; }
 const std::vector<int>& Communicator::ring_order() const { return impl_->ring; }
+const std::string& Communicator::plan_description() const { return impl_->plan_text; }
 const CostModel& Communicator::cost_model() const { return impl_->cost; }
 void Communicator::set_algorithm(Algorithm a) { impl_->forced = a; }
 

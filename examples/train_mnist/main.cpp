@@ -168,10 +168,12 @@ int run(int argc, char** argv) {
                comm.host_id() + 1, n_train, test.size(), dir);
     std::string ring;
     for (int r : comm.ring_order()) ring += (ring.empty() ? "" : "→") + std::to_string(r);
-    fmt::print("plan: ring {} (rank order: the topology planner is not wired in yet); ranks share {}; "
-               "cost model {}\n",
-               ring, comm.local_size() == p ? "one host (shared-memory slots)" : "several hosts",
+    fmt::print("plan: ring {} ({}); ranks share {}; cost model {}\n", ring,
+               comm.plan_description().empty() ? "rank order: set HOPWISE_TOPO_FILE to plan on a topology file"
+                                               : "planned",
+               comm.local_size() == p ? "one host (shared-memory slots)" : "several hosts",
                comm.cost_model().params().source);
+    if (!comm.plan_description().empty()) fmt::print("{}\n", comm.plan_description());
     const auto names = reducer.bucket_names();
     std::size_t k = 0;
     for (const auto& b : names) {

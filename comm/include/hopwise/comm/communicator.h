@@ -108,6 +108,8 @@ class Communicator {
   void set_ring_order(std::vector<int> order);
   void set_trees(topology::TreeShape first, std::optional<topology::TreeShape> second = std::nullopt);
   const std::vector<int>& ring_order() const;
+  // How the ring and trees were planned (HOPWISE_TOPO_FILE); empty while they follow rank order.
+  const std::string& plan_description() const;
   // The algorithm that will run `c` on `bytes` (resolves auto through the cost model; a forced algorithm that
   // does not implement `c` falls back to the cost model's choice among those that do).
   Algorithm algorithm_for(Collective c, std::size_t bytes) const;
