@@ -76,6 +76,17 @@ inline std::string seed_note(std::uint64_t seed) {
   return fmt::format("seed {} (replay with HOPWISE_TEST_SEED={})", seed, seed);
 }
 
+// What f() threw, or "<no exception>": for tests that check an error's wording.
+template <class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "<no exception>";
+}
+
 inline bool is_half(DataType dt) { return dt == DataType::kFloat16 || dt == DataType::kBFloat16; }
 
 inline std::vector<ReduceOp> ops_for(DataType dt) {

@@ -45,15 +45,7 @@ std::string run_threads(int n, const std::function<void(int)>& fn) {
   return all;
 }
 
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no exception>";
-}
+using hwtest::message_of;
 
 // Inputs and references for one allreduce over n ranks.
 struct AllreduceData {

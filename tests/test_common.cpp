@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "collective_reference.h"
+
 #include <fmt/core.h>
 
 #include "hopwise/common/dtype.h"
@@ -29,28 +31,10 @@ namespace {
 using hopwise::DataType;
 using hopwise::ReduceOp;
 
-std::uint64_t test_seed() {
-  static const std::uint64_t seed = [] {
-    if (const char* s = std::getenv("HOPWISE_TEST_SEED"); s != nullptr && *s != '\0')
-      return static_cast<std::uint64_t>(std::strtoull(s, nullptr, 0));
-    std::random_device rd;
-    return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-  }();
-  return seed;
-}
-std::string seed_note() {
-  return "seed " + std::to_string(test_seed()) + " (replay with HOPWISE_TEST_SEED=" + std::to_string(test_seed()) + ")";
-}
+std::uint64_t test_seed() { return hwtest::base_seed(); }
+std::string seed_note() { return hwtest::seed_note(test_seed()); }
 
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no exception>";
-}
+using hwtest::message_of;
 
 // ======================================================================================== dtype and ops
 TEST(DType, SizesAndFloating) {

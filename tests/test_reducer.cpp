@@ -8,6 +8,7 @@
 
 #include "hopwise/comm/reducer.h"
 #include "hopwise/common/error.h"
+#include "collective_reference.h"
 #include "inproc_group.h"
 
 namespace {
@@ -22,14 +23,11 @@ struct Model {
   std::vector<float> flat;                // or one contiguous buffer (reverse order), viewed in place
 };
 
-// A pseudo-random value in [-1, 1) that every rank can recompute for every other rank (splitmix64).
+// A pseudo-random value in [-1, 1) that every rank can recompute for every other rank.
 float value(std::uint64_t seed, int rank, std::size_t param, std::size_t i, int step) {
-  std::uint64_t z = seed ^ (static_cast<std::uint64_t>(rank) << 56) ^ (static_cast<std::uint64_t>(param) << 40) ^
-                    (static_cast<std::uint64_t>(step) << 32) ^ i;
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
+  const std::uint64_t z = hwtest::splitmix64(seed ^ (static_cast<std::uint64_t>(rank) << 56) ^
+                                             (static_cast<std::uint64_t>(param) << 40) ^
+                                             (static_cast<std::uint64_t>(step) << 32) ^ i);
   return static_cast<float>(z >> 40) / static_cast<float>(1 << 23) - 1.0f;
 }
 
