@@ -8,6 +8,7 @@ packages=(
   openmpi-bin libopenmpi-dev         # MPI: processes, host-memory transport, the peer we benchmark against
   libfmt-dev                         # formatting of messages and tables
   nlohmann-json3-dev                 # the topology JSON format
+  libhwloc-dev                       # discovery of the live machine: CPUs, NUMA, PCIe, NICs
   libgtest-dev                       # the test suite
   libgloo-dev                        # Gloo: the second peer in hopwise-bench's allreduce tables
   libeigen3-dev                      # the training job's matrix products

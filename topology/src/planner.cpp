@@ -598,6 +598,19 @@ Plan plan_collectives(const RingProblem& p, const PlannerOptions& o) {
   plan.ring_score = score_ring(p, plan.ring);
   plan.identity_ring_order = identity_ring(p.n);
   plan.identity_score = score_ring(p, plan.identity_ring_order);
+  // Rank order when it is as good and as host-contiguous: a reordering that gains nothing only makes traces harder
+  // to read.
+  auto host_changes = [&](const std::vector<int>& ring) {
+    int c = 0;
+    for (size_t i = 0; i < ring.size() && !p.host.empty(); ++i)
+      c += p.host[static_cast<size_t>(ring[i])] != p.host[static_cast<size_t>(ring[(i + 1) % ring.size()])];
+    return c;
+  };
+  if (!better(plan.ring_score, plan.identity_score) &&
+      host_changes(plan.identity_ring_order) <= host_changes(plan.ring)) {
+    plan.ring = plan.identity_ring_order;
+    plan.ring_score = plan.identity_score;
+  }
   plan.exact = true;
   if (plan.hosts <= 1) {
     plan.exact = p.n <= limit;

@@ -54,7 +54,9 @@ std::string to_json(const Topology& t) {
   auto& decl = j["declared_paths"] = nlohmann::json::array();
   for (const auto& [k, c] : t.declared_path_classes())
     if (k.first < k.second) decl.push_back({k.first, k.second, std::string(to_string(c))});
-  return j.dump(1) + "\n";
+  // Readers keep names and attributes byte for byte, and XML or nvidia-smi text need not be UTF-8; JSON must be, so
+  // invalid sequences are written as U+FFFD instead of throwing nlohmann's type_error from a writer.
+  return j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 Topology parse_json(std::string_view text, const std::string& src) {

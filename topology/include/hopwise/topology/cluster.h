@@ -1,0 +1,38 @@
+// One graph for a whole job: every rank describes itself (host, CPU binding, GPU, and its host's machine), comm/
+// all-gathers those views as bytes, and assemble_cluster joins the hosts through a network vertex and places each
+// rank on its device. Pure: no MPI, no discovery.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hopwise/topology/graph.h"
+#include "hopwise/topology/planner.h"
+
+namespace hopwise::topology {
+
+struct RankView {
+  int rank = 0;
+  std::string host;     // host name; ranks with the same name share a machine
+  std::string cpus;     // Linux cpulist the rank is bound to ("" unknown)
+  std::string gpu_bus;  // the rank's GPU ("" none)
+};
+
+// The bytes a rank contributes: a one-line JSON header (schema "hopwise-rank-view" v1), then the host's machine as
+// to_json writes it. Ranks after the first on a host may pass `machine` = nullptr to send the header only.
+std::string encode_view(const RankView& v, const Topology* machine);
+
+struct Cluster {
+  Topology topology;                   // all hosts; with several hosts, joined by one Network vertex "network"
+  std::vector<RankPlacement> placement;  // per rank
+  std::vector<std::string> hosts;      // host names in host-index order (order of first rank)
+  std::vector<RankView> views;         // per rank, as received
+};
+
+// views[r] is what rank r encoded. Each host's machine comes from the first of its ranks that sent one. With more
+// than one host, device names get the host as prefix ("node7:GPU0"). A rank is placed on its GPU (by bus id), else
+// on the NUMA node (then package) holding most of its CPUs, else on its host. Throws InvalidArgument on a view
+// that does not parse, a rank number out of order, or a host whose machine no rank sent.
+Cluster assemble_cluster(const std::vector<std::string>& views);
+
+}  // namespace hopwise::topology
