@@ -9,10 +9,12 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "algorithms/algorithm.h"
 #include "hopwise/comm/mpi_transport.h"
+#include "hopwise/comm/topology_exchange.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/topology/formats.h"
 #include "hopwise/topology/planner.h"
@@ -34,6 +36,7 @@ Options Options::from_env() {
     throw InvalidArgument("HOPWISE_CHUNK_BYTES must be between 64 and 1G");
   o.calibrate = env::get_int("HOPWISE_CALIBRATE", 1) != 0;
   o.emulate_gbps = env::get_double("HOPWISE_EMULATE_GBPS", 0);
+  o.discover_topology = env::get_int("HOPWISE_TOPO_DISCOVERY", 1) != 0;
   if (o.emulate_gbps < 0) throw InvalidArgument("HOPWISE_EMULATE_GBPS must be a link speed in Gbit/s (0 = off)");
   return o;
 }
@@ -63,7 +66,8 @@ struct Communicator::Impl {
   Workspace workspace;
   CostModel cost;
   std::vector<int> ring;
-  std::string plan_text;  // the planner's description of the plan in use; empty for rank order
+  std::string plan_text;                     // the planner's description of the plan in use; empty for rank order
+  std::optional<topology::Cluster> cluster;  // what discovery found
   topology::TreeShape tree_a, tree_b;
   bool two_trees = true;
   int tree_depth = 1;  // of tree_a, cached for the cost model
@@ -356,14 +360,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, Options options
   impl_->transport->set_timeout(std::chrono::duration<double>(options.timeout_s));
   impl_->forced = options.algorithm;
   set_ring_order(topology::identity_ring(size()));
-  // HOPWISE_TOPO_FILE stands in for discovery: plan the ring and trees on the machine that file describes.
-  if (auto path = env::get("HOPWISE_TOPO_FILE")) {
-    const topology::Topology topo = topology::load_topology(*path);
-    const topology::Plan plan = topology::plan_collectives(topo, topology::place_ranks(topo, size()));
-    set_ring_order(plan.ring);
-    if (size() > 1) set_trees(plan.trees.first, plan.trees.second);
-    impl_->plan_text = fmt::format("from HOPWISE_TOPO_FILE={}\n{}", *path, plan.describe());
-  }
+  plan_topology(options);
   if (options.calibrate) impl_->cost = CostModel(calibrate(*impl_->transport, impl_->workspace));
   log::info("rank {}: {} ranks over {}, cost model {} (alpha {:.2f} us, {:.2f} GB/s, reduce {:.2f} GB/s)", rank(),
             size(), impl_->transport->name(), impl_->cost.params().source, impl_->cost.params().alpha * 1e6,
@@ -388,6 +385,32 @@ int Communicator::host_id() const { return impl_->transport->host_id(); }
 Transport& Communicator::transport() { return *impl_->transport; }
 const std::vector<int>& Communicator::ring_order() const { return impl_->ring; }
 const std::string& Communicator::plan_description() const { return impl_->plan_text; }
+const topology::Cluster* Communicator::cluster() const { return impl_->cluster ? &*impl_->cluster : nullptr; }
+
+// HOPWISE_TOPO_FILE stands in for discovery: plan on the machine that file describes (ranks round-robin on its
+// devices). Otherwise, with discovery on, plan on the job's cluster as every rank saw it. HOPWISE_TOPO_DUMP_FILE
+// (rank 0) writes the topology the plan was made on.
+void Communicator::plan_topology(const Options& options) {
+  topology::Topology topo;
+  topology::Plan plan;
+  std::string from;
+  if (auto path = env::get("HOPWISE_TOPO_FILE")) {
+    topo = topology::load_topology(*path);
+    plan = topology::plan_collectives(topo, topology::place_ranks(topo, size()));
+    from = "HOPWISE_TOPO_FILE=" + *path;
+  } else if (options.discover_topology) {
+    impl_->cluster = gather_cluster(*this);
+    plan = topology::plan_collectives(impl_->cluster->topology, impl_->cluster->placement);
+    from = fmt::format("discovery ({})", impl_->cluster->topology.source_name);
+  } else {
+    return;
+  }
+  set_ring_order(plan.ring);
+  if (size() > 1) set_trees(plan.trees.first, plan.trees.second);
+  impl_->plan_text = fmt::format("from {}\n{}", from, plan.describe());
+  if (auto dump = env::get("HOPWISE_TOPO_DUMP_FILE"); dump && rank() == 0)
+    dump_topology(impl_->cluster ? impl_->cluster->topology : topo, *dump);
+}
 const CostModel& Communicator::cost_model() const { return impl_->cost; }
 void Communicator::set_algorithm(Algorithm a) { impl_->forced = a; }
 

@@ -1,5 +1,6 @@
-// hopwise-topo: look at a machine topology file (hwloc XML, NCCL XML, `nvidia-smi topo -m`, hopwise JSON), print
-// the path-class matrix, plan rings and trees over its devices, and convert it between formats.
+// hopwise-topo: look at a machine's topology (this machine, a whole mpirun job, or a file: hwloc XML, NCCL XML,
+// `nvidia-smi topo -m`, hopwise JSON), print the path-class matrix, plan rings and trees over its devices, and
+// export it to other formats.
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
@@ -11,10 +12,17 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "hopwise/comm/communicator.h"
+#include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
+#include "hopwise/topology/cluster.h"
+#include "hopwise/topology/discover.h"
 #include "hopwise/topology/formats.h"
 #include "hopwise/topology/graph.h"
 #include "hopwise/topology/planner.h"
@@ -24,25 +32,30 @@ using namespace hopwise::topology;
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: hopwise-topo <command> FILE [options]
+constexpr const char* kUsage = R"(usage: hopwise-topo <command> [FILE | --input FILE] [options]
 
-FILE is a topology file: hwloc XML (lstopo --of xml), NCCL/RCCL topology XML (NCCL_TOPO_DUMP_FILE),
-`nvidia-smi topo -m` output, or hopwise JSON. The format is detected from the content.
+Without FILE: this machine, discovered with hwloc (CPUs, NUMA, PCIe, NICs with sysfs speeds) and NVML/CUDA when
+a GPU driver is there; under mpirun, the whole job: every rank's view gathered, ranks placed on their devices,
+printed once by rank 0. FILE is a topology file: hwloc XML (lstopo --of xml), NCCL/RCCL topology XML
+(NCCL_TOPO_DUMP_FILE), `nvidia-smi topo -m` output, or hopwise JSON; the format is detected from the content.
 
 commands:
-  show FILE                          tree view: host, packages, NUMA nodes, PCI switches, GPUs, NICs; then
-                                     NVLink, inter-socket and network links
-  matrix FILE                        GPU x GPU and GPU x NIC path classes, as `nvidia-smi topo -m` prints them
-  plan FILE [--ranks N] [--exact-limit K]
-                                     place N ranks (default: one per device) round-robin on the GPUs, or the
-                                     NUMA nodes / CPU packages when there are none; print the ring, the double
-                                     binary trees, the bottleneck and an allreduce cost estimate
-  convert FILE --to json|nccl|dot [-o OUT]
-                                     write the model in another format (stdout without -o)
-  dot FILE -o OUT                    Graphviz: OUT.dot as text; OUT.png / OUT.svg rendered with `dot` when
-                                     Graphviz is installed
+  show                               tree view: host, packages, NUMA nodes, PCI switches, GPUs, NICs; then
+                                     NVLink, inter-socket and network links (and, for a job, where each rank runs)
+  matrix                             GPU x GPU and GPU x NIC path classes, as `nvidia-smi topo -m` prints them
+  plan [--ranks N] [--exact-limit K] [--format text|json]
+                                     place N ranks (default: one per device; a job: its own ranks) round-robin on
+                                     the GPUs, or the NUMA nodes / CPU packages when there are none; print the ring
+                                     (each hop with its path class and GB/s), the double binary trees, the
+                                     bottleneck and cost, the same for the rank-order ring, and allreduce estimates
+  export --format json|nccl-xml|dot|png|svg [-o OUT]
+                                     write the model in another format (stdout without -o; png/svg need -o and
+                                     Graphviz's `dot`)
+  convert --to json|nccl|dot [-o OUT]   older spelling of export
+  dot -o OUT                         Graphviz by OUT's extension: .dot text, .png / .svg / .pdf through `dot`
 
 options:
+  --input FILE                       read FILE instead of discovering (same as giving FILE)
   -h, --help                         this help
 )";
 
@@ -92,8 +105,11 @@ Args parse_args(int argc, char** argv, const std::vector<std::string>& flags) {
     if (!a.file.empty()) throw UsageError(fmt::format("unexpected argument '{}': '{}' takes one FILE", s, a.command));
     a.file = s;
   }
-  if (a.file.empty() && !a.opts.count("help"))
-    throw UsageError(fmt::format("'{}' needs a topology FILE", a.command));
+  if (auto in = a.opts.find("--input"); in != a.opts.end()) {
+    if (!a.file.empty() && a.file != in->second)
+      throw UsageError(fmt::format("give the topology once: FILE '{}' and --input '{}'", a.file, in->second));
+    a.file = in->second;
+  }
   return a;
 }
 
@@ -104,6 +120,13 @@ int parse_int(const std::string& flag, const std::string& v, int lo, int hi) {
     throw UsageError(fmt::format("{} wants an integer in {}..{}, got '{}'", flag, lo, hi, v));
   return static_cast<int>(x);
 }
+
+// What the commands look at: a topology and, for a job, where its ranks run.
+struct Source {
+  Topology topology;
+  std::vector<RankPlacement> placement;  // empty: place ranks round-robin (a file, or this machine)
+  std::vector<RankView> views;           // per rank, for a job
+};
 
 std::string node_label(const Node& n) {
   std::string s;
@@ -160,7 +183,8 @@ void summary(const Topology& t) {
              t.count(NodeKind::NvSwitch), t.count(NodeKind::Nic), t.links().size());
 }
 
-int cmd_show(const Topology& t) {
+int cmd_show(const Source& src) {
+  const Topology& t = src.topology;
   summary(t);
   const size_t n = t.nodes().size();
   // Containment tree: BFS over Internal / PCIe / C2C links from the outermost nodes.
@@ -224,6 +248,14 @@ int cmd_show(const Topology& t) {
   list(LinkKind::Network, "Network");
   for (const auto& nd : t.nodes())
     if (nd.kind == NodeKind::Network) fmt::print("network {}\n", node_label(nd));
+  if (!src.views.empty()) {
+    fmt::print("ranks:\n");
+    for (std::size_t r = 0; r < src.views.size(); ++r) {
+      const RankView& v = src.views[r];
+      fmt::print("  rank {}: host {}, cpus {}, on {}{}\n", r, v.host, v.cpus.empty() ? "?" : v.cpus,
+                 t.node(src.placement[r].device).name, v.gpu_bus.empty() ? "" : ", GPU " + v.gpu_bus);
+    }
+  }
   return 0;
 }
 
@@ -290,39 +322,130 @@ Legend:
   return 0;
 }
 
-int cmd_plan(const Topology& t, const Args& a) {
+nlohmann::ordered_json plan_json(const Plan& plan) {
+  auto ring_json = [&](const std::vector<int>& order, const RingScore& score, bool hops) {
+    nlohmann::ordered_json r;
+    r["order"] = order;
+    if (hops) {
+      auto& h = r["hops"] = nlohmann::ordered_json::array();
+      for (std::size_t i = 0; i < order.size() && order.size() > 1; ++i) {
+        const EdgeMetric& e = plan.ring_edges[i];
+        h.push_back({{"from", order[i]},
+                     {"to", order[(i + 1) % order.size()]},
+                     {"path", std::string(to_string(e.cls))},
+                     {"hops", e.hops},
+                     {"bw_gbs", e.bandwidth_gbps},
+                     {"latency_us", e.latency_us}});
+      }
+    }
+    r["bottleneck_gbs"] = score.bottleneck_gbps;
+    r["cost"] = score.total_cost;
+    r["max_latency_us"] = score.max_latency_us;
+    return r;
+  };
+  nlohmann::ordered_json j;
+  j["ranks"] = plan.ranks;
+  j["hosts"] = plan.hosts;
+  j["exact"] = plan.exact;
+  auto& dev = j["placement"] = nlohmann::ordered_json::array();
+  for (std::size_t r = 0; r < plan.placement.size(); ++r)
+    dev.push_back({{"rank", r}, {"device", plan.device_names[r]}, {"host", plan.placement[r].host}});
+  j["rings"] = nlohmann::ordered_json::array({ring_json(plan.ring, plan.ring_score, true)});
+  auto& trees = j["trees"] = nlohmann::ordered_json::array();
+  for (const TreeShape* t : {&plan.trees.first, &plan.trees.second})
+    trees.push_back({{"root", t->root}, {"parent", t->parent}, {"depth", t->depth()}});
+  j["tree_bottleneck_gbs"] = plan.tree_bottleneck_gbps;
+  j["baseline"] = ring_json(plan.identity_ring_order, plan.identity_score, false);
+  auto& est = j["allreduce_estimate_us"] = nlohmann::ordered_json::array();
+  for (double bytes : {8192.0, 1048576.0, 268435456.0})
+    est.push_back({{"bytes", bytes},
+                   {"ring", plan.ring_allreduce_seconds(bytes) * 1e6},
+                   {"tree", plan.tree_allreduce_seconds(bytes) * 1e6}});
+  return j;
+}
+
+int cmd_plan(const Source& src, const Args& a) {
+  const Topology& t = src.topology;
   int ranks = 0;
-  if (auto it = a.opts.find("--ranks"); it != a.opts.end()) ranks = parse_int("--ranks", it->second, 1, 1024);
+  if (auto it = a.opts.find("--ranks"); it != a.opts.end()) {
+    if (!src.placement.empty())
+      throw UsageError("--ranks does not apply to a job: its ranks are where mpirun put them");
+    ranks = parse_int("--ranks", it->second, 1, 4096);
+  }
   PlannerOptions o;
   if (auto it = a.opts.find("--exact-limit"); it != a.opts.end())
     o.exact_limit = parse_int("--exact-limit", it->second, 0, kMaxExactRanks);
-  const auto placement = place_ranks(t, ranks);
+  const std::string format = a.opts.count("--format") ? a.opts.at("--format") : "text";
+  if (format != "text" && format != "json")
+    throw UsageError(fmt::format("--format '{}' is not a plan format; use text or json", format));
+  const auto placement = src.placement.empty() ? place_ranks(t, ranks) : src.placement;
+  const Plan plan = plan_collectives(t, placement, o);
+  if (format == "json") {
+    fmt::print("{}\n", plan_json(plan).dump(1));
+    return 0;
+  }
   summary(t);
   fmt::print("placement:");
   for (size_t r = 0; r < placement.size(); ++r)
     fmt::print(" {}={}{}", r, t.node(placement[r].device).name,
                placement[r].host != 0 ? fmt::format("@host{}", placement[r].host) : "");
   fmt::print("\n");
-  const Plan plan = plan_collectives(t, placement, o);
   fmt::print("{}", plan.describe());
   return 0;
 }
 
 std::string render(const Topology& t, const std::string& to) {
   if (to == "json") return to_json(t);
-  if (to == "nccl") return to_nccl_xml(t);
+  if (to == "nccl" || to == "nccl-xml") return to_nccl_xml(t);
   if (to == "dot") return to_dot(t);
-  throw UsageError(fmt::format("--to '{}' is not a format; use one of: json, nccl, dot", to));
+  throw UsageError(fmt::format("'{}' is not a format; use one of: json, nccl-xml, dot, png, svg", to));
+}
+
+void write_text(const Args& a, const std::string& text) {
+  if (auto o = a.opts.find("--output"); o != a.opts.end() && o->second != "-")
+    save_text(o->second, text);
+  else
+    fmt::print("{}", text);
+}
+
+// Renders DOT to `out` with Graphviz's `dot -T<format>`.
+void render_graphviz(const Topology& t, const std::string& out, const std::string& format) {
+  if (std::system("command -v dot >/dev/null 2>&1") != 0)
+    throw hopwise::InvalidArgument(fmt::format(
+        "rendering {} needs Graphviz's `dot` on PATH, which was not found; install graphviz or write -o {}.dot",
+        out, fs::path(out).replace_extension("").string()));
+  const std::string tmp = out + ".tmp.dot";
+  save_text(tmp, to_dot(t));
+  auto quote = [](const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
+  const std::string cmd = fmt::format("dot -T{} -o {} {}", format, quote(out), quote(tmp));
+  const int rc = std::system(cmd.c_str());
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  if (rc != 0) throw hopwise::InvalidArgument(fmt::format("`{}` failed (status {})", cmd, rc));
+}
+
+int cmd_export(const Topology& t, const Args& a) {
+  auto it = a.opts.find("--format");
+  if (it == a.opts.end()) throw UsageError("export needs --format json|nccl-xml|dot|png|svg");
+  const std::string& f = it->second;
+  if (f == "png" || f == "svg" || f == "pdf") {
+    auto o = a.opts.find("--output");
+    if (o == a.opts.end() || o->second == "-") throw UsageError(fmt::format("--format {} needs -o OUT", f));
+    render_graphviz(t, o->second, f);
+    return 0;
+  }
+  write_text(a, render(t, f));
+  return 0;
 }
 
 int cmd_convert(const Topology& t, const Args& a) {
   auto it = a.opts.find("--to");
   if (it == a.opts.end()) throw UsageError("convert needs --to json|nccl|dot");
-  const std::string text = render(t, it->second);
-  if (auto o = a.opts.find("--output"); o != a.opts.end() && o->second != "-")
-    save_text(o->second, text);
-  else
-    fmt::print("{}", text);
+  write_text(a, render(t, it->second));
   return 0;
 }
 
@@ -331,30 +454,33 @@ int cmd_dot(const Topology& t, const Args& a) {
   if (o == a.opts.end()) throw UsageError("dot needs -o OUT (OUT.dot, OUT.png or OUT.svg)");
   const std::string out = o->second;
   const std::string ext = fs::path(out).extension().string();
-  const std::string text = to_dot(t);
   if (ext == ".dot" || ext == ".gv" || ext.empty()) {
-    save_text(out, text);
+    save_text(out, to_dot(t));
     return 0;
   }
   if (ext != ".png" && ext != ".svg" && ext != ".pdf")
     throw UsageError(fmt::format("dot: cannot write '{}'; use an OUT ending in .dot, .png, .svg or .pdf", out));
-  if (std::system("command -v dot >/dev/null 2>&1") != 0)
-    throw hopwise::InvalidArgument(fmt::format(
-        "rendering {} needs Graphviz's `dot` on PATH, which was not found; install graphviz or write -o {}.dot",
-        out, fs::path(out).replace_extension("").string()));
-  const std::string tmp = out + ".tmp.dot";
-  save_text(tmp, text);
-  auto quote = [](const std::string& s) {
-    std::string q = "'";
-    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
-  };
-  const std::string cmd = fmt::format("dot -T{} -o {} {}", ext.substr(1), quote(out), quote(tmp));
-  const int rc = std::system(cmd.c_str());
-  std::error_code ec;
-  fs::remove(tmp, ec);
-  if (rc != 0) throw hopwise::InvalidArgument(fmt::format("`{}` failed (status {})", cmd, rc));
+  render_graphviz(t, out, ext.substr(1));
   return 0;
+}
+
+// Launched by mpirun with more than one rank: then the topology is the whole job's.
+bool under_mpirun() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (auto s = hopwise::env::get(v)) return std::atoi(s->c_str()) > 1;
+  return false;
+}
+
+// The job: every rank discovers its host, the views are all-gathered, rank 0 gets the assembled cluster. Other
+// ranks return nullopt and print nothing.
+std::optional<Source> gather_job() {
+  hopwise::comm::Options o = hopwise::comm::Options::from_env();
+  o.discover_topology = true;
+  o.calibrate = false;  // a topology tool needs no cost model
+  hopwise::comm::Communicator comm(MPI_COMM_WORLD, o);
+  if (comm.rank() != 0) return std::nullopt;
+  const Cluster& c = *comm.cluster();
+  return Source{c.topology, c.placement, c.views};
 }
 
 }  // namespace
@@ -370,15 +496,18 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::map<std::string, std::vector<std::string>> commands = {
-      {"show", {}},
-      {"matrix", {}},
-      {"plan", {"--ranks", "--exact-limit"}},
-      {"convert", {"--to", "--output"}},
-      {"dot", {"--output"}},
+      {"show", {"--input"}},
+      {"matrix", {"--input"}},
+      {"plan", {"--input", "--ranks", "--exact-limit", "--format"}},
+      {"export", {"--input", "--format", "--output"}},
+      {"convert", {"--input", "--to", "--output"}},
+      {"dot", {"--input", "--output"}},
   };
   auto c = commands.find(cmd);
   if (c == commands.end()) {
-    std::fprintf(stderr, "hopwise-topo: unknown command '%s'; use one of: show, matrix, plan, convert, dot (-h for help)\n",
+    std::fprintf(stderr,
+                 "hopwise-topo: unknown command '%s'; use one of: show, matrix, plan, export, convert, dot (-h for "
+                 "help)\n",
                  cmd.c_str());
     return 2;
   }
@@ -388,10 +517,23 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    const Topology t = load_topology(a.file);
-    if (cmd == "show") return cmd_show(t);
+    Source src;
+    if (!a.file.empty()) {
+      // Under mpirun with a file every rank would print the same: only the first one does.
+      if (hopwise::env::get_int("OMPI_COMM_WORLD_RANK", 0) != 0) return 0;
+      src.topology = load_topology(a.file);
+    } else if (under_mpirun()) {
+      auto job = gather_job();
+      if (!job) return 0;
+      src = std::move(*job);
+    } else {
+      src.topology = discover_machine();
+    }
+    const Topology& t = src.topology;
+    if (cmd == "show") return cmd_show(src);
     if (cmd == "matrix") return cmd_matrix(t);
-    if (cmd == "plan") return cmd_plan(t, a);
+    if (cmd == "plan") return cmd_plan(src, a);
+    if (cmd == "export") return cmd_export(t, a);
     if (cmd == "convert") return cmd_convert(t, a);
     return cmd_dot(t, a);
   } catch (const UsageError& e) {

@@ -20,6 +20,7 @@
 #include "hopwise/comm/work.h"
 #include "hopwise/common/dtype.h"
 #include "hopwise/common/half.h"
+#include "hopwise/topology/cluster.h"
 #include "hopwise/topology/plan.h"
 
 namespace hopwise::compression {
@@ -37,6 +38,9 @@ struct Options {
   // HOPWISE_EMULATE_GBPS: emulate a network link of this many Gbit/s (0 = off): every collective lasts at least
   // the time its bytes would take on that wire, the rest spent sleeping (the CPU stays free, as with a NIC).
   double emulate_gbps = 0;
+  // HOPWISE_TOPO_DISCOVERY (default 1 through from_env): discover every rank's host at start, gather the views
+  // and plan the ring and trees on the job's cluster (collective). HOPWISE_TOPO_FILE replaces discovery with a file.
+  bool discover_topology = false;
   static Options from_env();
 };
 
@@ -108,8 +112,10 @@ class Communicator {
   void set_ring_order(std::vector<int> order);
   void set_trees(topology::TreeShape first, std::optional<topology::TreeShape> second = std::nullopt);
   const std::vector<int>& ring_order() const;
-  // How the ring and trees were planned (HOPWISE_TOPO_FILE); empty while they follow rank order.
+  // How the ring and trees were planned (discovery or HOPWISE_TOPO_FILE); empty while they follow rank order.
   const std::string& plan_description() const;
+  // The job's cluster as discovery found it (ranks placed on their devices); null when discovery was off.
+  const topology::Cluster* cluster() const;
   // The algorithm that will run `c` on `bytes` (resolves auto through the cost model; a forced algorithm that
   // does not implement `c` falls back to the cost model's choice among those that do).
   Algorithm algorithm_for(Collective c, std::size_t bytes) const;
@@ -135,6 +141,7 @@ class Communicator {
   struct Impl;
 
  private:
+  void plan_topology(const Options& options);
   std::unique_ptr<Impl> impl_;
 };
 
