@@ -403,3 +403,96 @@ TEST(Planner, SharedDgx1MatrixRingIsAllNvlink) {
   for (const auto& e : plan.ring_edges) EXPECT_EQ(e.cls, PathClass::NVL);
   EXPECT_DOUBLE_EQ(plan.ring_score.bottleneck_gbps, 50.0);
 }
+
+namespace {
+
+// Every shared topology file with GPUs that loads, with its name.
+std::vector<std::pair<std::string, Topology>> shared_gpu_topologies() {
+  std::vector<std::pair<std::string, Topology>> out;
+  if (!fs::is_directory(shared_dir())) return out;
+  for (const auto& e : fs::recursive_directory_iterator(shared_dir())) {
+    if (!e.is_regular_file() || (e.path().extension() != ".xml" && e.path().extension() != ".txt")) continue;
+    try {
+      Topology t = load_topology(e.path().string());
+      if (t.count(NodeKind::Gpu) > 0) out.emplace_back(e.path().filename().string(), std::move(t));
+    } catch (const hopwise::InvalidArgument&) {
+      // the formats test owns parse errors
+    }
+  }
+  return out;
+}
+
+// The best bottleneck over all rings (rank 0 fixed first), by enumeration.
+double brute_force_bottleneck(const RingProblem& p) {
+  std::vector<int> order(static_cast<size_t>(p.n));
+  std::iota(order.begin(), order.end(), 0);
+  double best = 0;
+  do {
+    best = std::max(best, score_ring(p, order).bottleneck_gbps);
+  } while (std::next_permutation(order.begin() + 1, order.end()));
+  return best;
+}
+
+}  // namespace
+
+TEST(PlannerQuality, SharedRingsReachTheExhaustiveBottleneck) {
+  const auto files = shared_gpu_topologies();
+  if (files.empty()) GTEST_SKIP() << "no shared topology files at " << shared_dir().string();
+  int checked = 0;
+  for (const auto& [name, t] : files) {
+    if (t.count(NodeKind::Gpu) > 10 || t.count(NodeKind::Gpu) < 3) continue;
+    SCOPED_TRACE(name);
+    const auto placement = place_ranks(t);
+    const RingProblem p = make_problem(t, placement);
+    const Plan plan = plan_collectives(t, placement);
+    EXPECT_NEAR(plan.ring_score.bottleneck_gbps, brute_force_bottleneck(p), 1e-9);
+    EXPECT_GE(plan.ring_score.bottleneck_gbps, plan.identity_score.bottleneck_gbps - 1e-9);
+    ++checked;
+  }
+  EXPECT_GE(checked, 5);
+}
+
+TEST(PlannerQuality, AllNvlinkMachinesGetAnAllNvlinkRing) {
+  const auto files = shared_gpu_topologies();
+  if (files.empty()) GTEST_SKIP() << "no shared topology files at " << shared_dir().string();
+  int checked = 0;
+  for (const auto& [name, t] : files) {
+    const auto gpus = t.nodes_of(NodeKind::Gpu);
+    if (gpus.size() < 2 || t.count(NodeKind::Host) > 1) continue;
+    bool all_nvl = true;
+    for (size_t i = 0; i < gpus.size() && all_nvl; ++i)
+      for (size_t j = i + 1; j < gpus.size() && all_nvl; ++j) all_nvl = t.path(gpus[i], gpus[j]).cls == PathClass::NVL;
+    if (!all_nvl) continue;
+    SCOPED_TRACE(name);
+    const Plan plan = plan_collectives(t, place_ranks(t));
+    for (const auto& e : plan.ring_edges) EXPECT_EQ(e.cls, PathClass::NVL);
+    ++checked;
+  }
+  EXPECT_GE(checked, 2);
+}
+
+TEST(PlannerQuality, TwoSocketPcieMachinesCrossTheSocketsTwice) {
+  const auto files = shared_gpu_topologies();
+  if (files.empty()) GTEST_SKIP() << "no shared topology files at " << shared_dir().string();
+  int checked = 0;
+  for (const auto& [name, t] : files) {
+    // GPUs on both of exactly two sockets, with nothing better than SYS between GPUs of different sockets.
+    if (t.count(NodeKind::Host) > 1 || t.count(NodeKind::Numa) != 2) continue;
+    const auto gpus = t.nodes_of(NodeKind::Gpu);
+    std::set<int> numas;
+    for (int g : gpus) numas.insert(t.node(g).numa);
+    if (gpus.size() < 4 || numas.size() != 2 || numas.count(-1)) continue;
+    bool only_sys_across = true;
+    for (int a : gpus)
+      for (int b : gpus)
+        if (t.node(a).numa != t.node(b).numa) only_sys_across = only_sys_across && t.path(a, b).cls == PathClass::SYS;
+    if (!only_sys_across) continue;
+    SCOPED_TRACE(name);
+    const Plan plan = plan_collectives(t, place_ranks(t));
+    int sys = 0;
+    for (const auto& e : plan.ring_edges) sys += e.cls == PathClass::SYS;
+    EXPECT_EQ(sys, 2);
+    ++checked;
+  }
+  EXPECT_GE(checked, 1);
+}

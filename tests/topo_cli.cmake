@@ -77,3 +77,10 @@ if(TARGET hopwise-topo)
     endforeach()
   endif()
 endif()
+
+# The planning-time benchmark runs to 4096 ranks (its timings are for reading, not asserted here).
+if(TARGET plan-bench)
+  add_test(NAME plan_bench_runs COMMAND $<TARGET_FILE:plan-bench>)
+  set_tests_properties(plan_bench_runs PROPERTIES LABELS unit TIMEOUT 120 PASS_REGULAR_EXPRESSION
+                                                  "\n +4096 +512 [^\n]* 512 +4096 +yes\n")
+endif()

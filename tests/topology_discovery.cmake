@@ -7,3 +7,8 @@ target_link_libraries(test_topology_discovery PRIVATE hopwise::topology hopwise:
 target_compile_definitions(test_topology_discovery PRIVATE HOPWISE_FAKE_NVML="$<TARGET_FILE:fake_nvml>")
 add_dependencies(test_topology_discovery fake_nvml)
 gtest_discover_tests(test_topology_discovery DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)
+
+# The communicator planning on discovery (gathered over the in-process transport) and on HOPWISE_TOPO_FILE.
+hopwise_test(test_comm_planning test_comm_planning.cpp)
+target_link_libraries(test_comm_planning PRIVATE hopwise::comm GTest::gtest_main)
+gtest_discover_tests(test_comm_planning DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)

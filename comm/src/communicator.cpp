@@ -408,6 +408,15 @@ void Communicator::plan_topology(const Options& options) {
   set_ring_order(plan.ring);
   if (size() > 1) set_trees(plan.trees.first, plan.trees.second);
   impl_->plan_text = fmt::format("from {}\n{}", from, plan.describe());
+  // Uncalibrated across hosts, the built-in figures (measured within one machine) are far too fast for the
+  // network: the plan's bottleneck bandwidth and worst latency bound them.
+  if (!options.calibrate && plan.hosts > 1 && plan.ring_score.bottleneck_gbps > 0) {
+    CostParams p = CostParams::defaults();
+    p.alpha = std::max(p.alpha, plan.ring_score.max_latency_us * 1e-6);
+    p.beta = std::max(p.beta, 1e-9 / plan.ring_score.bottleneck_gbps);
+    p.source = "defaults bounded by the plan";
+    impl_->cost = CostModel(p);
+  }
   if (auto dump = env::get("HOPWISE_TOPO_DUMP_FILE"); dump && rank() == 0)
     dump_topology(impl_->cluster ? impl_->cluster->topology : topo, *dump);
 }

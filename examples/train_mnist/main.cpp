@@ -164,16 +164,16 @@ int run(int argc, char** argv) {
   reducer.finalize();
 
   if (rank == 0) {
+    const std::size_t hosts = comm.cluster() ? comm.cluster()->hosts.size() : (comm.local_size() == p ? 1 : 0);
     fmt::print("train_mnist: {} ranks on {} host(s), Fashion-MNIST {} train / {} test images from {}\n", p,
-               comm.host_id() + 1, n_train, test.size(), dir);
+               hosts ? std::to_string(hosts) : std::string("several"), n_train, test.size(), dir);
+    if (!comm.plan_description().empty()) fmt::print("topology plan, {}", comm.plan_description());
     std::string ring;
     for (int r : comm.ring_order()) ring += (ring.empty() ? "" : "→") + std::to_string(r);
-    fmt::print("plan: ring {} ({}); ranks share {}; cost model {}\n", ring,
-               comm.plan_description().empty() ? "rank order: set HOPWISE_TOPO_FILE to plan on a topology file"
-                                               : "planned",
+    fmt::print("communicator: ring {} ({}); {}; cost model {}\n", ring,
+               comm.plan_description().empty() ? "rank order: topology discovery is off" : "planned",
                comm.local_size() == p ? "one host (shared-memory slots)" : "several hosts",
                comm.cost_model().params().source);
-    if (!comm.plan_description().empty()) fmt::print("{}\n", comm.plan_description());
     const auto names = reducer.bucket_names();
     std::size_t k = 0;
     for (const auto& b : names) {

@@ -210,6 +210,38 @@ std::vector<RankPlacement> place_ranks(const Topology& t, int n) {
   return out;
 }
 
+namespace {
+
+// GB/s a host reaches the network with: its fastest NIC (the network link's bandwidth, else the port speed), 0 when
+// the model does not say.
+std::vector<double> host_network_gbps(const Topology& t) {
+  std::vector<double> bw(static_cast<size_t>(std::max(1, t.count(NodeKind::Host))), 0.0);
+  for (const Link& l : t.links()) {
+    if (l.kind != LinkKind::Network) continue;
+    const int end = t.node(l.a).kind == NodeKind::Network ? l.b : l.a;
+    const double gbps = l.bandwidth_gbps > 0 ? l.bandwidth_gbps : t.node(end).speed_gbps / 8.0;
+    auto& h = bw[static_cast<size_t>(std::min<int>(host_index_of(t, end), static_cast<int>(bw.size()) - 1))];
+    h = std::max(h, gbps);
+  }
+  return bw;
+}
+
+// Ranks on different hosts talk over the network, whatever route the graph has: NET at the slower host's network
+// bandwidth (the class default when unknown). No graph search, so that planning stays linear in the hosts.
+EdgeMetric cross_host_metric(const std::vector<double>& host_gbps, int ha, int hb) {
+  EdgeMetric m;
+  m.cls = PathClass::NET;
+  m.hops = 2;  // NIC -> network -> NIC
+  auto at_host = [&](int h) { return h >= 0 && static_cast<size_t>(h) < host_gbps.size() ? host_gbps[static_cast<size_t>(h)] : 0.0; };
+  const double a = at_host(ha), b = at_host(hb);
+  m.bandwidth_gbps = a > 0 && b > 0 ? std::min(a, b) : class_default_bandwidth_gbps(PathClass::NET);
+  m.latency_us = class_default_latency_us(PathClass::NET);
+  m.cost = class_weight(PathClass::NET) * 100.0 + m.hops;
+  return m;
+}
+
+}  // namespace
+
 RingProblem make_problem(const Topology& t, const std::vector<RankPlacement>& placement) {
   RingProblem p;
   p.n = static_cast<int>(placement.size());
@@ -220,6 +252,7 @@ RingProblem make_problem(const Topology& t, const std::vector<RankPlacement>& pl
   p.metric.resize(nn);
   p.host.resize(static_cast<size_t>(p.n));
   std::map<std::pair<int, int>, EdgeMetric> cache;
+  std::vector<double> host_gbps;
   for (int a = 0; a < p.n; ++a) {
     const RankPlacement& ra = placement[static_cast<size_t>(a)];
     t.node(ra.device);
@@ -230,18 +263,14 @@ RingProblem make_problem(const Topology& t, const std::vector<RankPlacement>& pl
       if (a == b) {
         m.cls = PathClass::LOC;
       } else {
-        auto key = std::make_pair(ra.device, rb.device);
-        auto it = cache.find(key);
-        if (it == cache.end()) it = cache.emplace(key, pair_metric(t, ra.device, rb.device)).first;
-        m = it->second;
-        if (ra.host != rb.host && (m.cls == PathClass::DIS || m.cls < PathClass::NET)) {
-          // Different hosts: the network, whatever the model says about the route.
-          const double known = m.cls == PathClass::NET || m.cls == PathClass::DIS ? 0 : m.bandwidth_gbps;
-          m.cls = PathClass::NET;
-          m.bandwidth_gbps = known > 0 ? std::min(known, class_default_bandwidth_gbps(PathClass::NET))
-                                       : class_default_bandwidth_gbps(PathClass::NET);
-          m.latency_us = std::max(m.latency_us, class_default_latency_us(PathClass::NET));
-          m.cost = class_weight(PathClass::NET) * 100.0 + m.hops;
+        if (ra.host != rb.host) {
+          if (host_gbps.empty()) host_gbps = host_network_gbps(t);
+          m = cross_host_metric(host_gbps, ra.host, rb.host);
+        } else {
+          auto key = std::make_pair(ra.device, rb.device);
+          auto it = cache.find(key);
+          if (it == cache.end()) it = cache.emplace(key, pair_metric(t, ra.device, rb.device)).first;
+          m = it->second;
         }
       }
       p.bw[at(p.n, a, b)] = m.bandwidth_gbps;
@@ -586,24 +615,46 @@ std::string Plan::describe() const {
   return out;
 }
 
-Plan plan_collectives(const RingProblem& p, const PlannerOptions& o) {
-  check_problem(p);
-  Plan plan;
-  plan.ranks = p.n;
-  const int limit = std::clamp(o.exact_limit, 0, kMaxExactRanks);
-  std::set<int> hosts(p.host.begin(), p.host.end());
-  plan.hosts = std::max<int>(1, static_cast<int>(hosts.size()));
-  plan.ring = hierarchical_ring(p, limit);
-  validate_ring(plan.ring, p.n);
-  plan.ring_score = score_ring(p, plan.ring);
-  plan.identity_ring_order = identity_ring(p.n);
-  plan.identity_score = score_ring(p, plan.identity_ring_order);
+namespace {
+
+using Metric = std::function<EdgeMetric(int, int)>;
+
+RingScore score_edges(const std::vector<int>& order, const Metric& metric) {
+  RingScore s;
+  const size_t n = order.size();
+  if (n < 2) return s;
+  s.bottleneck_gbps = kInf;
+  for (size_t i = 0; i < n; ++i) {
+    const EdgeMetric m = metric(order[i], order[(i + 1) % n]);
+    if (!bw_eq(m.bandwidth_gbps, s.bottleneck_gbps) && m.bandwidth_gbps < s.bottleneck_gbps) {
+      s.bottleneck_gbps = m.bandwidth_gbps;
+      s.bottleneck_edges = 1;
+    } else if (bw_eq(m.bandwidth_gbps, s.bottleneck_gbps)) {
+      ++s.bottleneck_edges;
+    }
+    s.total_cost += m.cost;
+    s.max_latency_us = std::max(s.max_latency_us, m.latency_us);
+  }
+  return s;
+}
+
+// Everything a Plan holds besides the ring search itself: scores, the rank-order baseline (taken instead when it
+// is as good), the ring's edges, the trees and their figures. `metric` answers for any pair of ranks.
+void finish_plan(Plan& plan, std::vector<int> ring, const std::vector<int>& host, const Metric& metric) {
+  const int n = static_cast<int>(ring.size());
+  validate_ring(ring, n);
+  plan.ranks = n;
+  plan.hosts = std::max<int>(1, static_cast<int>(std::set<int>(host.begin(), host.end()).size()));
+  plan.ring = std::move(ring);
+  plan.ring_score = score_edges(plan.ring, metric);
+  plan.identity_ring_order = identity_ring(n);
+  plan.identity_score = score_edges(plan.identity_ring_order, metric);
   // Rank order when it is as good and as host-contiguous: a reordering that gains nothing only makes traces harder
   // to read.
-  auto host_changes = [&](const std::vector<int>& ring) {
+  auto host_changes = [&](const std::vector<int>& r) {
     int c = 0;
-    for (size_t i = 0; i < ring.size() && !p.host.empty(); ++i)
-      c += p.host[static_cast<size_t>(ring[i])] != p.host[static_cast<size_t>(ring[(i + 1) % ring.size()])];
+    for (size_t i = 0; i < r.size() && !host.empty(); ++i)
+      c += host[static_cast<size_t>(r[i])] != host[static_cast<size_t>(r[(i + 1) % r.size()])];
     return c;
   };
   if (!better(plan.ring_score, plan.identity_score) &&
@@ -611,45 +662,96 @@ Plan plan_collectives(const RingProblem& p, const PlannerOptions& o) {
     plan.ring = plan.identity_ring_order;
     plan.ring_score = plan.identity_score;
   }
-  plan.exact = true;
-  if (plan.hosts <= 1) {
-    plan.exact = p.n <= limit;
-  } else {
-    std::map<int, int> per_host;
-    for (int h : p.host) ++per_host[h];
-    for (const auto& [h, c] : per_host) plan.exact = plan.exact && c <= limit;
-  }
-  for (size_t i = 0; i < plan.ring.size() && plan.ring.size() > 1; ++i) {
-    const int a = plan.ring[i], b = plan.ring[(i + 1) % plan.ring.size()];
-    EdgeMetric m;
-    if (!p.metric.empty()) {
-      m = p.metric[at(p.n, a, b)];
-    } else {
-      m.bandwidth_gbps = p.bandwidth(a, b);
-      m.cost = p.cost_of(a, b);
-      m.latency_us = p.latency_of(a, b);
-      m.cls = PathClass::DIS;
-    }
-    plan.ring_edges.push_back(m);
-  }
-  plan.trees = hierarchical_trees(plan.ring, p.host);
-  validate_tree(plan.trees.first, p.n);
-  validate_tree(plan.trees.second, p.n);
+  plan.ring_edges.clear();
+  for (size_t i = 0; i < plan.ring.size() && plan.ring.size() > 1; ++i)
+    plan.ring_edges.push_back(metric(plan.ring[i], plan.ring[(i + 1) % plan.ring.size()]));
+  plan.trees = hierarchical_trees(plan.ring, host);
+  validate_tree(plan.trees.first, n);
+  validate_tree(plan.trees.second, n);
   double tbw = kInf, tlat = 0;
   for (const TreeShape* t : {&plan.trees.first, &plan.trees.second})
-    for (int r = 0; r < p.n; ++r) {
+    for (int r = 0; r < n; ++r) {
       const int par = t->parent[static_cast<size_t>(r)];
       if (par < 0) continue;
-      tbw = std::min({tbw, p.bandwidth(par, r), p.bandwidth(r, par)});
-      tlat = std::max(tlat, p.latency_of(par, r));
+      const EdgeMetric up = metric(r, par), down = metric(par, r);
+      tbw = std::min({tbw, up.bandwidth_gbps, down.bandwidth_gbps});
+      tlat = std::max(tlat, down.latency_us);
     }
   plan.tree_bottleneck_gbps = tbw == kInf ? 0 : tbw;
   plan.tree_max_latency_us = tlat;
+}
+
+bool levels_exact(const std::vector<int>& host, int n, int limit) {
+  std::map<int, int> per_host;
+  for (int h : host) ++per_host[h];
+  if (per_host.size() <= 1) return n <= limit;
+  for (const auto& [h, c] : per_host)
+    if (c > limit) return false;
+  return true;
+}
+
+}  // namespace
+
+Plan plan_collectives(const RingProblem& p, const PlannerOptions& o) {
+  check_problem(p);
+  const int limit = std::clamp(o.exact_limit, 0, kMaxExactRanks);
+  Plan plan;
+  const Metric metric = [&](int a, int b) {
+    if (!p.metric.empty()) return p.metric[at(p.n, a, b)];
+    EdgeMetric m;
+    m.bandwidth_gbps = p.bandwidth(a, b);
+    m.cost = p.cost_of(a, b);
+    m.latency_us = p.latency_of(a, b);
+    m.cls = PathClass::DIS;
+    return m;
+  };
+  finish_plan(plan, hierarchical_ring(p, limit), p.host, metric);
+  plan.exact = levels_exact(p.host, p.n, limit);
   return plan;
 }
 
 Plan plan_collectives(const Topology& t, const std::vector<RankPlacement>& placement, const PlannerOptions& o) {
-  Plan plan = plan_collectives(make_problem(t, placement), o);
+  std::set<int> hosts;
+  for (const auto& r : placement) hosts.insert(r.host);
+  Plan plan;
+  if (hosts.size() <= 1) {
+    plan = plan_collectives(make_problem(t, placement), o);
+  } else {
+    // Across hosts, only pairs within a host need the graph: one small problem per host, solved as
+    // hierarchical_ring does, and the network's figures between hosts. Linear in the hosts, not quadratic in ranks.
+    const int limit = std::clamp(o.exact_limit, 0, kMaxExactRanks);
+    const int n = static_cast<int>(placement.size());
+    std::map<int, std::vector<int>> by_host;
+    for (int r = 0; r < n; ++r) by_host[placement[static_cast<size_t>(r)].host].push_back(r);
+    std::vector<int> local_index(static_cast<size_t>(n)), host(static_cast<size_t>(n));
+    std::map<int, RingProblem> problems;
+    std::vector<int> ring;
+    for (const auto& [h, ranks] : by_host) {
+      std::vector<RankPlacement> sub;
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        local_index[static_cast<size_t>(ranks[i])] = static_cast<int>(i);
+        host[static_cast<size_t>(ranks[i])] = h;
+        sub.push_back(placement[static_cast<size_t>(ranks[i])]);
+      }
+      RingProblem& s = problems[h] = make_problem(t, sub);
+      std::vector<int> local = best_ring(s, limit);
+      if (local.size() >= 2) {
+        const size_t w = worst_edge(s, local);  // cut there: the host is entered and left once
+        std::rotate(local.begin(), local.begin() + static_cast<long>((w + 1) % local.size()), local.end());
+      }
+      for (int i : local) ring.push_back(ranks[static_cast<size_t>(i)]);
+    }
+    const std::vector<double> host_gbps = host_network_gbps(t);
+    const Metric metric = [&](int a, int b) {
+      const int ha = host[static_cast<size_t>(a)], hb = host[static_cast<size_t>(b)];
+      if (ha != hb) return cross_host_metric(host_gbps, ha, hb);
+      const RingProblem& s = problems.at(ha);
+      EdgeMetric m = s.metric[at(s.n, local_index[static_cast<size_t>(a)], local_index[static_cast<size_t>(b)])];
+      return m;
+    };
+    finish_plan(plan, std::move(ring), host, metric);
+    plan.exact = levels_exact(host, n, limit);
+  }
   plan.placement = placement;
   for (const auto& r : placement) plan.device_names.push_back(t.node(r.device).name);
   return plan;

@@ -3,10 +3,11 @@
 // the route between two devices the way NCCL (LOC, NVL, NVB, C2C, PIX, PXB, PHB, SYS, NET) and
 // `nvidia-smi topo -m` (which adds NODE) do.
 //
-// Why not Boost.Graph: the graphs are tiny (a few hundred vertices at most), the only algorithms needed are
-// breadth-first searches over link subsets, and a plain adjacency list keeps topology/ free of a heavy header
-// dependency (and of its ABI in the installed headers). Vertices are dense ints 0..n-1, so swapping in
-// boost::adjacency_list later is mechanical if ever needed.
+// Why not Boost.Graph: a machine is a few hundred vertices at most, and a cluster is machines joined through one
+// network vertex that the planner never searches across; the only algorithms needed are breadth-first searches over
+// link subsets. A plain adjacency list keeps topology/ free of a heavy header dependency (and of its ABI in the
+// installed headers). Vertices are dense ints 0..n-1, so swapping in boost::adjacency_list is mechanical if ever
+// needed.
 #pragma once
 
 #include <map>

@@ -1,0 +1,105 @@
+// The communicator plans on the job's topology: discovery gathered over the transport, or HOPWISE_TOPO_FILE.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "hopwise/comm/communicator.h"
+#include "hopwise/comm/inproc_transport.h"
+#include "hopwise/topology/cluster.h"
+#include "hopwise/topology/formats.h"
+#include "inproc_group.h"
+
+namespace hc = hopwise::comm;
+namespace ht = hopwise::topology;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A host with one package, one NUMA node (cpus 0-7), two GPUs on PCIe and a 100 Gb/s NIC.
+ht::Topology small_machine() {
+  ht::Topology t;
+  const int host = t.add_node({.kind = ht::NodeKind::Host, .name = "m"});
+  const int pkg = t.add_node({.kind = ht::NodeKind::CpuPackage, .name = "Package0", .index = 0});
+  const int numa = t.add_node({.kind = ht::NodeKind::Numa, .name = "NUMA0", .numa = 0, .index = 0,
+                               .cpu_affinity = "0-7"});
+  t.add_link({host, pkg, ht::LinkKind::Internal});
+  t.add_link({pkg, numa, ht::LinkKind::Internal});
+  for (int g = 0; g < 2; ++g) {
+    const int gpu = t.add_node({.kind = ht::NodeKind::Gpu, .name = "GPU" + std::to_string(g), .index = g});
+    t.add_link({numa, gpu, ht::LinkKind::PCIe, 1, 4, 16, 0, 0});
+  }
+  const int nic = t.add_node({.kind = ht::NodeKind::Nic, .name = "eth0", .speed_gbps = 100});
+  t.add_link({numa, nic, ht::LinkKind::PCIe, 1, 4, 16, 0, 0});
+  return t;
+}
+
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(std::string n, const std::string& v) : name(std::move(n)) { setenv(name.c_str(), v.c_str(), 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
+}  // namespace
+
+TEST(CommPlanning, DiscoveryIsGatheredOverTheTransport) {
+  const int n = 3;
+  auto world = hc::make_inprocess_world(n);
+  hc::Options o = hwtest::test_options();
+  o.discover_topology = true;  // collective: every rank builds its communicator on its own thread
+  std::vector<std::unique_ptr<hc::Communicator>> comms(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      comms[static_cast<size_t>(r)] =
+          std::make_unique<hc::Communicator>(std::make_unique<hc::InProcessTransport>(world, r), o);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    const ht::Cluster* c = comms[static_cast<size_t>(r)]->cluster();
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->hosts.size(), 1u);
+    EXPECT_EQ(c->placement.size(), static_cast<size_t>(n));
+    EXPECT_NE(comms[static_cast<size_t>(r)]->plan_description().find("from discovery (3 rank(s) on 1 host(s))"),
+              std::string::npos)
+        << comms[static_cast<size_t>(r)]->plan_description();
+  }
+}
+
+TEST(CommPlanning, TopologyFileAcrossHostsPlansAndBoundsTheModel) {
+  const ht::Topology m = small_machine();
+  const ht::Cluster c = ht::assemble_cluster({ht::encode_view({0, "a", "", ""}, &m),
+                                              ht::encode_view({1, "b", "", ""}, &m)});
+  const fs::path file = fs::temp_directory_path() / ("hopwise-two-hosts-" + std::to_string(getpid()) + ".json");
+  ht::save_text(file.string(), ht::to_json(c.topology));
+  const fs::path dump = fs::path(file).replace_extension(".dump.json");
+  {
+    ScopedEnv topo("HOPWISE_TOPO_FILE", file.string());
+    ScopedEnv out("HOPWISE_TOPO_DUMP_FILE", dump.string());
+    hwtest::Group g(4, hwtest::test_options());
+    // Ranks round-robin on a:GPU0, a:GPU1, b:GPU0, b:GPU1: two hosts, each entered once.
+    EXPECT_NE(g.comm(0).plan_description().find("4 ranks on 2 host(s)"), std::string::npos)
+        << g.comm(0).plan_description();
+    const auto& model = g.comm(0).cost_model().params();
+    EXPECT_EQ(model.source, "defaults bounded by the plan");
+    EXPECT_GE(model.beta, 1e-9 / 12.5 - 1e-15);  // 100 Gb/s NICs: 12.5 GB/s at best
+    // Collectives stay correct on the planned ring and trees.
+    const std::string err = g.run([](int r, hc::Communicator& comm) {
+      for (auto a : {hc::Algorithm::kRing, hc::Algorithm::kTree, hc::Algorithm::kAuto}) {
+        comm.set_algorithm(a);
+        std::vector<float> v(1001, static_cast<float>(r + 1));
+        comm.allreduce(std::span<float>(v));
+        for (float x : v)
+          if (x != 10.0f) throw std::runtime_error("wrong sum " + std::to_string(x));
+      }
+    });
+    EXPECT_EQ(err, "");
+  }
+  // Rank 0 wrote what the plan was made on; it loads back as the same two hosts.
+  const ht::Topology back = ht::load_topology(dump.string());
+  EXPECT_EQ(back.count(ht::NodeKind::Host), 2);
+  fs::remove(file);
+  fs::remove(dump);
+}
