@@ -7,6 +7,7 @@
 
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
+#include "hopwise/compression/powersgd.h"
 #include "inproc_group.h"
 
 namespace {
@@ -112,3 +113,162 @@ TEST(CompressedAllreduce, CountsWireBytesAndAverages) {
 }
 
 }  // namespace
+
+// ---- PowerSGD over the communicator: several matrices of awkward shapes per call, against a serial run ----
+namespace {
+
+struct Shape {
+  std::size_t rows, cols;
+};
+// 1-D, too small to compress, empty, tall and wide, and ones that compress.
+const std::vector<Shape> kShapes = {{1, 7}, {7, 1}, {10, 10}, {0, 5}, {33, 17}, {64, 48}, {5, 97}, {128, 3}};
+
+// What p ranks' steps sum to, serially: plain sums for what is not compressed this step, else the PowerSGD math
+// with P and Q summed in rank order.
+std::vector<std::vector<float>> powersgd_reference(const cz::PowerSgd& ps, std::uint64_t seed, int p, int steps) {
+  std::vector<std::vector<cz::PowerSgdState>> st(kShapes.size());
+  for (std::size_t k = 0; k < kShapes.size(); ++k)
+    for (int r = 0; r < p; ++r) st[k].emplace_back(900 + k);
+  std::vector<std::vector<float>> out(kShapes.size());
+  for (int step = 0; step < steps; ++step)
+    for (std::size_t k = 0; k < kShapes.size(); ++k) {
+      const auto [rows, cols] = kShapes[k];
+      const std::size_t n = rows * cols;
+      std::vector<std::vector<float>> x;
+      for (int r = 0; r < p; ++r) x.push_back(input(seed + 97 * static_cast<std::uint64_t>(step) + k, r, n));
+      out[k].assign(n, 0.0f);
+      if (!ps.compressed_step(rows, cols, st[k][0])) {
+        for (int r = 0; r < p; ++r) {
+          for (std::size_t i = 0; i < n; ++i) out[k][i] += x[static_cast<std::size_t>(r)][i];
+          if (ps.compresses(rows, cols)) ps.skip(st[k][static_cast<std::size_t>(r)]);
+        }
+        continue;
+      }
+      std::vector<float> psum(ps.p_count(rows, cols), 0.0f), qsum(ps.q_count(rows, cols), 0.0f), tmp;
+      for (int r = 0; r < p; ++r) {
+        tmp.assign(psum.size(), 0.0f);
+        ps.compute_p(x[static_cast<std::size_t>(r)].data(), rows, cols, tmp.data(), st[k][static_cast<std::size_t>(r)]);
+        for (std::size_t i = 0; i < tmp.size(); ++i) psum[i] += tmp[i];
+      }
+      for (int r = 0; r < p; ++r) {
+        tmp.assign(qsum.size(), 0.0f);
+        ps.compute_q(psum.data(), rows, cols, tmp.data(), st[k][static_cast<std::size_t>(r)]);
+        for (std::size_t i = 0; i < tmp.size(); ++i) qsum[i] += tmp[i];
+      }
+      for (int r = 0; r < p; ++r) ps.decompress(qsum.data(), rows, cols, out[k].data(), st[k][static_cast<std::size_t>(r)]);
+    }
+  return out;
+}
+
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+}  // namespace
+
+class PowerSgdAllreduce : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
+
+TEST_P(PowerSgdAllreduce, MatchesTheSerialRunStepByStep) {
+  const auto [p, spec] = GetParam();
+  const cz::PowerSgd ps = cz::PowerSgd::from_spec(spec);
+  const std::uint64_t seed = 4242;
+  const int steps = 3;
+  Group g(p, test_options());
+  std::vector<std::vector<std::vector<float>>> got(static_cast<std::size_t>(p));
+  std::vector<std::uint64_t> wire(static_cast<std::size_t>(p));
+  const std::string err = g.run([&](int r, hc::Communicator& comm) {
+    std::vector<cz::PowerSgdState> st;
+    for (std::size_t k = 0; k < kShapes.size(); ++k) st.emplace_back(900 + k);
+    std::vector<std::vector<float>> bufs(kShapes.size());
+    for (int step = 0; step < steps; ++step) {
+      std::vector<hc::PowerSgdTensor> ts;
+      for (std::size_t k = 0; k < kShapes.size(); ++k) {
+        bufs[k] = input(seed + 97 * static_cast<std::uint64_t>(step) + k, r, kShapes[k].rows * kShapes[k].cols);
+        ts.push_back({bufs[k].data(), bufs[k].data(), kShapes[k].rows, kShapes[k].cols, &st[k]});
+      }
+      // Alternate sync and async, so both paths run.
+      if (step % 2) comm.allreduce_powersgd(ts, ps);
+      else comm.allreduce_powersgd_async(ts, ps).wait();
+    }
+    got[static_cast<std::size_t>(r)] = bufs;
+    wire[static_cast<std::size_t>(r)] = comm.stats().wire_bytes;
+  });
+  ASSERT_EQ(err, "");
+  const auto ref = powersgd_reference(ps, seed, p, steps);
+  for (std::size_t k = 0; k < kShapes.size(); ++k) {
+    SCOPED_TRACE(::testing::Message() << kShapes[k].rows << "x" << kShapes[k].cols);
+    for (int r = 0; r < p; ++r) {
+      EXPECT_EQ(got[static_cast<std::size_t>(r)][k], got[0][k]) << "ranks disagree";
+      EXPECT_LT(relative_l2(got[static_cast<std::size_t>(r)][k], ref[k]), 1e-4);
+    }
+  }
+  // The compressed matrices travel as their factors: fewer bytes than the floats themselves; all warm-up steps
+  // send exactly the floats.
+  std::size_t floats = 0;
+  for (const auto& s : kShapes) floats += s.rows * s.cols;
+  if (ps.warmup() < static_cast<std::uint64_t>(steps)) {
+    EXPECT_LT(wire[0], steps * floats * sizeof(float));
+  } else {
+    EXPECT_EQ(wire[0], steps * floats * sizeof(float));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, PowerSgdAllreduce,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 16),
+                                            ::testing::Values("powersgd:rank=4", "powersgd:rank=2,ef=0,warmup=1",
+                                                              "powersgd:rank=8,warmup=5")));
+
+TEST(PowerSgdAllreduceErrors, AreNamed) {
+  Group g(2, test_options());
+  const cz::PowerSgd ps = cz::PowerSgd::from_spec("powersgd");
+  std::vector<float> a(12);
+  const std::vector<hc::PowerSgdTensor> no_state = {{a.data(), a.data(), 3, 4, nullptr}};
+  try {
+    g.comm(0).allreduce_powersgd_async(no_state, ps);
+    FAIL() << "no error";
+  } catch (const hopwise::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("matrix 0 (3 x 4) on rank 0 has no state"), std::string::npos) << e.what();
+  }
+  cz::PowerSgdState st(1);
+  const std::vector<hc::PowerSgdTensor> ok = {{a.data(), a.data(), 3, 4, &st}};
+  EXPECT_THROW(g.comm(0).allreduce_powersgd_async(ok, ps, hopwise::ReduceOp::kMax), hopwise::InvalidArgument);
+}
+
+// Averaging and error feedback over the communicator: over T steps the outputs plus every rank's final residual
+// add up to the inputs (the residual holds what PowerSGD has not sent yet).
+TEST(PowerSgdAllreduce, ErrorFeedbackConservesAcrossSteps) {
+  const int p = 3, steps = 6;
+  const std::size_t rows = 40, cols = 24;
+  const cz::PowerSgd ps = cz::PowerSgd::from_spec("powersgd:rank=2");
+  Group g(p, test_options());
+  std::vector<std::vector<double>> in_sum(p, std::vector<double>(rows * cols)), out_sum = in_sum;
+  std::vector<std::vector<float>> residual(p);
+  const std::string err = g.run([&](int r, hc::Communicator& comm) {
+    cz::PowerSgdState st(77);
+    std::vector<float> buf;
+    for (int step = 0; step < steps; ++step) {
+      buf = input(500 + static_cast<std::uint64_t>(step), r, rows * cols);
+      for (std::size_t i = 0; i < buf.size(); ++i) in_sum[static_cast<std::size_t>(r)][i] += buf[i];
+      const hc::PowerSgdTensor t{buf.data(), buf.data(), rows, cols, &st};
+      comm.allreduce_powersgd(std::span<const hc::PowerSgdTensor>(&t, 1), ps, hopwise::ReduceOp::kAvg);
+      for (std::size_t i = 0; i < buf.size(); ++i) out_sum[static_cast<std::size_t>(r)][i] += buf[i] * p;
+    }
+    residual[static_cast<std::size_t>(r)] = st.residual;
+  });
+  ASSERT_EQ(err, "");
+  double worst = 0;
+  for (std::size_t i = 0; i < rows * cols; ++i) {
+    double in = 0, res = 0;
+    for (int r = 0; r < p; ++r) {
+      in += in_sum[static_cast<std::size_t>(r)][i];
+      res += residual[static_cast<std::size_t>(r)][i];
+    }
+    worst = std::max(worst, std::abs(out_sum[0][i] + res - in));
+  }
+  EXPECT_LT(worst, 1e-3);
+}

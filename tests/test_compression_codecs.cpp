@@ -829,9 +829,25 @@ TEST(PowerSgd, ShapesOrderAndSpecErrors) {
   ps.compute_q(buf.data(), 4, 5, buf.data(), st);
   ps.decompress(buf.data(), 4, 5, buf.data(), st);
   EXPECT_THROW(ps.compute_p(g.data(), 5, 4, buf.data(), st), InvalidArgument);  // another tensor's state
-  for (const char* bad : {"powersgd:rank=0", "powersgd:rank=2000", "powersgd:ef=3", "powersgd:warmup=10", "topk"})
+  for (const char* bad : {"powersgd:rank=0", "powersgd:rank=2000", "powersgd:ef=3", "powersgd:warmup=-1", "powersgd:warmup=x", "powersgd:q=1", "topk"})
     EXPECT_THROW(PowerSgd::from_spec(bad), InvalidArgument) << bad;
   EXPECT_NE(error_of("powersgd:rank=4").find("PowerSgd::from_spec"), std::string::npos);
+}
+
+TEST(PowerSgdCodec, WarmupAndWhatIsWorthCompressing) {
+  const PowerSgd ps = PowerSgd::from_spec("powersgd:rank=4,warmup=2");
+  EXPECT_EQ(ps.name(), "powersgd:ef=1,rank=4,warmup=2");
+  EXPECT_EQ(PowerSgd::from_spec(ps.name()).name(), ps.name());
+  EXPECT_FALSE(ps.compresses(1, 1000));   // 1-D: a bias
+  EXPECT_FALSE(ps.compresses(1000, 1));
+  EXPECT_FALSE(ps.compresses(10, 10));    // (10+10)*4*2 = 160 > 100: not clearly smaller
+  EXPECT_TRUE(ps.compresses(16, 16));     // (16+16)*4*2 = 256 <= 256
+  EXPECT_TRUE(ps.compresses(1024, 784));
+  PowerSgdState st(5);
+  EXPECT_FALSE(ps.compressed_step(64, 64, st));
+  ps.skip(st);
+  ps.skip(st);
+  EXPECT_TRUE(ps.compressed_step(64, 64, st));
 }
 
 }  // namespace

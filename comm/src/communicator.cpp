@@ -16,6 +16,7 @@
 #include "hopwise/comm/mpi_transport.h"
 #include "hopwise/comm/topology_exchange.h"
 #include "hopwise/compression/codec.h"
+#include "hopwise/compression/powersgd.h"
 #include "hopwise/topology/formats.h"
 #include "hopwise/topology/planner.h"
 #include "hopwise/common/env.h"
@@ -56,6 +57,9 @@ struct Task {
   // A compressed allreduce: the codec and its per-tensor state (kind is kAllreduce, dt float32).
   const compression::Codec* codec = nullptr;
   compression::CodecState* codec_state = nullptr;
+  // A PowerSGD allreduce over several matrices (kind kAllreduce, dt float32, count = all their elements).
+  const compression::PowerSgd* powersgd = nullptr;
+  std::vector<PowerSgdTensor> matrices;
 };
 
 }  // namespace
@@ -90,6 +94,7 @@ struct Communicator::Impl {
       s += fmt::format(", op={}", to_string(t.op));
     if (t.kind == Collective::kBroadcast || t.kind == Collective::kReduce) s += fmt::format(", root={}", t.root);
     if (t.codec != nullptr) s += fmt::format(", codec={}", t.codec->name());
+    if (t.powersgd != nullptr) s += fmt::format(", codec={}, matrices={}", t.powersgd->name(), t.matrices.size());
     s += fmt::format(", algo={}", to_string(a));
     return s + fmt::format(", ranks={})", p());
   }
@@ -188,8 +193,71 @@ struct Communicator::Impl {
     stats.wire_bytes += b;
   }
 
+  // PowerSGD: P = M Q for every compressed matrix into one buffer, allreduce; Q = M^T P^ likewise; decompress.
+  // The rest (warm-up, 1-D, too small) packed into a third buffer and all-reduced as it is.
+  void run_powersgd(Task& t) {
+    const compression::PowerSgd& ps = *t.powersgd;
+    std::size_t p_total = 0, q_total = 0, plain_total = 0;
+    for (const auto& m : t.matrices) {
+      if (ps.compressed_step(m.rows, m.cols, *m.state)) {
+        p_total += ps.p_count(m.rows, m.cols);
+        q_total += ps.q_count(m.rows, m.cols);
+      } else {
+        plain_total += m.rows * m.cols;
+      }
+    }
+    if (plain_total > 0) {
+      auto* plain = static_cast<float*>(workspace.get(Scratch::kGathered, plain_total * sizeof(float)));
+      std::size_t at = 0;
+      for (const auto& m : t.matrices)
+        if (!ps.compressed_step(m.rows, m.cols, *m.state)) {
+          std::memcpy(plain + at, m.in, m.rows * m.cols * sizeof(float));
+          at += m.rows * m.cols;
+        }
+      run_nested(Collective::kAllreduce, plain, plain, plain_total, DataType::kFloat32, ReduceOp::kSum);
+      at = 0;
+      for (const auto& m : t.matrices)
+        if (!ps.compressed_step(m.rows, m.cols, *m.state)) {
+          std::memcpy(m.out, plain + at, m.rows * m.cols * sizeof(float));
+          at += m.rows * m.cols;
+          if (ps.compresses(m.rows, m.cols)) ps.skip(*m.state);  // a warm-up step
+        }
+      add_wire_bytes(plain_total * sizeof(float));
+    }
+    if (p_total > 0) {
+      auto* pq = static_cast<float*>(workspace.get(Scratch::kPayload, (p_total + q_total) * sizeof(float)));
+      float* pbuf = pq;
+      float* qbuf = pq + p_total;
+      std::vector<const PowerSgdTensor*> comp;
+      for (const auto& m : t.matrices)
+        if (ps.compressed_step(m.rows, m.cols, *m.state)) comp.push_back(&m);
+      std::size_t at = 0;
+      for (const auto* m : comp) {
+        ps.compute_p(m->in, m->rows, m->cols, pbuf + at, *m->state);
+        at += ps.p_count(m->rows, m->cols);
+      }
+      run_nested(Collective::kAllreduce, pbuf, pbuf, p_total, DataType::kFloat32, ReduceOp::kSum);
+      std::size_t pat = 0, qat = 0;
+      for (const auto* m : comp) {
+        ps.compute_q(pbuf + pat, m->rows, m->cols, qbuf + qat, *m->state);
+        pat += ps.p_count(m->rows, m->cols);
+        qat += ps.q_count(m->rows, m->cols);
+      }
+      run_nested(Collective::kAllreduce, qbuf, qbuf, q_total, DataType::kFloat32, ReduceOp::kSum);
+      qat = 0;
+      for (const auto* m : comp) {
+        ps.decompress(qbuf + qat, m->rows, m->cols, m->out, *m->state);
+        qat += ps.q_count(m->rows, m->cols);
+      }
+      add_wire_bytes((p_total + q_total) * sizeof(float));
+    }
+    if (t.op == ReduceOp::kAvg)
+      for (const auto& m : t.matrices) scale_by(DataType::kFloat32, m.out, m.rows * m.cols, 1.0 / p());
+  }
+
   void run(Task& t, Algorithm a) {
     if (t.codec != nullptr) return run_compressed(t);
+    if (t.powersgd != nullptr) return run_powersgd(t);
     const int n = p();
     const std::size_t es = dtype_size(t.dt);
     const ReduceOp op = t.op == ReduceOp::kAvg ? ReduceOp::kSum : t.op;
@@ -556,6 +624,38 @@ Work Communicator::allreduce_compressed_async(const float* in, float* out, std::
 void Communicator::allreduce_compressed(const float* in, float* out, std::size_t count,
                                         const compression::Codec& codec, compression::CodecState& state, ReduceOp op) {
   impl_->run_sync(compressed_task(rank(), in, out, count, codec, state, op));
+}
+
+static Task powersgd_task(int rank, std::span<const PowerSgdTensor> tensors, const compression::PowerSgd& ps,
+                          ReduceOp op) {
+  if (op != ReduceOp::kSum && op != ReduceOp::kAvg)
+    throw InvalidArgument(fmt::format("allreduce_powersgd: op {} is not available; PowerSGD sums (use sum or avg)",
+                                      to_string(op)));
+  Task t{Collective::kAllreduce, nullptr, nullptr, 0, DataType::kFloat32, op};
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const PowerSgdTensor& m = tensors[i];
+    const std::size_t n = m.rows * m.cols;
+    if (m.state == nullptr)
+      throw InvalidArgument(fmt::format("allreduce_powersgd: matrix {} ({} x {}) on rank {} has no state; keep one "
+                                        "compression::PowerSgdState per matrix across steps",
+                                        i, m.rows, m.cols, rank));
+    check_buffers(fmt::format("allreduce_powersgd (matrix {})", i).c_str(), m.in, n, m.out, n, DataType::kFloat32,
+                  rank);
+    t.count += n;
+  }
+  t.powersgd = &ps;
+  t.matrices.assign(tensors.begin(), tensors.end());
+  return t;
+}
+
+Work Communicator::allreduce_powersgd_async(std::span<const PowerSgdTensor> tensors, const compression::PowerSgd& ps,
+                                            ReduceOp op) {
+  return impl_->submit(powersgd_task(rank(), tensors, ps, op));
+}
+
+void Communicator::allreduce_powersgd(std::span<const PowerSgdTensor> tensors, const compression::PowerSgd& ps,
+                                      ReduceOp op) {
+  impl_->run_sync(powersgd_task(rank(), tensors, ps, op));
 }
 
 Work Communicator::barrier_async() { return impl_->submit({Collective::kBarrier}); }

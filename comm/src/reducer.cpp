@@ -10,6 +10,7 @@
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
+#include "hopwise/compression/powersgd.h"
 
 namespace hopwise::comm {
 
@@ -29,8 +30,10 @@ struct Param {
   std::string name;
   float* grad;
   std::size_t count;
+  std::size_t rows = 1, cols = 0;  // the matrix shape PowerSGD compresses (1 x count: a vector, sent plain)
   int bucket = -1;
   bool ready = false;
+  std::unique_ptr<compression::PowerSgdState> powersgd;  // warm start and residual, across steps and rebuilds
 };
 
 struct Bucket {
@@ -40,6 +43,7 @@ struct Bucket {
   std::vector<float> flat;   // otherwise: gathered here, reduced, scattered back
   int pending = 0;
   bool launched = false;
+  std::size_t wire_bytes = 0;  // what this step's launch puts on the wire
   Work work;
   compression::CodecState codec_state;  // per bucket: error-feedback residual and step
   float* data() { return view ? view : flat.data(); }
@@ -57,11 +61,32 @@ struct GradientReducer::Impl {
   int steps = 0;
   bool finalized = false;
   std::vector<BucketTiming> timings;
-  std::unique_ptr<compression::Codec> codec;  // null: plain allreduce
+  std::unique_ptr<compression::Codec> codec;        // null: plain allreduce (or PowerSGD)
+  std::unique_ptr<compression::PowerSgd> powersgd;  // "powersgd:...": per-matrix low-rank factors
 
   Impl(Communicator& c, ReducerOptions o) : comm(c), options(o) {
     const auto spec = compression::parse_codec_spec(options.compression);
-    if (spec.name != "none") codec = compression::make_codec(spec);
+    if (spec.name == "powersgd")
+      powersgd = std::make_unique<compression::PowerSgd>(compression::PowerSgd::from_spec(spec));
+    else if (spec.name != "none")
+      codec = compression::make_codec(spec);
+  }
+
+  // PowerSGD: every matrix of the bucket, P factors in one allreduce and Q factors in another (the comm/ call).
+  Work launch_powersgd(Bucket& b) {
+    std::vector<PowerSgdTensor> ts;
+    std::size_t off = 0;
+    b.wire_bytes = 0;
+    for (int i : b.params) {
+      Param& p = params[static_cast<std::size_t>(i)];
+      float* data = b.view ? p.grad : b.flat.data() + off;
+      off += p.count;
+      ts.push_back({data, data, p.rows, p.cols, p.powersgd.get()});
+      b.wire_bytes += powersgd->compressed_step(p.rows, p.cols, *p.powersgd)
+                          ? (powersgd->p_count(p.rows, p.cols) + powersgd->q_count(p.rows, p.cols)) * sizeof(float)
+                          : p.count * sizeof(float);
+    }
+    return comm.allreduce_powersgd_async(ts, *powersgd, ReduceOp::kAvg);
   }
 
   // Buckets in `order` (first element goes first), the first capped at first_bucket_mb, the rest at bucket_mb.
@@ -98,6 +123,7 @@ struct GradientReducer::Impl {
     mix(params.size());
     for (const Param& p : params) {
       mix(p.count);
+      mix(p.rows);
       for (char ch : p.name) mix(static_cast<unsigned char>(ch));
     }
     for (char ch : options.compression) mix(static_cast<unsigned char>(ch));
@@ -126,8 +152,15 @@ struct GradientReducer::Impl {
           off += params[i].count;
         }
       }
-      b.work = codec ? comm.allreduce_compressed_async(b.data(), b.data(), b.count, *codec, b.codec_state, ReduceOp::kAvg)
+      if (powersgd) {
+        b.work = launch_powersgd(b);
+      } else {
+        b.wire_bytes = codec ? codec->payload_bytes(b.count) + codec->scale_count(b.count) * sizeof(float)
+                             : b.count * sizeof(float);
+        b.work = codec
+                     ? comm.allreduce_compressed_async(b.data(), b.data(), b.count, *codec, b.codec_state, ReduceOp::kAvg)
                      : comm.allreduce_async(b.data(), b.data(), b.count, DataType::kFloat32, ReduceOp::kAvg);
+      }
       b.launched = true;
       ++next_launch;
     }
@@ -157,11 +190,19 @@ GradientReducer::~GradientReducer() {
 }
 
 int GradientReducer::add_parameter(std::string name, float* grad, std::size_t count) {
+  return add_parameter(std::move(name), grad, 1, count);
+}
+
+int GradientReducer::add_parameter(std::string name, float* grad, std::size_t rows, std::size_t cols) {
+  const std::size_t count = rows * cols;
   if (impl_->finalized)
     throw InvalidArgument(fmt::format("add_parameter('{}') after finalize(); register every parameter first", name));
   if (grad == nullptr && count > 0)
     throw InvalidArgument(fmt::format("add_parameter('{}'): gradient pointer is null for {} elements", name, count));
-  impl_->params.push_back({std::move(name), grad, count});
+  Param p{std::move(name), grad, count, rows, cols};
+  // Seeded by position, so that every rank draws the same initial Q for the same matrix.
+  p.powersgd = std::make_unique<compression::PowerSgdState>(0x70736764ull + impl_->params.size());
+  impl_->params.push_back(std::move(p));
   return static_cast<int>(impl_->params.size()) - 1;
 }
 
@@ -217,8 +258,7 @@ StepStats GradientReducer::finish() {
         off += m.params[i].count;
       }
     }
-    s.bytes += m.codec ? m.codec->payload_bytes(b.count) + m.codec->scale_count(b.count) * sizeof(float)
-                     : b.count * sizeof(float);
+    s.bytes += b.wire_bytes;
     s.comm_ms += std::chrono::duration<double, std::milli>(b.work.finished() - b.work.started()).count();
     m.timings.push_back({static_cast<int>(k), b.count * sizeof(float), b.work.started(), b.work.finished()});
   }

@@ -23,9 +23,57 @@ std::uint64_t splitmix64(std::uint64_t& s) {
 
 double unit(std::uint64_t& s) { return static_cast<double>(splitmix64(s) >> 11) * 0x1p-53; }
 
+// The products below are memory-bound passes over rows x cols floats: each reads a row once for all r factors,
+// in float lanes the compiler vectorizes (AVX2 clone picked at run time); partial sums per row go to double.
+#define HOPWISE_PSGD_CLONES __attribute__((target_clones("avx2", "default")))
+constexpr std::size_t kLanes = 16;
+
+// m_i = g_i (+ res_i); p_i[j] = <m_i, q_j> for j < r. acc: r * kLanes floats of scratch.
+HOPWISE_PSGD_CLONES void row_times_q(const float* g, const float* res, float* mi, std::size_t cols, const float* q,
+                                     std::size_t r, float* pi, float* acc) {
+  std::size_t c = 0;
+  for (; c < cols; ++c) mi[c] = res ? g[c] + res[c] : g[c];
+  for (std::size_t j = 0; j < r; ++j) {
+    const float* qj = q + j * cols;
+    float* a = acc + j * kLanes;
+    for (std::size_t l = 0; l < kLanes; ++l) a[l] = 0.0f;
+    c = 0;
+    for (; c + kLanes <= cols; c += kLanes)
+      for (std::size_t l = 0; l < kLanes; ++l) a[l] += mi[c + l] * qj[c + l];
+    double sum = 0;
+    for (; c < cols; ++c) sum += static_cast<double>(mi[c]) * qj[c];
+    for (std::size_t l = 0; l < kLanes; ++l) sum += a[l];
+    pi[j] = static_cast<float>(sum);
+  }
+}
+
+// out_i (+)= sum_j a[j] * q_j  (out_i = base_i - ... when `subtract`, from base_i).
+HOPWISE_PSGD_CLONES void combine_row(const float* a, std::size_t r, const float* q, std::size_t cols, float* out,
+                                     const float* base, bool subtract) {
+  if (base)
+    for (std::size_t c = 0; c < cols; ++c) out[c] = base[c];
+  else
+    for (std::size_t c = 0; c < cols; ++c) out[c] = 0.0f;
+  for (std::size_t j = 0; j < r; ++j) {
+    const float w = subtract ? -a[j] : a[j];
+    const float* qj = q + j * cols;
+    for (std::size_t c = 0; c < cols; ++c) out[c] += w * qj[c];
+  }
+}
+
+// q_j += a[j] * m_i for j < r (accumulating P^T M one row of M at a time).
+HOPWISE_PSGD_CLONES void accumulate_row(const float* a, std::size_t r, const float* mi, std::size_t cols, float* q) {
+  for (std::size_t j = 0; j < r; ++j) {
+    const float w = a[j];
+    float* qj = q + j * cols;
+    for (std::size_t c = 0; c < cols; ++c) qj[c] += w * mi[c];
+  }
+}
+
 }  // namespace
 
-PowerSgd::PowerSgd(int rank, bool error_feedback) : rank_(rank), ef_(error_feedback) {
+PowerSgd::PowerSgd(int rank, bool error_feedback, std::uint64_t warmup)
+    : rank_(rank), ef_(error_feedback), warmup_(warmup) {
   if (rank < 1 || rank > 1024)
     throw InvalidArgument(fmt::format("powersgd: rank={} is not an integer in [1, 1024]", rank));
 }
@@ -38,6 +86,7 @@ PowerSgd PowerSgd::from_spec(const CodecSpec& spec) {
                                       spec.to_string(), spec.name));
   int rank = 4;
   bool ef = true;
+  std::uint64_t warmup = 0;
   for (const auto& [k, v] : spec.params) {
     if (k == "rank") {
       errno = 0;
@@ -51,15 +100,31 @@ PowerSgd PowerSgd::from_spec(const CodecSpec& spec) {
       if (v != "0" && v != "1")
         throw InvalidArgument(fmt::format("codec spec '{}': ef={} is not one of 0|1", spec.to_string(), v));
       ef = v == "1";
+    } else if (k == "warmup") {
+      errno = 0;
+      char* end = nullptr;
+      const long long w = std::strtoll(v.c_str(), &end, 10);
+      if (errno != 0 || end == v.c_str() || *end != '\0' || w < 0 || w > 1000000000)
+        throw InvalidArgument(
+            fmt::format("codec spec '{}': warmup={} is not a number of steps in [0, 1000000000]", spec.to_string(), v));
+      warmup = static_cast<std::uint64_t>(w);
     } else {
-      throw InvalidArgument(fmt::format("codec spec '{}': codec 'powersgd' has no parameter '{}'; it takes: rank, ef",
-                                        spec.to_string(), k));
+      throw InvalidArgument(fmt::format(
+          "codec spec '{}': codec 'powersgd' has no parameter '{}'; it takes: rank, ef, warmup", spec.to_string(), k));
     }
   }
-  return PowerSgd(rank, ef);
+  return PowerSgd(rank, ef, warmup);
 }
 
-std::string PowerSgd::name() const { return fmt::format("powersgd:ef={},rank={}", ef_ ? 1 : 0, rank_); }
+std::string PowerSgd::name() const {
+  return fmt::format("powersgd:ef={},rank={}{}", ef_ ? 1 : 0, rank_,
+                     warmup_ > 0 ? fmt::format(",warmup={}", warmup_) : std::string());
+}
+
+bool PowerSgd::compresses(std::size_t rows, std::size_t cols) const {
+  if (rows < 2 || cols < 2) return false;
+  return 2 * (rows + cols) * effective_rank(rows, cols) <= rows * cols;
+}
 
 std::size_t PowerSgd::effective_rank(std::size_t rows, std::size_t cols) const {
   return std::min({static_cast<std::size_t>(rank_), rows, cols});
@@ -90,22 +155,11 @@ void PowerSgd::compute_p(const float* grad, std::size_t rows, std::size_t cols, 
   }
   state.m.resize(n);
   float* m = state.m.data();
-  if (ef_)
-    for (std::size_t i = 0; i < n; ++i) m[i] = grad[i] + state.residual[i];
-  else
-    std::copy(grad, grad + n, m);
   const float* q = state.q.data();
+  std::vector<float> acc(r * kLanes);
   for (std::size_t i = 0; i < rows; ++i)
-    for (std::size_t j = 0; j < r; ++j) {
-      const float* a = m + i * cols;
-      const float* b = q + j * cols;
-      double acc[4] = {0, 0, 0, 0};
-      std::size_t c = 0;
-      for (; c + 4 <= cols; c += 4)
-        for (int l = 0; l < 4; ++l) acc[l] += static_cast<double>(a[c + l]) * b[c + l];
-      for (; c < cols; ++c) acc[0] += static_cast<double>(a[c]) * b[c];
-      p[i * r + j] = static_cast<float>(acc[0] + acc[1] + acc[2] + acc[3]);
-    }
+    row_times_q(grad + i * cols, ef_ ? state.residual.data() + i * cols : nullptr, m + i * cols, cols, q, r,
+                p + i * r, acc.data());
   state.phase = 1;
 }
 
@@ -140,25 +194,10 @@ void PowerSgd::compute_q(const float* p_sum, std::size_t rows, std::size_t cols,
   const float* m = state.m.data();
   const float* ph = state.p_hat.data();
   std::fill(q, q + r * cols, 0.0f);
-  for (std::size_t i = 0; i < rows; ++i)
-    for (std::size_t j = 0; j < r; ++j) {
-      const float a = ph[i * r + j];
-      float* qj = q + j * cols;
-      const float* mi = m + i * cols;
-      for (std::size_t c = 0; c < cols; ++c) qj[c] += a * mi[c];
-    }
+  for (std::size_t i = 0; i < rows; ++i) accumulate_row(ph + i * r, r, m + i * cols, cols, q);
   if (ef_) {  // residual = M - P^ q_local
     float* res = state.residual.data();
-    for (std::size_t i = 0; i < rows; ++i) {
-      float* ri = res + i * cols;
-      const float* mi = m + i * cols;
-      std::copy(mi, mi + cols, ri);
-      for (std::size_t j = 0; j < r; ++j) {
-        const float a = ph[i * r + j];
-        const float* qj = q + j * cols;
-        for (std::size_t c = 0; c < cols; ++c) ri[c] -= a * qj[c];
-      }
-    }
+    for (std::size_t i = 0; i < rows; ++i) combine_row(ph + i * r, r, q, cols, res + i * cols, m + i * cols, true);
   }
   state.phase = 2;
 }
@@ -169,15 +208,7 @@ void PowerSgd::decompress(const float* q_sum, std::size_t rows, std::size_t cols
   if (state.phase != 2 || state.rows != rows || state.cols != cols)
     throw InvalidArgument("powersgd: decompress must follow compute_q on the same state and shape");
   const float* ph = state.p_hat.data();
-  for (std::size_t i = 0; i < rows; ++i) {
-    float* oi = out + i * cols;
-    std::fill(oi, oi + cols, 0.0f);
-    for (std::size_t j = 0; j < r; ++j) {
-      const float a = ph[i * r + j];
-      const float* qj = q_sum + j * cols;
-      for (std::size_t c = 0; c < cols; ++c) oi[c] += a * qj[c];
-    }
-  }
+  for (std::size_t i = 0; i < rows; ++i) combine_row(ph + i * r, r, q_sum, cols, out + i * cols, nullptr, false);
   state.q.assign(q_sum, q_sum + r * cols);
   ++state.step;
   state.phase = 0;

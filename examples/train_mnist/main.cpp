@@ -18,6 +18,7 @@
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
+#include "hopwise/compression/powersgd.h"
 #include "mlp.h"
 #include "mnist.h"
 
@@ -43,7 +44,8 @@ constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
   --batch N         global batch, split evenly across ranks (default 128)
   --lr X            learning rate of SGD with momentum 0.9 (default 0.05)
   --hidden N        width of the two hidden layers (default 1024: 784-1024-1024-10)
-  --compression S   gradient codec spec (default none / HOPWISE_COMPRESSION)
+  --compression S   gradient codec spec, e.g. fp16, int8, topk:ratio=0.01, powersgd:rank=4 (default none /
+                    HOPWISE_COMPRESSION)
   --bucket-mb X     gradient bucket cap in MB (default 1; the first bucket is at most 1 MB)
   --no-overlap      all-reduce only after backward finished (the baseline)
   --algo A          auto | ring | hd | tree | direct | shm | native
@@ -86,8 +88,11 @@ Flags parse(int argc, char** argv) {
   }
   if (f.batch < 1 || f.hidden < 1 || f.bucket_mb <= 0)
     throw InvalidArgument("--batch, --hidden and --bucket-mb must be positive");
-  if (hopwise::compression::parse_codec_spec(f.compression).name != "none")
-    hopwise::compression::make_codec(f.compression);  // a bad spec fails here, with the codec's own message
+  // A bad spec fails here, with the codec's own message.
+  if (const auto spec = hopwise::compression::parse_codec_spec(f.compression); spec.name == "powersgd")
+    hopwise::compression::PowerSgd::from_spec(spec);
+  else if (spec.name != "none")
+    hopwise::compression::make_codec(spec);
   return f;
 }
 
@@ -160,7 +165,7 @@ int run(int argc, char** argv) {
   ro.overlap = f.overlap;
   ro.compression = f.compression;
   hc::GradientReducer reducer(comm, ro);
-  for (const auto& t : model.tensors()) reducer.add_parameter(t.name, model.grads() + t.offset, t.count);
+  for (const auto& t : model.tensors()) reducer.add_parameter(t.name, model.grads() + t.offset, t.rows, t.cols);
   reducer.finalize();
 
   if (rank == 0) {
@@ -181,7 +186,9 @@ int run(int argc, char** argv) {
       for (const auto& t : model.tensors())
         if (std::find(b.begin(), b.end(), t.name) != b.end()) count += t.count;
       fmt::print("  bucket {}: {} ({:.2f} MB) -> {}\n", k++, fmt::join(b, ", "), count * 4 / 1e6,
-                 hc::to_string(comm.algorithm_for(hc::Collective::kAllreduce, count * 4)));
+                 f.compression == "none"
+                     ? std::string(hc::to_string(comm.algorithm_for(hc::Collective::kAllreduce, count * 4)))
+                     : f.compression + " (its payloads all-reduced or all-gathered)");
     }
     fmt::print("model {}-{}-{}-10: {} parameters ({:.1f} MB of gradients per step); batch {} ({} per rank); "
                "overlap {}; compression {}\n",

@@ -18,8 +18,8 @@ Mlp::Mlp(std::vector<int> sizes, std::uint64_t seed) : sizes_(std::move(sizes)) 
   for (int l = 0; l < L; ++l) {
     const auto out = static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l) + 1]);
     const auto in = static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l)]);
-    tensors_.push_back({"layer" + std::to_string(l + 1) + ".weight", w_off[static_cast<std::size_t>(l)], out * in});
-    tensors_.push_back({"layer" + std::to_string(l + 1) + ".bias", b_off[static_cast<std::size_t>(l)], out});
+    tensors_.push_back({"layer" + std::to_string(l + 1) + ".weight", w_off[static_cast<std::size_t>(l)], out * in, in, out});
+    tensors_.push_back({"layer" + std::to_string(l + 1) + ".bias", b_off[static_cast<std::size_t>(l)], out, 1, out});
   }
   params_.assign(total, 0.0f);
   grads_.assign(total, 0.0f);

@@ -22,6 +22,8 @@ class Mlp {
   struct Tensor {
     std::string name;
     std::size_t offset, count;
+    // As a row-major matrix (what PowerSGD factors): a weight's column-major out x in is in x out; a bias 1 x out.
+    std::size_t rows, cols;
   };
 
   // sizes = {784, 1024, 1024, 10}; weights drawn from He-normal with `seed`.

@@ -16,6 +16,7 @@
 #include "hopwise/common/half.h"
 #include "hopwise/common/reduce.h"
 #include "hopwise/compression/codec.h"
+#include "hopwise/compression/powersgd.h"
 #include <cmath>
 #include <random>
 #include "options.h"
@@ -112,8 +113,11 @@ class Bench {
     expected_ = std::make_unique<Buffer>(max_count * es);
     scratch_ = std::make_unique<Buffer>(max_count * es);
 #if HOPWISE_HAVE_GLOO
-    if (o.collective == Collective::kAllreduce && GlooPeer::supports(o.dtype, o.op))
-      gloo_ = std::make_unique<GlooPeer>(MPI_COMM_WORLD);
+    // The Gloo peer meets through files in /tmp and connects over loopback: it runs where all ranks share a host.
+    if (o.collective == Collective::kAllreduce && GlooPeer::supports(o.dtype, o.op)) {
+      if (comm_.local_size() == p_) gloo_ = std::make_unique<GlooPeer>(MPI_COMM_WORLD);
+      else if (rank_ == 0) fmt::print("# gloo: no row (ranks on several hosts; its peer runs within one host)\n");
+    }
 #endif
   }
   ~Bench() { MPI_Comm_free(&ref_); }
@@ -286,6 +290,7 @@ class Bench {
 
   // A compressed allreduce of `count` random normal floats per rank through `spec`.
   Row codec_row(std::size_t count, const std::string& spec, double mpi_t) {
+    if (compression::parse_codec_spec(spec).name == "powersgd") return powersgd_row(count, spec, mpi_t);
     const auto codec = compression::make_codec(spec);
     float* in = reinterpret_cast<float*>(in_->data);
     float* out = reinterpret_cast<float*>(out_->data);
@@ -329,6 +334,115 @@ class Bench {
     r.rel_err = den > 0 ? std::sqrt(num / den) : 0.0;
     r.check = o_.check ? (check_codec(*codec, count, out, normal) ? "ok" : "FAIL") : "-";
     return r;
+  }
+
+  // The buffer as the most nearly square rows x cols matrix (rows the largest divisor <= sqrt(count)).
+  static std::pair<std::size_t, std::size_t> matrix_shape(std::size_t count) {
+    std::size_t rows = 1;
+    for (std::size_t d = 1; d * d <= count; ++d)
+      if (count % d == 0) rows = d;
+    return {rows, count == 0 ? 0 : count / rows};
+  }
+
+  // A PowerSGD allreduce of `count` random normal floats per rank seen as a matrix, from a fresh state each call
+  // (no warm start, so every call pays the full two allreduces and the orthogonalization).
+  Row powersgd_row(std::size_t count, const std::string& spec, double mpi_t) {
+    const compression::PowerSgd ps = compression::PowerSgd::from_spec(spec);
+    const auto [rows, cols] = matrix_shape(count);
+    float* in = reinterpret_cast<float*>(in_->data);
+    float* out = reinterpret_cast<float*>(out_->data);
+    float* exact = reinterpret_cast<float*>(expected_->data);
+    auto normal = [&](float* v, int rank) {
+      std::mt19937 g(static_cast<std::uint32_t>(1234 + rank));
+      std::normal_distribution<float> d(0.0f, 1.0f);
+      for (std::size_t i = 0; i < count; ++i) v[i] = d(g);
+    };
+    normal(in, rank_);
+    comm_.allreduce(in, exact, count, DataType::kFloat32, ReduceOp::kSum);
+    std::vector<double> t;
+    for (int it = 0; it < o_.warmup + o_.iters; ++it) {
+      compression::PowerSgdState st(7);
+      const comm::PowerSgdTensor m{in, out, rows, cols, &st};
+      MPI_Barrier(ref_);
+      const double t0 = now_s();
+      comm_.allreduce_powersgd(std::span<const comm::PowerSgdTensor>(&m, 1), ps);
+      if (it >= o_.warmup) t.push_back(now_s() - t0);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, ref_);
+    std::sort(t.begin(), t.end());
+    compression::PowerSgdState fresh(11);
+    const comm::PowerSgdTensor m{in, out, rows, cols, &fresh};
+    comm_.allreduce_powersgd(std::span<const comm::PowerSgdTensor>(&m, 1), ps);
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      num += (static_cast<double>(out[i]) - exact[i]) * (static_cast<double>(out[i]) - exact[i]);
+      den += static_cast<double>(exact[i]) * exact[i];
+    }
+    Row r;
+    r.bytes = count * sizeof(float);
+    r.count = count;
+    r.algo = "C:" + ps.name();
+    r.time_us = t[t.size() / 2] * 1e6;
+    r.algbw = static_cast<double>(r.bytes) / t[t.size() / 2] / 1e9;
+    r.busbw = r.algbw * bus_factor();
+    r.vs_mpi = mpi_t / t[t.size() / 2];
+    r.codec = fmt::format("{}@{}x{}", ps.name(), rows, cols);
+    r.wire_bytes = ps.compressed_step(rows, cols, compression::PowerSgdState())
+                       ? (ps.p_count(rows, cols) + ps.q_count(rows, cols)) * sizeof(float)
+                       : r.bytes;  // a warm-up step, or a matrix not worth compressing: the floats themselves
+    r.ratio = r.wire_bytes ? static_cast<double>(r.bytes) / static_cast<double>(r.wire_bytes) : 0.0;
+    r.rel_err = den > 0 ? std::sqrt(num / den) : 0.0;
+    r.check = o_.check ? (check_powersgd(ps, rows, cols, out, normal) ? "ok" : "FAIL") : "-";
+    return r;
+  }
+
+  // PowerSGD's own stated result, run serially over every rank's regenerated input (P and Q summed in rank
+  // order): the allreduce's output must match it to a relative L2 difference of 1e-4 (the sums' order differs),
+  // and, being a projection of the exact sum, its error against that sum is at most 1.
+  template <class Fill>
+  bool check_powersgd(const compression::PowerSgd& ps, std::size_t rows, std::size_t cols, const float* out,
+                      Fill fill) {
+    const std::size_t n = rows * cols;
+    float* ref = reinterpret_cast<float*>(expected_->data);
+    float* x = reinterpret_cast<float*>(scratch_->data);
+    std::vector<compression::PowerSgdState> st(static_cast<std::size_t>(p_), compression::PowerSgdState(11));
+    std::vector<float> psum(ps.p_count(rows, cols)), qsum(ps.q_count(rows, cols)), tmp;
+    std::vector<double> exact(n, 0.0);
+    const bool compressed = ps.compressed_step(rows, cols, compression::PowerSgdState());
+    int bad = 0;
+    if (!compressed) {
+      std::fill(ref, ref + n, 0.0f);
+      for (int r = 0; r < p_; ++r) {
+        fill(x, r);
+        for (std::size_t i = 0; i < n; ++i) ref[i] += x[i];
+      }
+    } else {
+      for (int r = 0; r < p_; ++r) {
+        fill(x, r);
+        for (std::size_t i = 0; i < n; ++i) exact[i] += x[i];
+        tmp.assign(psum.size(), 0.0f);
+        ps.compute_p(x, rows, cols, tmp.data(), st[static_cast<std::size_t>(r)]);
+        for (std::size_t i = 0; i < tmp.size(); ++i) psum[i] += tmp[i];
+      }
+      for (int r = 0; r < p_; ++r) {
+        tmp.assign(qsum.size(), 0.0f);
+        ps.compute_q(psum.data(), rows, cols, tmp.data(), st[static_cast<std::size_t>(r)]);
+        for (std::size_t i = 0; i < tmp.size(); ++i) qsum[i] += tmp[i];
+      }
+      ps.decompress(qsum.data(), rows, cols, ref, st[0]);
+    }
+    double num = 0, den = 0, err = 0, mag = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      num += (static_cast<double>(out[i]) - ref[i]) * (static_cast<double>(out[i]) - ref[i]);
+      den += static_cast<double>(ref[i]) * ref[i];
+      if (compressed) {
+        err += (out[i] - exact[i]) * (out[i] - exact[i]);
+        mag += exact[i] * exact[i];
+      }
+    }
+    bad = std::sqrt(num / std::max(den, 1e-30)) > 1e-4 || err > mag * (1 + 1e-6) ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, ref_);
+    return bad == 0;
   }
 
   // The codec's own stated result: every rank's payload decoded and summed (run serially here, all ranks'
@@ -465,10 +579,12 @@ int run(int argc, char** argv) {
   }
   const double limit = memcpy_gbs();
   Bench bench(o, comm);
+  std::int32_t hosts = comm.host_id() + 1;  // host ids count up from 0 in rank order: the largest + 1 hosts
+  comm.allreduce(&hosts, &hosts, 1, DataType::kInt32, ReduceOp::kMax);
   if (rank == 0) {
     const auto& cp = comm.cost_model().params();
     fmt::print("# hopwise-bench: {}, {} ranks on {} host(s), {} {}, {} iters (median, max over ranks), {} warm-up\n",
-               comm::to_string(o.collective), comm.size(), 1 + 0, to_string(o.dtype), to_string(o.op), o.iters,
+               comm::to_string(o.collective), comm.size(), hosts, to_string(o.dtype), to_string(o.op), o.iters,
                o.warmup);
     fmt::print("# single-core memcpy {:.2f} GB/s (the physical limit here); reduction kernels: {}\n", limit,
                active_isa());

@@ -8,6 +8,7 @@
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
+#include "hopwise/compression/powersgd.h"
 
 namespace hopwise::bench {
 
@@ -98,7 +99,13 @@ Options parse_options(int argc, char** argv) {
   if (!o.codecs.empty() && (o.collective != comm::Collective::kAllreduce || o.dtype != DataType::kFloat32 ||
                             o.op != ReduceOp::kSum))
     throw InvalidArgument("-C rows need --coll allreduce -d float32 -o sum (codecs compress float32 sums)");
-  for (const auto& spec : o.codecs) compression::make_codec(spec);  // a bad spec fails here, with its reason
+  // A bad spec fails here, with its reason. PowerSGD is not a one-payload codec: it has its own path.
+  for (const auto& spec : o.codecs) {
+    if (compression::parse_codec_spec(spec).name == "powersgd")
+      compression::PowerSgd::from_spec(spec);
+    else
+      compression::make_codec(spec);
+  }
   return o;
 }
 

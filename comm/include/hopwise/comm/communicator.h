@@ -26,6 +26,8 @@
 namespace hopwise::compression {
 class Codec;
 struct CodecState;
+class PowerSgd;
+struct PowerSgdState;
 }  // namespace hopwise::compression
 
 namespace hopwise::comm {
@@ -42,6 +44,15 @@ struct Options {
   // and plan the ring and trees on the job's cluster (collective). HOPWISE_TOPO_FILE replaces discovery with a file.
   bool discover_topology = false;
   static Options from_env();
+};
+
+// One gradient matrix of a PowerSGD allreduce: rows x cols float32, row-major; `state` is the tensor's own
+// (warm start Q, error-feedback residual, step), kept by the caller across steps.
+struct PowerSgdTensor {
+  const float* in = nullptr;
+  float* out = nullptr;  // may equal in
+  std::size_t rows = 0, cols = 0;
+  compression::PowerSgdState* state = nullptr;
 };
 
 struct CollectiveStats {
@@ -99,6 +110,15 @@ class Communicator {
                             compression::CodecState& state, ReduceOp op = ReduceOp::kSum);
   Work allreduce_compressed_async(const float* in, float* out, std::size_t count, const compression::Codec& codec,
                                   compression::CodecState& state, ReduceOp op = ReduceOp::kSum);
+
+  // PowerSGD over several matrices at once (a bucket): the P factors of all compressed matrices travel in one
+  // float32 allreduce, their Q factors in a second; matrices in warm-up or not worth compressing (1-D, or too
+  // small, see PowerSgd::compresses) are all-reduced plainly in one more call. op: sum or avg. The PowerSgd object
+  // and every state must outlive the call; every rank passes the same shapes in the same order.
+  void allreduce_powersgd(std::span<const PowerSgdTensor> tensors, const compression::PowerSgd& ps,
+                          ReduceOp op = ReduceOp::kSum);
+  Work allreduce_powersgd_async(std::span<const PowerSgdTensor> tensors, const compression::PowerSgd& ps,
+                                ReduceOp op = ReduceOp::kSum);
 
   // Typed conveniences.
   template <class T>

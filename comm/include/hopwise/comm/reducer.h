@@ -18,7 +18,9 @@ struct ReducerOptions {
   double first_bucket_mb = 1;   // the first bucket (last layers) small, so that communication starts early
   bool overlap = true;          // false: launch every bucket in finish() (the no-overlap baseline)
   bool rebuild = true;          // rebuild buckets after the first step from the observed ready order
-  std::string compression = "none";  // HOPWISE_COMPRESSION: codec spec for every bucket (see compression/codec.h)
+  // HOPWISE_COMPRESSION: codec spec for every bucket (compression/codec.h), or "powersgd:rank=R[,warmup=N]": each
+  // registered matrix as its rank-R factors (compression/powersgd.h).
+  std::string compression = "none";
   static ReducerOptions from_env();
 };
 
@@ -46,6 +48,9 @@ class GradientReducer {
   // Registers a float32 gradient of `count` elements (forward order); returns its index. The memory stays the
   // caller's and must live as long as the reducer.
   int add_parameter(std::string name, float* grad, std::size_t count);
+  // The same for a rows x cols matrix (row-major): its shape is what PowerSGD compresses; vectors and matrices
+  // PowerSGD does not compress (see PowerSgd::compresses) are all-reduced plainly with the rest of the bucket.
+  int add_parameter(std::string name, float* grad, std::size_t rows, std::size_t cols);
   // Assigns buckets and checks, once, that every rank has the same layout (names the ranks that differ).
   // Collective.
   void finalize();

@@ -11,8 +11,9 @@
 // out = P^ Q^T = P^ P^T sum_r M_r, the projection of the summed gradient onto span(P^). The summed Q is kept as
 // the next step's warm start. Error feedback (ef=1, default): residual_r = M_r - P^ P^T M_r, so that over any
 // number of steps sum(outputs) + sum_r(residual_r) == sum(inputs). Q starts as a standard normal matrix drawn
-// from state.seed only (identical on every rank). A warm-up of uncompressed steps is the caller's choice (plain
-// allreduce; do not call these for those steps).
+// from state.seed only (identical on every rank). The first `warmup` steps of a tensor, and matrices that
+// compresses() rejects, go uncompressed: the caller all-reduces them plainly and calls skip() for warm-up steps
+// (comm/'s allreduce_powersgd does all of this).
 #pragma once
 
 #include <cstddef>
@@ -30,7 +31,7 @@ struct PowerSgdState {
   PowerSgdState() = default;
   explicit PowerSgdState(std::uint64_t seed) : seed(seed) {}
   std::uint64_t seed = 0;  // the same on every rank for the same tensor
-  std::uint64_t step = 0;  // completed decompress() calls
+  std::uint64_t step = 0;  // completed steps: decompress() calls and skip()ped warm-up steps
   std::vector<float> q;         // warm start, r' x cols (empty until the first compute_p)
   std::vector<float> m;         // this step's M = grad (+ residual)
   std::vector<float> p_hat;     // orthonormalized P of this step, rows x r'
@@ -41,13 +42,23 @@ struct PowerSgdState {
 
 class PowerSgd {
  public:
-  PowerSgd(int rank, bool error_feedback);
-  // Spec "powersgd[:rank=4,ef=1]"; rank in [1, 1024]. Errors as make_codec's.
+  PowerSgd(int rank, bool error_feedback, std::uint64_t warmup = 0);
+  // Spec "powersgd[:rank=4,ef=1,warmup=0]"; rank in [1, 1024], warmup in [0, 1e9] steps. Errors as make_codec's.
   static PowerSgd from_spec(const CodecSpec& spec);
   static PowerSgd from_spec(std::string_view spec);
 
-  std::string name() const;  // canonical spec, e.g. "powersgd:ef=1,rank=4"
+  std::string name() const;  // canonical spec, e.g. "powersgd:ef=1,rank=4" (",warmup=N" when N > 0)
   int rank() const { return rank_; }
+  std::uint64_t warmup() const { return warmup_; }
+  // Whether a rows x cols matrix is worth compressing: 2-D, and (rows + cols) * r' at most half of rows * cols
+  // (below that the two allreduces and the orthogonalization cost more than they save).
+  bool compresses(std::size_t rows, std::size_t cols) const;
+  // Whether this step of the tensor goes compressed: compresses() and past the warm-up.
+  bool compressed_step(std::size_t rows, std::size_t cols, const PowerSgdState& state) const {
+    return compresses(rows, cols) && state.step >= warmup_;
+  }
+  // Counts an uncompressed (warm-up or rejected) step in state.step.
+  void skip(PowerSgdState& state) const { ++state.step; }
   std::size_t effective_rank(std::size_t rows, std::size_t cols) const;
   std::size_t p_count(std::size_t rows, std::size_t cols) const { return rows * effective_rank(rows, cols); }
   std::size_t q_count(std::size_t rows, std::size_t cols) const { return cols * effective_rank(rows, cols); }
@@ -59,6 +70,7 @@ class PowerSgd {
  private:
   int rank_;
   bool ef_;
+  std::uint64_t warmup_;
 };
 
 }  // namespace hopwise::compression
