@@ -33,6 +33,7 @@ struct Flags {
   float lr = 0.05f, momentum = 0.9f;
   std::string compression = hopwise::env::get_or("HOPWISE_COMPRESSION", "none");
   double bucket_mb = 1;
+  int chunks = 4;  // column blocks per weight gradient, each handed to the reducer when done
   bool overlap = true;
   std::string algo = "auto", trace = hopwise::env::get_or("HOPWISE_TRACE_FILE", ""), json;
   std::uint64_t seed = 1;
@@ -47,6 +48,8 @@ constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
   --compression S   gradient codec spec, e.g. fp16, int8, topk:ratio=0.01, powersgd:rank=4 (default none /
                     HOPWISE_COMPRESSION)
   --bucket-mb X     gradient bucket cap in MB (default 1; the first bucket is at most 1 MB)
+  --chunks N        hand each weight gradient to the reducer in N column blocks, each as soon as it is computed,
+                    so that even the first layer's (the last to finish) overlaps its own computation (default 4)
   --no-overlap      all-reduce only after backward finished (the baseline)
   --algo A          auto | ring | hd | tree | direct | shm | native
   --trace FILE      Chrome/Perfetto trace of compute and bucket communication (HOPWISE_TRACE_FILE)
@@ -77,6 +80,7 @@ Flags parse(int argc, char** argv) {
     else if (a == "--lr") f.lr = static_cast<float>(num(val()));
     else if (a == "--hidden") f.hidden = static_cast<int>(num(val()));
     else if (a == "--compression") f.compression = val();
+    else if (a == "--chunks") f.chunks = static_cast<int>(num(val()));
     else if (a == "--bucket-mb") f.bucket_mb = num(val());
     else if (a == "--no-overlap") f.overlap = false;
     else if (a == "--algo") f.algo = val();
@@ -86,8 +90,8 @@ Flags parse(int argc, char** argv) {
     else if (a == "--limit") f.limit = static_cast<std::size_t>(num(val()));
     else throw InvalidArgument("unknown option '" + a + "'; see train_mnist --help");
   }
-  if (f.batch < 1 || f.hidden < 1 || f.bucket_mb <= 0)
-    throw InvalidArgument("--batch, --hidden and --bucket-mb must be positive");
+  if (f.batch < 1 || f.hidden < 1 || f.bucket_mb <= 0 || f.chunks < 1)
+    throw InvalidArgument("--batch, --hidden, --chunks and --bucket-mb must be positive");
   // A bad spec fails here, with the codec's own message.
   if (const auto spec = hopwise::compression::parse_codec_spec(f.compression); spec.name == "powersgd")
     hopwise::compression::PowerSgd::from_spec(spec);
@@ -158,7 +162,7 @@ int run(int argc, char** argv) {
   const int px = train.rows * train.cols;
   const std::size_t n_train = f.limit ? std::min(f.limit, train.size()) : train.size();
 
-  hopwise::examples::Mlp model({px, f.hidden, f.hidden, 10}, f.seed);
+  hopwise::examples::Mlp model({px, f.hidden, f.hidden, 10}, f.seed, f.chunks);
   hc::ReducerOptions ro;
   ro.bucket_mb = f.bucket_mb;
   ro.first_bucket_mb = std::min(1.0, f.bucket_mb);

@@ -1,10 +1,12 @@
 #include "mlp.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace hopwise::examples {
 
-Mlp::Mlp(std::vector<int> sizes, std::uint64_t seed) : sizes_(std::move(sizes)) {
+Mlp::Mlp(std::vector<int> sizes, std::uint64_t seed, int weight_chunks)
+    : sizes_(std::move(sizes)), chunks_(std::max(1, weight_chunks)) {
   // Offsets: reverse layer order, bias first (b_L, W_L, ..., b_1, W_1).
   std::size_t total = 0;
   const int L = layers();
@@ -18,7 +20,15 @@ Mlp::Mlp(std::vector<int> sizes, std::uint64_t seed) : sizes_(std::move(sizes)) 
   for (int l = 0; l < L; ++l) {
     const auto out = static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l) + 1]);
     const auto in = static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l)]);
-    tensors_.push_back({"layer" + std::to_string(l + 1) + ".weight", w_off[static_cast<std::size_t>(l)], out * in, in, out});
+    const std::string name = "layer" + std::to_string(l + 1) + ".weight";
+    for (int k = 0; k < chunks_; ++k) {
+      // Column block of the column-major out x in weight: contiguous, out * columns floats.
+      const auto [c0, c1] = chunk_cols(l, k);
+      const auto cols = static_cast<std::size_t>(c1 - c0);
+      tensors_.push_back({chunks_ == 1 ? name : name + "[" + std::to_string(k) + "]",
+                          w_off[static_cast<std::size_t>(l)] + static_cast<std::size_t>(c0) * out, out * cols, cols,
+                          out});
+    }
     tensors_.push_back({"layer" + std::to_string(l + 1) + ".bias", b_off[static_cast<std::size_t>(l)], out, 1, out});
   }
   params_.assign(total, 0.0f);
@@ -35,8 +45,15 @@ Mlp::Mlp(std::vector<int> sizes, std::uint64_t seed) : sizes_(std::move(sizes)) 
   pre_.resize(static_cast<std::size_t>(L));
 }
 
+std::pair<int, int> Mlp::chunk_cols(int l, int k) const {
+  const int in = sizes_[static_cast<std::size_t>(l)];
+  const int chunks = std::min(chunks_, in);
+  if (k >= chunks) return {in, in};  // more chunks than columns: the extra ones are empty
+  return {in * k / chunks, in * (k + 1) / chunks};
+}
+
 Mlp::MatMap Mlp::W(int l, std::vector<float>& buf) {
-  const Tensor& t = tensors_[static_cast<std::size_t>(w_index(l))];
+  const Tensor& t = tensors_[static_cast<std::size_t>(w_index(l, 0))];
   return MatMap(buf.data() + t.offset, sizes_[static_cast<std::size_t>(l) + 1], sizes_[static_cast<std::size_t>(l)]);
 }
 
@@ -77,8 +94,14 @@ void Mlp::backward(const std::function<void(int)>& on_ready, const std::function
     if (on_layer) on_layer(l, true);
     b(l, grads_) = delta_.rowwise().sum();
     on_ready(b_index(l));
-    W(l, grads_).noalias() = delta_ * acts_[static_cast<std::size_t>(l)].transpose();
-    on_ready(w_index(l));
+    // dW = delta * a^T, one column block at a time (the last block first: buckets follow reverse order).
+    auto dw = W(l, grads_);
+    const Matrix& a = acts_[static_cast<std::size_t>(l)];
+    for (int k = chunks_ - 1; k >= 0; --k) {
+      const auto [c0, c1] = chunk_cols(l, k);
+      if (c1 > c0) dw.middleCols(c0, c1 - c0).noalias() = delta_ * a.middleRows(c0, c1 - c0).transpose();
+      on_ready(w_index(l, k));
+    }
     if (l > 0) {
       Matrix up = W(l, params_).transpose() * delta_;
       delta_ = up.cwiseProduct((pre_[static_cast<std::size_t>(l) - 1].array() > 0.0f).cast<float>().matrix());

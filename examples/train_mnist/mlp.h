@@ -26,8 +26,11 @@ class Mlp {
     std::size_t rows, cols;
   };
 
-  // sizes = {784, 1024, 1024, 10}; weights drawn from He-normal with `seed`.
-  Mlp(std::vector<int> sizes, std::uint64_t seed);
+  // sizes = {784, 1024, 1024, 10}; weights drawn from He-normal with `seed`. Each weight gradient is handed out
+  // as `weight_chunks` column blocks (tensors "layerL.weight[k]"), each complete as soon as its own product is
+  // done, so that communication of one block overlaps computing the next, the first layer's (last to finish)
+  // included. 1: one tensor per weight.
+  Mlp(std::vector<int> sizes, std::uint64_t seed, int weight_chunks = 1);
 
   int layers() const { return static_cast<int>(sizes_.size()) - 1; }
   // Parameters in forward order (W1, b1, W2, b2, ...): what a reducer registers.
@@ -49,10 +52,14 @@ class Mlp {
  private:
   MatMap W(int l, std::vector<float>& buf);
   VecMap b(int l, std::vector<float>& buf);
-  int w_index(int l) const { return 2 * l; }
-  int b_index(int l) const { return 2 * l + 1; }
+  // Tensor indices: layer l's weight chunks, then its bias.
+  int w_index(int l, int chunk = 0) const { return l * (chunks_ + 1) + chunk; }
+  int b_index(int l) const { return l * (chunks_ + 1) + chunks_; }
+  // Columns [first, last) of layer l's weight that chunk k covers.
+  std::pair<int, int> chunk_cols(int l, int k) const;
 
   std::vector<int> sizes_;
+  int chunks_ = 1;
   std::vector<Tensor> tensors_;
   std::vector<float> params_, grads_, velocity_;
   std::vector<Matrix> acts_, pre_;  // activations (input included) and pre-activations of the last forward
