@@ -14,6 +14,8 @@ packages=(
   libeigen3-dev                      # the training job's matrix products
   zlib1g-dev                         # reading the gzip-compressed IDX files
   dataset-fashion-mnist              # the training job's data
+  iproute2 util-linux                # scripts/local-cluster.sh: namespaces, veths, bridge, tbf (ip, tc, unshare)
+  iptables libnetfilter-queue-dev    # its link delay: packets queued to hopwise-link-delay (no netem here)
 )
 
 missing=()

@@ -66,7 +66,7 @@ if(TARGET hopwise-topo)
   add_test(NAME bench_check_planned_np4
            COMMAND ${CMAKE_COMMAND} -E env HOPWISE_TOPO_FILE=${_topo_smoke}
                    ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4 $<TARGET_FILE:hopwise-bench>
-                   -b 1K -e 1M -f 32 -a ring,hd,tree -c 1 -n 2 -w 1)
+                   -b 1K -e 1M -f 32 -a ring,hd,tree,hier -c 1 -n 2 -w 1)
   set_tests_properties(bench_check_planned_np4 PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 4
                        FAIL_REGULAR_EXPRESSION "FAIL")
 endif()

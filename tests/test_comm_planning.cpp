@@ -1,4 +1,5 @@
 // The communicator plans on the job's topology: discovery gathered over the transport, or HOPWISE_TOPO_FILE.
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -87,7 +88,7 @@ TEST(CommPlanning, TopologyFileAcrossHostsPlansAndBoundsTheModel) {
     EXPECT_GE(model.beta, 1e-9 / 12.5 - 1e-15);  // 100 Gb/s NICs: 12.5 GB/s at best
     // Collectives stay correct on the planned ring and trees.
     const std::string err = g.run([](int r, hc::Communicator& comm) {
-      for (auto a : {hc::Algorithm::kRing, hc::Algorithm::kTree, hc::Algorithm::kAuto}) {
+      for (auto a : {hc::Algorithm::kRing, hc::Algorithm::kTree, hc::Algorithm::kAuto, hc::Algorithm::kHierarchical}) {
         comm.set_algorithm(a);
         std::vector<float> v(1001, static_cast<float>(r + 1));
         comm.allreduce(std::span<float>(v));
@@ -102,4 +103,47 @@ TEST(CommPlanning, TopologyFileAcrossHostsPlansAndBoundsTheModel) {
   EXPECT_EQ(back.count(ht::NodeKind::Host), 2);
   fs::remove(file);
   fs::remove(dump);
+}
+
+// The hierarchical allreduce (reduce within each host, ring across the hosts' leaders, broadcast within) on three
+// hosts of unequal rank counts: every size, op and dtype it is given matches a plain reduction.
+TEST(CommPlanning, HierarchicalAllreduceAcrossUnevenHosts) {
+  const ht::Topology m = small_machine();
+  const ht::Cluster c = ht::assemble_cluster({ht::encode_view({0, "a", "", ""}, &m),
+                                              ht::encode_view({1, "b", "", ""}, &m),
+                                              ht::encode_view({2, "c", "", ""}, &m)});
+  const fs::path file = fs::temp_directory_path() / ("hopwise-three-hosts-" + std::to_string(getpid()) + ".json");
+  ht::save_text(file.string(), ht::to_json(c.topology));
+  ScopedEnv topo("HOPWISE_TOPO_FILE", file.string());
+  const int p = 5;  // round-robin on a:GPU0, a:GPU1, b:GPU0, b:GPU1, c:GPU0: hosts of 2, 2 and 1 ranks
+  hc::Options o = hwtest::test_options(hc::Algorithm::kHierarchical, 1024);  // small chunks: pipelined trees
+  hwtest::Group g(p, o);
+  ASSERT_NE(g.comm(0).plan_description().find("5 ranks on 3 host(s)"), std::string::npos)
+      << g.comm(0).plan_description();
+  const std::string err = g.run([&](int r, hc::Communicator& comm) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{1009}, std::size_t{70001}}) {
+      for (auto op : {hopwise::ReduceOp::kSum, hopwise::ReduceOp::kMax, hopwise::ReduceOp::kAvg}) {
+        std::vector<double> v(n), want(n, op == hopwise::ReduceOp::kMax ? -1e300 : 0.0);
+        for (std::size_t i = 0; i < n; ++i) {
+          v[i] = static_cast<double>((i * 7 + static_cast<std::size_t>(r) * 13) % 101) - 50;
+          for (int q = 0; q < p; ++q) {
+            const double x = static_cast<double>((i * 7 + static_cast<std::size_t>(q) * 13) % 101) - 50;
+            want[i] = op == hopwise::ReduceOp::kMax ? std::max(want[i], x) : want[i] + x;
+          }
+          if (op == hopwise::ReduceOp::kAvg) want[i] /= p;
+        }
+        comm.allreduce(v.data(), v.data(), n, hopwise::DataType::kFloat64, op);
+        for (std::size_t i = 0; i < n; ++i)
+          if (std::abs(v[i] - want[i]) > 1e-9)
+            throw std::runtime_error(fmt::format("n={} op={} [{}] = {} want {}", n, hopwise::to_string(op), i, v[i],
+                                                 want[i]));
+      }
+      std::vector<std::int32_t> iv(n, r + 1);
+      comm.allreduce(iv.data(), iv.data(), n, hopwise::DataType::kInt32, hopwise::ReduceOp::kSum);
+      for (auto x : iv)
+        if (x != p * (p + 1) / 2) throw std::runtime_error("int32 sum " + std::to_string(x));
+    }
+  });
+  EXPECT_EQ(err, "");
+  fs::remove(file);
 }

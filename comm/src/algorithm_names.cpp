@@ -14,6 +14,7 @@ std::string_view to_string(Algorithm a) {
     case Algorithm::kNative: return "native";
     case Algorithm::kDirect: return "direct";
     case Algorithm::kSharedMemory: return "shm";
+    case Algorithm::kHierarchical: return "hier";
   }
   return "unknown";
 }
@@ -40,7 +41,9 @@ Algorithm parse_algorithm(std::string_view n) {
   if (n == "native" || n == "mpi") return Algorithm::kNative;
   if (n == "direct" || n == "oneshot") return Algorithm::kDirect;
   if (n == "shm" || n == "shared-memory") return Algorithm::kSharedMemory;
-  throw InvalidArgument(fmt::format("unknown algorithm '{}'; use one of auto, ring, hd, tree, native, direct, shm", n));
+  if (n == "hier" || n == "hierarchical") return Algorithm::kHierarchical;
+  throw InvalidArgument(
+      fmt::format("unknown algorithm '{}'; use one of auto, ring, hd, tree, native, direct, shm, hier", n));
 }
 
 bool implements(Algorithm a, Collective c) {
@@ -52,7 +55,8 @@ bool implements(Algorithm a, Collective c) {
              c == Collective::kBarrier;
     case Algorithm::kHalvingDoubling:
     case Algorithm::kDirect:
-    case Algorithm::kSharedMemory: return c == Collective::kAllreduce;
+    case Algorithm::kSharedMemory:
+    case Algorithm::kHierarchical: return c == Collective::kAllreduce;
     case Algorithm::kTree:
       return c == Collective::kAllreduce || c == Collective::kReduce || c == Collective::kBroadcast;
   }

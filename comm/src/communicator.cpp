@@ -23,6 +23,8 @@
 #include "hopwise/common/error.h"
 #include "hopwise/common/log.h"
 #include "hopwise/common/reduce.h"
+#include "collective_check.h"
+#include "group_transport.h"
 #include "workspace.h"
 
 namespace hopwise::comm {
@@ -36,6 +38,7 @@ Options Options::from_env() {
   if (o.chunk_bytes < 64 || o.chunk_bytes > (1u << 30))
     throw InvalidArgument("HOPWISE_CHUNK_BYTES must be between 64 and 1G");
   o.calibrate = env::get_int("HOPWISE_CALIBRATE", 1) != 0;
+  o.check = collective_check_requested();
   o.emulate_gbps = env::get_double("HOPWISE_EMULATE_GBPS", 0);
   o.discover_topology = env::get_int("HOPWISE_TOPO_DISCOVERY", 1) != 0;
   if (o.emulate_gbps < 0) throw InvalidArgument("HOPWISE_EMULATE_GBPS must be a link speed in Gbit/s (0 = off)");
@@ -72,10 +75,14 @@ struct Communicator::Impl {
   std::vector<int> ring;
   std::string plan_text;                     // the planner's description of the plan in use; empty for rank order
   std::optional<topology::Cluster> cluster;  // what discovery found
+  std::vector<int> host_of;                  // per rank, from the plan (empty: all on one host)
+  // Hierarchical allreduce: this rank's host group (ring order) and, on each host's first rank, the leaders.
+  std::unique_ptr<GroupTransport> host_group, leader_group;
   topology::TreeShape tree_a, tree_b;
   bool two_trees = true;
   int tree_depth = 1;  // of tree_a, cached for the cost model
   std::atomic<Algorithm> forced{Algorithm::kAuto};
+  CollectiveCheck check;  // options.check: every rank's call compared before it runs
 
   std::mutex mutex;
   std::condition_variable cv;
@@ -127,6 +134,8 @@ struct Communicator::Impl {
     try {
       if (!broken.empty())
         throw Error(fmt::format("communicator is unusable after an earlier error ({}); create a new one", broken));
+      if (options.check)
+        check.verify(*transport, {t.kind, t.count, t.dt, t.op, t.root, a, t.codec ? t.codec->name() : std::string_view()});
       const auto start = std::chrono::steady_clock::now();
       run(t, a);
       if (options.emulate_gbps > 0)
@@ -136,8 +145,14 @@ struct Communicator::Impl {
     } catch (const std::exception& e) {
       const std::string text = fmt::format("hopwise: rank {}: {} failed: {}", transport->rank(), describe(t, a), e.what());
       if (broken.empty()) broken = e.what();
-      if (auto* te = dynamic_cast<const TimeoutError*>(&e))
-        return std::make_exception_ptr(TimeoutError(text, te->pending_ranks()));
+      // Past a failure inside an exchange a peer may be stopped or gone: never wait for it again, teardown included.
+      if (!dynamic_cast<const InvalidArgument*>(&e)) transport->abandon();
+      if (auto* te = dynamic_cast<const TimeoutError*>(&e)) {
+        // Name the rank at fault, not only the neighbour this rank waited for: ask who else gave up.
+        const double listen = std::min(1.0, options.timeout_s / 4);
+        return std::make_exception_ptr(
+            TimeoutError(text + explain_timeout(*transport, std::chrono::duration<double>(listen)), te->pending_ranks()));
+      }
       if (dynamic_cast<const InvalidArgument*>(&e)) return std::make_exception_ptr(InvalidArgument(text));
       return std::make_exception_ptr(Error(text));
     }
@@ -211,14 +226,15 @@ struct Communicator::Impl {
       std::size_t at = 0;
       for (const auto& m : t.matrices)
         if (!ps.compressed_step(m.rows, m.cols, *m.state)) {
-          std::memcpy(plain + at, m.in, m.rows * m.cols * sizeof(float));
+          if (m.rows * m.cols > 0)  // an empty matrix's data() may be null: memcpy from null is undefined
+            std::memcpy(plain + at, m.in, m.rows * m.cols * sizeof(float));
           at += m.rows * m.cols;
         }
       run_nested(Collective::kAllreduce, plain, plain, plain_total, DataType::kFloat32, ReduceOp::kSum);
       at = 0;
       for (const auto& m : t.matrices)
         if (!ps.compressed_step(m.rows, m.cols, *m.state)) {
-          std::memcpy(m.out, plain + at, m.rows * m.cols * sizeof(float));
+          if (m.rows * m.cols > 0) std::memcpy(m.out, plain + at, m.rows * m.cols * sizeof(float));
           at += m.rows * m.cols;
           if (ps.compresses(m.rows, m.cols)) ps.skip(*m.state);  // a warm-up step
         }
@@ -278,6 +294,15 @@ struct Communicator::Impl {
         } else if (a == Algorithm::kSharedMemory &&
                    algo::shared_memory_allreduce(ctx, t.in, t.out, t.count, t.dt, op, scale)) {
           // done through the shared slots (ranks on other hosts fall through to the ring below)
+        } else if (a == Algorithm::kHierarchical) {
+          make_groups();
+          const algo::Context local{*host_group, workspace, options.chunk_bytes};
+          if (leader_group) {
+            const algo::Context leaders{*leader_group, workspace, options.chunk_bytes};
+            algo::hierarchical_allreduce(local, &leaders, t.in, t.out, t.count, t.dt, op, scale);
+          } else {
+            algo::hierarchical_allreduce(local, nullptr, t.in, t.out, t.count, t.dt, op, scale);
+          }
         } else if (a == Algorithm::kDirect) {
           algo::direct_allreduce(ctx, t.in, t.out, t.count, t.dt, op, scale);
         } else if (a == Algorithm::kHalvingDoubling) {
@@ -337,6 +362,25 @@ struct Communicator::Impl {
         break;
       default: throw Error("internal: point-to-point task on the collective path");
     }
+  }
+
+  // Groups for the hierarchical allreduce: the ranks of each host in ring order (the first is the host's leader),
+  // and the leaders in ring order. Made on first use after the plan or the ring changed.
+  void make_groups() {
+    if (host_group) return;
+    std::vector<int> mine, leaders;
+    std::vector<int> seen_hosts;
+    const int me = transport->rank();
+    auto host = [&](int r) { return host_of.empty() ? 0 : host_of[static_cast<std::size_t>(r)]; };
+    for (int r : ring) {
+      if (host(r) == host(me)) mine.push_back(r);
+      if (std::find(seen_hosts.begin(), seen_hosts.end(), host(r)) == seen_hosts.end()) {
+        seen_hosts.push_back(host(r));
+        leaders.push_back(r);
+      }
+    }
+    host_group = std::make_unique<GroupTransport>(*transport, mine);
+    if (mine.front() == me) leader_group = std::make_unique<GroupTransport>(*transport, leaders);
   }
 
   // The planned tree when its root is `root`, else a binary tree over the ring order rotated to start there.
@@ -475,6 +519,8 @@ void Communicator::plan_topology(const Options& options) {
   }
   set_ring_order(plan.ring);
   if (size() > 1) set_trees(plan.trees.first, plan.trees.second);
+  impl_->host_of.clear();
+  for (const auto& r : plan.placement) impl_->host_of.push_back(r.host);
   impl_->plan_text = fmt::format("from {}\n{}", from, plan.describe());
   // Uncalibrated across hosts, the built-in figures (measured within one machine) are far too fast for the
   // network: the plan's bottleneck bandwidth and worst latency bound them.
@@ -503,6 +549,8 @@ void Communicator::set_ring_order(std::vector<int> order) {
   std::lock_guard lock(impl_->mutex);
   require(impl_->queue.empty() && !impl_->busy, "set_ring_order while collectives are in flight; wait for them first");
   impl_->ring = std::move(order);
+  impl_->host_group.reset();  // the hierarchical groups follow the ring
+  impl_->leader_group.reset();
   const auto trees = topology::double_binary_tree(impl_->ring);
   impl_->tree_a = trees.first;
   impl_->tree_b = trees.second;
@@ -679,6 +727,7 @@ Work post_p2p(Transport& t, Request r, std::string what) {
       else if (!t.test(*req)) return false;
       s->finish(nullptr, {});
     } catch (const std::exception& e) {
+      if (!dynamic_cast<const InvalidArgument*>(&e)) t.abandon();
       s->finish(std::make_exception_ptr(Error(fmt::format("hopwise: rank {}: {} failed: {}", t.rank(), what, e.what()))),
                 e.what());
     }

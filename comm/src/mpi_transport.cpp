@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -79,11 +80,19 @@ void half_op(void* in, void* inout, int* len, MPI_Datatype* type) {
 }
 
 bool g_we_initialized = false;
+std::atomic<bool> g_abandoned{false};  // a transport gave up on a peer: MPI_Finalize would wait for it forever
 
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  if (g_abandoned) {
+    // No MPI_Finalize (it would wait for the lost peer); mpirun ends the job when this process exits. The other
+    // ranks that lost the same peer time out at about the same moment: a second lets them report it too.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    return;
+  }
+  MPI_Finalize();
 }
 
 class MpiNative final : public NativeCollectives {
@@ -229,6 +238,7 @@ MpiTransport::MpiTransport(MPI_Comm comm) {
 }
 
 MpiTransport::~MpiTransport() {
+  if (abandoned_) return;  // MPI_Win_free is collective: it would wait for the peer that is gone
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && window_ != MPI_WIN_NULL) MPI_Win_free(&window_);
@@ -267,6 +277,10 @@ void MpiTransport::wait_all(std::span<Request> reqs) {
     check_mpi(MPI_Testall(static_cast<int>(mpi.size()), mpi.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
     if (done) break;
     if (spins % yield_every == 0) sched_yield();
+    // A long wait means the peer is busy elsewhere (computing, or late): stop burning the core that this rank's
+    // own compute thread needs, polling every 50 us instead. Short waits (a transfer in flight) still spin.
+    if (spins % 64 == 0 && std::chrono::steady_clock::now() - start > std::chrono::microseconds(300))
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     if (spins % 1024 == 0 && std::chrono::steady_clock::now() - start > timeout_) {
       std::vector<int> pending;
       for (std::size_t k = 0; k < mpi.size(); ++k) {
@@ -287,6 +301,11 @@ void MpiTransport::wait_all(std::span<Request> reqs) {
     }
   }
   for (std::size_t i : index) reqs[i].active = false;
+}
+
+void MpiTransport::abandon() {
+  abandoned_ = true;
+  g_abandoned = true;
 }
 
 void MpiTransport::cancel(Request& r) {

@@ -4,6 +4,10 @@
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace hopwise {
 namespace kernels {
 #define HOPWISE_DECLARE_ISA(ns)                                                                 \
@@ -20,6 +24,14 @@ HOPWISE_DECLARE_ISA(avx512)
 
 namespace {
 
+#if defined(__x86_64__)
+// F16C from CPUID leaf 1 (ECX bit 29): clang before 15 does not know "f16c" as a __builtin_cpu_supports feature.
+bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 struct KernelSet {
   std::string_view name;
   void (*reduce)(DataType, ReduceOp, void*, const void*, const void*, std::size_t);
@@ -34,7 +46,7 @@ KernelSet pick() {
   __builtin_cpu_init();
   if (cap == "avx512" && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
     return {"avx512", kernels::avx512::reduce, kernels::avx512::scale};
-  if (cap != "generic" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+  if (cap != "generic" && __builtin_cpu_supports("avx2") && cpu_has_f16c() &&
       __builtin_cpu_supports("fma"))
     return {"avx2", kernels::avx2::reduce, kernels::avx2::scale};
 #endif

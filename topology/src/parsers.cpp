@@ -39,6 +39,15 @@ long long int_attr(const XmlElement& e, std::string_view key, long long fallback
   return x;
 }
 
+// Integer attribute within [lo, hi] (link counts: an int cast of anything larger would be undefined or wrap).
+int bounded_int_attr(const XmlElement& e, std::string_view key, int fallback, int lo, int hi, const std::string& src) {
+  const long long x = int_attr(e, key, fallback, src);
+  if (x < lo || x > hi)
+    fail_at(src, e.line,
+            fmt::format("attribute {}=\"{}\" of <{}> is out of range; expected {} to {}", key, x, e.name, lo, hi));
+  return static_cast<int>(x);
+}
+
 double double_attr(const XmlElement& e, std::string_view key, double fallback, const std::string& src) {
   const std::string* v = e.attr(key);
   if (!v || v->empty()) return fallback;
@@ -99,7 +108,15 @@ double inter_socket_gbps(const Node& n) {
   return 0;
 }
 
-void mesh(Topology& t, const std::vector<int>& ids, LinkKind kind) {
+// Sockets / NUMA nodes are fully meshed: k of them make k(k-1)/2 links, so k is bounded (a 100 KB file of empty
+// <cpu/> elements would otherwise ask for billions). Real machines have at most a few hundred.
+constexpr std::size_t kMaxMeshed = 1024;
+
+void mesh(Topology& t, const std::vector<int>& ids, LinkKind kind, const std::string& src, int line) {
+  if (ids.size() > kMaxMeshed)
+    fail_at(src, line,
+            fmt::format("{} sockets/NUMA nodes on one host, over the limit of {}; expected one machine's topology",
+                        ids.size(), kMaxMeshed));
   for (std::size_t i = 0; i < ids.size(); ++i)
     for (std::size_t j = i + 1; j < ids.size(); ++j) {
       const double bw = std::min(inter_socket_gbps(t.node(ids[i])), inter_socket_gbps(t.node(ids[j])));
@@ -350,7 +367,12 @@ struct HwlocBuilder {
       if (c.name == "indexes")
         for (std::string w; ss >> w;) idx.push_back(w);
       else if (c.name == "u64values")
-        for (std::string w; ss >> w;) vals.push_back(std::strtod(w.c_str(), nullptr));
+        for (std::string w; ss >> w;) {
+          const double v = std::strtod(w.c_str(), nullptr);
+          if (!std::isfinite(v))  // "1e999" or "nan" would become an infinite or NaN bandwidth
+            fail_at(src, c.line, fmt::format("expected a finite number in <u64values>, found '{}'", w));
+          vals.push_back(v);
+        }
     }
     const std::size_t n = static_cast<std::size_t>(nb);
     if (idx.size() != n || vals.size() != n * n)
@@ -409,9 +431,9 @@ Topology parse_hwloc_xml(std::string_view text, const std::string& src) {
   b.walk(root, b.host, -1, -1);
   if (b.host < 0) fail_at(src, root.line, "expected a Machine object");
   if (b.packages.size() >= 2)
-    mesh(b.t, b.packages, LinkKind::InterSocket);
+    mesh(b.t, b.packages, LinkKind::InterSocket, src, root.line);
   else if (b.packages.empty() && b.numas.size() >= 2)
-    mesh(b.t, b.numas, LinkKind::InterSocket);
+    mesh(b.t, b.numas, LinkKind::InterSocket, src, root.line);
   for (const auto& c : root.children)
     if (c.name == "distances2hetero" || c.name == "distances2") b.distances(c);
   return std::move(b.t);
@@ -432,6 +454,9 @@ int gen_from_link_speed(const std::string& s) {
   if (gt >= 2) return 1;
   return 0;
 }
+
+// Links bonded between two devices in one element (NCCL files say 1-18); bounds the sums below.
+constexpr int kMaxLinkCount = 1024;
 
 double nvlink_per_link(int sm) {
   if (sm >= 100) return 40.0;
@@ -557,17 +582,26 @@ struct NcclBuilder {
       if (c.name == "nvlink" || c.name == "xgmi") {
         const std::string* target = c.attr("target");
         if (!target) fail_at(src, c.line, fmt::format("expected a target=\"busid\" attribute on <{}>", c.name));
-        pending.push_back({id, *target, static_cast<int>(int_attr(c, "count", 1, src)), lower(c.attr_or("tclass")),
-                           c.line, c.name == "xgmi"});
+        pending.push_back({id, *target, bounded_int_attr(c, "count", 1, 0, kMaxLinkCount, src),
+                           lower(c.attr_or("tclass")), c.line, c.name == "xgmi"});
       } else if (c.name == "c2c") {
-        const double bw = double_attr(c, "bw", 0, src), cnt = double_attr(c, "count", 1, src);
-        t.add_link({id, cpu, LinkKind::C2C, static_cast<int>(cnt), 0, 0, bw * cnt / 1000.0, 0});
+        const double bw = double_attr(c, "bw", 0, src);
+        const int cnt = bounded_int_attr(c, "count", 1, 0, kMaxLinkCount, src);
+        if (!std::isfinite(bw * cnt / 1000.0))
+          fail_at(src, c.line, fmt::format("<c2c bw=\"{}\" count=\"{}\"> overflows; expected MB/s per link", bw, cnt));
+        t.add_link({id, cpu, LinkKind::C2C, cnt, 0, 0, bw * cnt / 1000.0, 0});
       }
     }
   }
 
   void resolve_links() {
     int nvs = -1;
+    std::map<std::string, int> by_bus;  // normalised bus id -> first node with it, as find_by_bus_id answers
+    std::map<int, int> numa_by_index;   // NUMA os index -> last such node
+    for (const auto& n : t.nodes()) {
+      if (!n.pci_bus_id.empty()) by_bus.emplace(n.pci_bus_id, n.id);
+      if (n.kind == NodeKind::Numa) numa_by_index[n.index] = n.id;
+    }
     std::map<std::pair<int, int>, int> added;  // merged NVSwitch / dedup of mutual GPU links
     for (const auto& p : pending) {
       const auto& ga = t.node(p.gpu).attrs;
@@ -584,18 +618,17 @@ struct NcclBuilder {
         other = nvs;
       } else if (starts_with(p.tclass, "0x068001")) {
         // NVLink to the CPU: the GPU's NUMA node.
-        for (int id : t.nodes_of(NodeKind::Numa))
-          if (t.node(id).index == t.node(p.gpu).numa) other = id;
+        if (auto it = numa_by_index.find(t.node(p.gpu).numa); it != numa_by_index.end()) other = it->second;
       } else {
-        const auto f = t.find_by_bus_id(p.target);
-        if (f && *f != p.gpu) other = *f;
+        const auto f = by_bus.find(normalize_bus_id(p.target));
+        if (f != by_bus.end() && f->second != p.gpu) other = f->second;
       }
       if (other < 0) continue;  // self-targets (Azure's NC A100 v4 file) and unknown peers carry no edge
       const std::pair<int, int> key{std::min(p.gpu, other), std::max(p.gpu, other)};
       if (other == nvs) {
         if (auto it = added.find(key); it != added.end()) {
           Link& l = const_cast<Link&>(t.links()[static_cast<std::size_t>(it->second)]);
-          l.count += p.count;
+          l.count = std::min(l.count + p.count, kMaxLinkCount * 1024);  // saturates instead of overflowing
           l.bandwidth_gbps = l.count * per;
           continue;
         }
@@ -640,7 +673,7 @@ Topology parse_nccl_xml(std::string_view text, const std::string& src) {
       n.kind = NodeKind::Gpu;
       n.index = static_cast<int>(g);
       n.name = fmt::format("GPU{}", g);
-      const int id = b.t.add_node(std::move(n));
+      const int id = b.new_node(std::move(n), root.line);
       b.t.add_link({b.host, id, LinkKind::PCIe, 1, 0, 0, 0, 0});
     }
     for (long long g : nets) {
@@ -648,7 +681,7 @@ Topology parse_nccl_xml(std::string_view text, const std::string& src) {
       n.kind = NodeKind::Nic;
       n.index = static_cast<int>(g);
       n.name = fmt::format("NIC{}", g);
-      const int id = b.t.add_node(std::move(n));
+      const int id = b.new_node(std::move(n), root.line);
       b.t.add_link({b.host, id, LinkKind::PCIe, 1, 0, 0, 0, 0});
     }
     return std::move(b.t);
@@ -693,7 +726,7 @@ Topology parse_nccl_xml(std::string_view text, const std::string& src) {
       }
     }
   }
-  if (cpus.size() >= 2) mesh(b.t, cpus, LinkKind::InterSocket);
+  if (cpus.size() >= 2) mesh(b.t, cpus, LinkKind::InterSocket, src, root.line);
   b.resolve_links();
   return std::move(b.t);
 }
@@ -792,7 +825,8 @@ Topology parse_nvidia_smi(std::string_view text, const std::string& src) {
     for (std::size_t c = 0; c < n; ++c) {
       const std::string& v = cell[r][c];
       const bool ok = v == "X" || v == "PIX" || v == "PXB" || v == "PHB" || v == "NODE" || v == "SYS" ||
-                      (starts_with(v, "NV") && v.size() > 2 && std::all_of(v.begin() + 2, v.end(), ::isdigit));
+                      (starts_with(v, "NV") && v.size() > 2 && v.size() <= 6 &&  // NV1..NV9999: atoi must not overflow
+                       std::all_of(v.begin() + 2, v.end(), ::isdigit));
       if (!ok)
         fail_at(src, line,
                 fmt::format("unknown cell '{}' in row '{}'; expected X, NV#, PIX, PXB, PHB, NODE or SYS", v, tk[0]));
@@ -860,7 +894,7 @@ Topology parse_nvidia_smi(std::string_view text, const std::string& src) {
   }
   std::vector<int> numas;
   for (auto& [k, v] : numa_node) numas.push_back(v);
-  if (numas.size() >= 2) mesh(t, numas, LinkKind::InterSocket);
+  if (numas.size() >= 2) mesh(t, numas, LinkKind::InterSocket, src, static_cast<int>(hi) + 1);
   for (std::size_t r = 0; r < n; ++r)
     for (std::size_t c = 0; c < n; ++c) {
       if (r == c) continue;

@@ -2,6 +2,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <climits>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -92,14 +93,33 @@ Topology parse_json(std::string_view text, const std::string& src) {
     const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(off), '\n'));
     throw InvalidArgument(
         fmt::format("{}:{}: invalid JSON ({}); expected a hopwise-topology document", src, line, e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    // out_of_range.406, a number beyond double ("1e400"), carries no offset: find the number it quotes.
+    const std::string w = e.what();
+    const auto q = w.find('\''), q2 = w.rfind('\'');
+    const std::size_t off = q < q2 ? text.find(w.substr(q + 1, q2 - q - 1)) : std::string_view::npos;
+    const int line = off == std::string_view::npos
+                         ? 1
+                         : 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(off), '\n'));
+    throw InvalidArgument(
+        fmt::format("{}:{}: invalid JSON ({}); expected a hopwise-topology document", src, line, e.what()));
   }
   auto bad = [&](const std::string& what) -> InvalidArgument {
     return InvalidArgument(fmt::format("{}:1: {}", src, what));
   };
+  // nlohmann's get<int>() is a plain cast: 1e20 or 2^63 would be undefined behaviour, 3.5 silently 3.
+  auto get_int = [&](const nlohmann::json& v) -> int {
+    if (v.is_number_integer() && !v.is_number_unsigned() && v.get<long long>() >= INT_MIN &&
+        v.get<long long>() <= INT_MAX)
+      return static_cast<int>(v.get<long long>());
+    if (v.is_number_unsigned() && v.get<unsigned long long>() <= INT_MAX)
+      return static_cast<int>(v.get<unsigned long long>());
+    throw bad(fmt::format("expected an integer from {} to {}, found {}", INT_MIN, INT_MAX, v.dump().substr(0, 40)));
+  };
   try {
     if (!j.is_object() || j.value("schema", "") != kSchema)
       throw bad(fmt::format("expected a JSON object with \"schema\": \"{}\"", kSchema));
-    if (j.at("version").get<int>() != kSchemaVersion)
+    if (get_int(j.at("version")) != kSchemaVersion)
       throw bad(fmt::format("unsupported schema version {}; expected {}", j.at("version").dump(), kSchemaVersion));
     Topology t;
     t.source_format = j.at("source_format").get<std::string>();
@@ -111,31 +131,31 @@ Topology parse_json(std::string_view text, const std::string& src) {
       n.kind = node_kind_from_string(o.at("kind").get<std::string>());
       n.name = o.at("name").get<std::string>();
       n.pci_bus_id = o.at("pci_bus_id").get<std::string>();
-      n.numa = o.at("numa").get<int>();
-      n.index = o.at("index").get<int>();
+      n.numa = get_int(o.at("numa"));
+      n.index = get_int(o.at("index"));
       n.cpu_affinity = o.at("cpu_affinity").get<std::string>();
       n.model = o.at("model").get<std::string>();
       n.speed_gbps = o.at("speed_gbps").get<double>();
       n.host_bridge = o.at("host_bridge").get<bool>();
       n.attrs = o.at("attrs").get<std::map<std::string, std::string>>();
-      const int want = o.at("id").get<int>();
+      const int want = get_int(o.at("id"));
       if (t.add_node(std::move(n)) != want)
         throw bad(fmt::format("node ids must be 0, 1, 2... in order; found {}", want));
     }
     for (const auto& o : j.at("links")) {
       Link l;
-      l.a = o.at("a").get<int>();
-      l.b = o.at("b").get<int>();
+      l.a = get_int(o.at("a"));
+      l.b = get_int(o.at("b"));
       l.kind = link_kind_from_string(o.at("kind").get<std::string>());
-      l.count = o.at("count").get<int>();
-      l.pcie_gen = o.at("pcie_gen").get<int>();
-      l.pcie_width = o.at("pcie_width").get<int>();
+      l.count = get_int(o.at("count"));
+      l.pcie_gen = get_int(o.at("pcie_gen"));
+      l.pcie_width = get_int(o.at("pcie_width"));
       l.bandwidth_gbps = o.at("bandwidth_gbps").get<double>();
       l.latency_us = o.at("latency_us").get<double>();
       t.add_link(l);
     }
     for (const auto& d : j.at("declared_paths"))
-      t.declare_path_class(d.at(0).get<int>(), d.at(1).get<int>(), path_class_from_string(d.at(2).get<std::string>()));
+      t.declare_path_class(get_int(d.at(0)), get_int(d.at(1)), path_class_from_string(d.at(2).get<std::string>()));
     return t;
   } catch (const nlohmann::json::exception& e) {
     throw bad(fmt::format("malformed hopwise-topology JSON ({}); expected the fields that to_json writes", e.what()));
@@ -175,6 +195,13 @@ struct Tag {
     return s;
   }
 };
+
+// A figure as a whole number; clamped, because a model read from JSON may carry 1e300 and the cast would be undefined.
+std::string whole_number(double x) {
+  constexpr double kMax = 9.2e18;  // just inside long long
+  if (!(x > -kMax && x < kMax)) x = x < 0 ? -kMax : kMax;
+  return std::to_string(static_cast<long long>(x));
+}
 
 std::string link_speed_string(int gen) {
   static const char* s[] = {
@@ -264,7 +291,7 @@ std::string to_nccl_xml(const Topology& t) {
           const Node& o = t.node(l.a == id ? l.b : l.a);
           if (l.kind == LinkKind::C2C) {
             Tag c{"c2c", {}};
-            c.add("bw", fmt::format("{}", static_cast<long long>(l.bandwidth_gbps * 1000 / std::max(l.count, 1))));
+            c.add("bw", whole_number(l.bandwidth_gbps * 1000 / std::max(l.count, 1)));
             c.add("count", std::to_string(l.count));
             nv.push_back(c);
             continue;
@@ -303,9 +330,9 @@ std::string to_nccl_xml(const Topology& t) {
     for (std::size_t k = 0; k < names.size(); ++k) {
       Tag net{"net", {}};
       net.add("name", names[k]);
-      net.add("dev", std::to_string(std::max(n.index, 0) + static_cast<int>(k)));
+      net.add("dev", std::to_string(std::max(n.index, 0) + static_cast<long long>(k)));  // index may be INT_MAX
       const double per_port = names.empty() ? n.speed_gbps : n.speed_gbps / static_cast<double>(names.size());
-      net.add("speed", std::to_string(static_cast<long long>(per_port > 0 ? per_port * 1000 : 100000)));
+      net.add("speed", whole_number(per_port > 0 ? per_port * 1000 : 100000));
       net.add("port", n.attrs.count("port") ? n.attrs.at("port") : "1");
       if (n.attrs.count("guid")) net.add("guid", n.attrs.at("guid"));
       net.add("gdr", n.attrs.count("gdr") ? n.attrs.at("gdr") : "0");

@@ -22,6 +22,8 @@ inline constexpr int kTagTreeReduce = 16000;         // + tree index
 inline constexpr int kTagTreeBroadcast = 16100;      // + tree index
 inline constexpr int kTagBarrier = 16200;            // + round
 inline constexpr int kTagDirect = 16250;
+inline constexpr int kTagCheck = 16300;              // HOPWISE_DEBUG=CHECK fingerprints
+inline constexpr int kTagAlive = 16301;              // after a timeout: "I gave up too"
 
 struct Context {
   Transport& transport;
@@ -76,6 +78,11 @@ bool direct_allreduce_shared(const Context& c, const void* in, void* out, std::s
 // False (nothing done) where the transport has no shared slots.
 bool shared_memory_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt,
                              ReduceOp op, double scale);
+
+// Reduce within a host to its leader (local rank 0), ring allreduce among the leaders, broadcast within the host.
+// `local`: this rank's host group; `leaders`: the leaders' group on leaders, nullptr elsewhere.
+void hierarchical_allreduce(const Context& local, const Context* leaders, const void* in, void* out,
+                            std::size_t count, DataType dt, ReduceOp op, double scale);
 
 // Dissemination barrier: ceil(log2 p) rounds of 1-byte messages.
 void dissemination_barrier(const Context& c);

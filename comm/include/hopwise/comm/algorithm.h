@@ -5,10 +5,10 @@
 
 namespace hopwise::comm {
 
-enum class Algorithm { kAuto, kRing, kHalvingDoubling, kTree, kNative, kDirect, kSharedMemory };
+enum class Algorithm { kAuto, kRing, kHalvingDoubling, kTree, kNative, kDirect, kSharedMemory, kHierarchical };
 enum class Collective { kAllreduce, kReduceScatter, kAllgather, kBroadcast, kReduce, kBarrier, kSend, kRecv };
 
-std::string_view to_string(Algorithm a);  // "auto", "ring", "hd", "tree", "native", "direct", "shm"
+std::string_view to_string(Algorithm a);  // "auto", "ring", "hd", "tree", "native", "direct", "shm", "hier"
 std::string_view to_string(Collective c);
 // Throws InvalidArgument listing the choices.
 Algorithm parse_algorithm(std::string_view name);

@@ -37,6 +37,7 @@ struct Options {
   double timeout_s = 300;                  // HOPWISE_TIMEOUT_S: every wait gives up after this
   std::size_t chunk_bytes = 256 << 10;     // HOPWISE_CHUNK_BYTES: pipelining grain and largest message
   bool calibrate = true;                   // HOPWISE_CALIBRATE: fit the cost model at start (else defaults)
+  bool check = false;                      // HOPWISE_DEBUG lists CHECK: ranks compare every collective call first
   // HOPWISE_EMULATE_GBPS: emulate a network link of this many Gbit/s (0 = off): every collective lasts at least
   // the time its bytes would take on that wire, the rest spent sleeping (the CPU stays free, as with a NIC).
   double emulate_gbps = 0;

@@ -37,6 +37,7 @@ class MpiTransport final : public Transport {
   int host_id() const override { return host_id_; }
   NativeCollectives* native() override { return native_.get(); }
   SharedSlots* shared_slots() override { return slots_.base.empty() ? nullptr : &slots_; }
+  void abandon() override;
 
   MPI_Comm mpi_comm() const { return comm_; }
 
@@ -44,6 +45,7 @@ class MpiTransport final : public Transport {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, host_id_ = 0;
   bool oversubscribed_ = false;
+  bool abandoned_ = false;
   std::unique_ptr<NativeCollectives> native_;
   MPI_Win window_ = MPI_WIN_NULL;  // the shared slots, when all ranks share this host
   SharedSlots slots_;

@@ -100,6 +100,11 @@ class Transport {
   // The library's own collectives, or nullptr where there are none.
   virtual NativeCollectives* native() { return nullptr; }
 
+  // A wait timed out or the transport failed, so a peer may be stopped or gone: from now on this transport must
+  // never wait for it again, not even in its destructor (MpiTransport then frees nothing collectively, and leaves
+  // MPI unfinalized at exit, since MPI_Finalize waits for every process).
+  virtual void abandon() {}
+
   void set_timeout(std::chrono::duration<double> t) { timeout_ = t; }
   std::chrono::duration<double> timeout() const { return timeout_; }
 

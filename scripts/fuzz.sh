@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Fuzzes every reader of untrusted text with libFuzzer under AddressSanitizer + UndefinedBehaviorSanitizer:
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 300 s each, all six targets: about 30 minutes)
+# Builds build-fuzz/ with clang, seeds each corpus from ../shared/topologies (the matching format; JSON seeds are
+# those files converted by hopwise-topo) and a few codec spec strings, then runs the targets one after another.
+# Corpora and crash artifacts stay under build-fuzz/. Exits non-zero when any target crashed, leaked, hung, ran out
+# of memory or hit undefined behaviour; the artifact named in its log replays it: build-fuzz/bin/<target> <artifact>.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+secs=${1:-300}
+shift || true
+all_targets=(fuzz_hwloc_xml fuzz_nccl_xml fuzz_nvidia_smi fuzz_json fuzz_topology fuzz_codec_spec)
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
+shared=${HOPWISE_SHARED_TOPOLOGIES:-$repo/../shared/topologies}
+out=$repo/build-fuzz
+jobs=$(nproc)
+
+command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang)" >&2; exit 2; }
+# -O1 keeps the fuzzer fast while the stack traces stay readable; UB aborts instead of printing and going on.
+san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+cmake -S . -B "$out" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" \
+  -DHOPWISE_FUZZ=ON -DHOPWISE_BUILD_TESTS=OFF -DHOPWISE_WITH_CUDA=OFF >/dev/null
+cmake --build "$out" -j"$jobs" --target hopwise_fuzzers hopwise-topo
+
+# ---- seeds: the shared files are read where they lie; JSON seeds are them converted by hopwise-topo ----
+seeds=$out/seeds
+rm -rf "$seeds"
+mkdir -p "$seeds"/{json,codec,empty}
+if [ -d "$shared" ]; then
+  for f in "$shared"/*/*.xml "$shared"/*/*.txt; do
+    [ -f "$f" ] || continue
+    "$out/bin/hopwise-topo" convert "$f" --to json -o "$seeds/json/$(basename "$f").json" >/dev/null 2>&1 ||
+      echo "fuzz.sh: no JSON seed from $f (hopwise-topo refused it)" >&2
+  done
+else
+  echo "fuzz.sh: $shared not found; the topology targets start without seed files" >&2
+fi
+shared_dir() { if [ -d "$shared/$1" ]; then echo "$shared/$1"; else echo "$seeds/empty"; fi; }
+i=0
+for s in none fp16 bf16 int8:block=256,round=stochastic qsgd:levels=16 terngrad sign:ef=1 topk:ratio=0.01,ef=1 \
+         randomk:ratio=0.01 powersgd:rank=4,warmup=100 " int8 : block = 256 "; do
+  printf '%s' "$s" >"$seeds/codec/seed$((i++))"
+done
+
+seed_dirs() {
+  case $1 in
+    fuzz_hwloc_xml) shared_dir hwloc ;;
+    fuzz_nccl_xml) shared_dir nccl ;;
+    fuzz_nvidia_smi) shared_dir nvidia-smi ;;
+    fuzz_json) echo "$seeds/json" ;;
+    fuzz_topology) echo "$(shared_dir hwloc) $(shared_dir nccl) $(shared_dir nvidia-smi) $seeds/json" ;;
+    fuzz_codec_spec) echo "$seeds/codec" ;;
+    *) echo "fuzz.sh: unknown target '$1'; use one of: ${all_targets[*]}" >&2; exit 2 ;;
+  esac
+}
+
+# ---- runs ----
+# Leaks are checked at exit of every input (-detect_leaks=1); 2 GiB of RSS or 30 s on one input counts as a failure.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+summary=()
+failed=0
+for t in "${targets[@]}"; do
+  dirs=$(seed_dirs "$t")
+  corpus=$out/corpus/$t
+  art=$out/artifacts/$t
+  log=$out/logs/$t.log
+  mkdir -p "$corpus" "$art" "$out/logs"
+  dict=()
+  [ "$t" = fuzz_codec_spec ] || dict=(-dict=tests/fuzz/topology.dict)
+  echo "== $t: ${secs}s (log: $log)"
+  start=$(date +%s)
+  rc=0
+  # shellcheck disable=SC2086  # $dirs is a list of directories
+  "$out/bin/$t" "$corpus" $dirs "${dict[@]}" -max_total_time="$secs" -rss_limit_mb=2048 -malloc_limit_mb=2048 \
+    -timeout=30 -detect_leaks=1 -print_final_stats=1 -artifact_prefix="$art/" >"$log" 2>&1 || rc=$?
+  took=$(($(date +%s) - start))
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  result=ok
+  if [ "$rc" -ne 0 ]; then
+    failed=1
+    if grep -q "ERROR: LeakSanitizer" "$log"; then result=LEAK
+    elif grep -q "ERROR: libFuzzer: timeout" "$log"; then result=HANG
+    elif grep -q "out-of-memory" "$log"; then result=OOM
+    elif grep -q "runtime error:" "$log"; then result=UB
+    else result="CRASH"; fi
+    result="$result (rc $rc) $(grep -o "Test unit written to .*" "$log" | tail -1 | sed 's/Test unit written to //')"
+  fi
+  summary+=("$(printf '%-16s %12s %8s  %s' "$t" "${runs:-?}" "$took" "$result")")
+done
+
+echo
+printf '%-16s %12s %8s  %s\n' target runs seconds result
+printf '%s\n' "${summary[@]}"
+exit "$failed"

@@ -1,0 +1,228 @@
+// HOPWISE_DEBUG=CHECK over the in-process transport: ranks that agree run as before; a rank calling with another
+// collective, count, dtype, op, root or algorithm makes every rank throw InvalidArgument naming the field and the
+// ranks that disagree; a rank that never calls is named by every other rank's timeout.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "hopwise/common/error.h"
+#include "inproc_group.h"
+
+namespace {
+
+using namespace hwtest;
+using hopwise::DataType;
+using hopwise::ReduceOp;
+
+hc::Options check_options(double timeout_s = 30) {
+  hc::Options o = test_options(hc::Algorithm::kAuto, 256 << 10, timeout_s);
+  o.check = true;
+  return o;
+}
+
+// Runs fn on every rank of a 4-rank group with the check on; returns each rank's error text ("" when none) and
+// whether it was an InvalidArgument.
+struct Outcome {
+  std::vector<std::string> what;
+  std::vector<bool> invalid_argument, timeout;
+};
+
+Outcome run4(const std::function<void(int, hc::Communicator&)>& fn, double timeout_s = 30) {
+  Group g(4, check_options(timeout_s));
+  Outcome o{std::vector<std::string>(4), std::vector<bool>(4), std::vector<bool>(4)};
+  g.run([&](int r, hc::Communicator& c) {
+    try {
+      fn(r, c);
+    } catch (const hopwise::InvalidArgument& e) {
+      o.what[static_cast<std::size_t>(r)] = e.what();
+      o.invalid_argument[static_cast<std::size_t>(r)] = true;
+    } catch (const hopwise::TimeoutError& e) {
+      o.what[static_cast<std::size_t>(r)] = e.what();
+      o.timeout[static_cast<std::size_t>(r)] = true;
+    } catch (const std::exception& e) {
+      o.what[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  return o;
+}
+
+// Every rank threw an InvalidArgument whose text contains every one of `parts`.
+void expect_every_rank_reports(const Outcome& o, const std::vector<std::string>& parts) {
+  for (std::size_t r = 0; r < o.what.size(); ++r) {
+    EXPECT_TRUE(o.invalid_argument[r]) << "rank " << r << ": " << o.what[r];
+    for (const auto& p : parts) EXPECT_NE(o.what[r].find(p), std::string::npos) << "rank " << r << " lacks '" << p << "': " << o.what[r];
+  }
+}
+
+TEST(CollectiveCheck, AgreeingCallsRunAndGiveTheRightResults) {
+  const Outcome o = run4([](int r, hc::Communicator& c) {
+    std::vector<float> v(1000, static_cast<float>(r + 1)), all(4000), block(250);
+    c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+    for (float x : v) ASSERT_EQ(x, 10.0f);
+    c.allreduce_async(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kMax).wait();
+    c.allgather(v.data(), all.data(), v.size(), DataType::kFloat32);
+    c.reduce_scatter(all.data(), block.data(), block.size(), DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(block[0], 40.0f);
+    v.assign(v.size(), static_cast<float>(r));
+    c.broadcast(v.data(), v.size(), DataType::kFloat32, 3);
+    EXPECT_EQ(v[0], 3.0f);
+    c.reduce(v.data(), r == 1 ? all.data() : nullptr, v.size(), DataType::kFloat32, ReduceOp::kSum, 1);
+    if (r == 1) {
+      EXPECT_EQ(all[0], 12.0f);
+    }
+    c.barrier();
+  });
+  for (const auto& w : o.what) EXPECT_EQ(w, "");
+}
+
+TEST(CollectiveCheck, CountMismatchIsNamedOnEveryRank) {
+  const Outcome o = run4([](int r, hc::Communicator& c) {
+    std::vector<float> v(1024);
+    c.allreduce(v.data(), v.data(), r == 2 ? 512 : 1024, DataType::kFloat32, ReduceOp::kSum);
+  });
+  expect_every_rank_reports(o, {"HOPWISE_DEBUG=CHECK", "rank 2 differs from ranks 0,1,3",
+                                "count: 1024 on ranks 0,1,3, 512 on rank 2"});
+}
+
+TEST(CollectiveCheck, DtypeMismatch) {
+  const Outcome o = run4([](int r, hc::Communicator& c) {
+    std::vector<double> v(64);
+    c.allreduce(v.data(), v.data(), 64, r == 0 ? DataType::kFloat64 : DataType::kFloat32, ReduceOp::kSum);
+  });
+  expect_every_rank_reports(o, {"rank 0 differs from ranks 1-3", "dtype: float64 on rank 0, float32 on ranks 1-3"});
+}
+
+TEST(CollectiveCheck, OpMismatch) {
+  const Outcome o = run4([](int r, hc::Communicator& c) {
+    std::vector<float> v(64);
+    c.allreduce(v.data(), v.data(), 64, DataType::kFloat32, r == 3 ? ReduceOp::kMax : ReduceOp::kSum);
+  });
+  expect_every_rank_reports(o, {"rank 3 differs", "op: sum on ranks 0-2, max on rank 3"});
+}
+
+TEST(CollectiveCheck, RootMismatch) {
+  const Outcome o = run4([](int r, hc::Communicator& c) {
+    std::vector<float> v(64);
+    c.broadcast(v.data(), 64, DataType::kFloat32, r == 1 ? 1 : 0);
+  });
+  expect_every_rank_reports(o, {"rank 1 differs", "root: 0 on ranks 0,2,3, 1 on rank 1"});
+}
+
+TEST(CollectiveCheck, CollectiveMismatch) {
+  const Outcome o = run4([](int r, hc::Communicator& c) {
+    std::vector<float> v(64), all(256);
+    if (r == 1) c.allgather(v.data(), all.data(), 64, DataType::kFloat32);
+    else c.allreduce(v.data(), v.data(), 64, DataType::kFloat32, ReduceOp::kSum);
+  });
+  expect_every_rank_reports(o, {"rank 1 differs", "collective: allreduce on ranks 0,2,3, allgather on rank 1"});
+}
+
+TEST(CollectiveCheck, AlgorithmForcedOnOneRankOnly) {
+  const Outcome o = run4([](int r, hc::Communicator& c) {
+    if (r == 0) c.set_algorithm(hc::Algorithm::kRing);
+    else c.set_algorithm(hc::Algorithm::kTree);
+    std::vector<float> v(4096);
+    c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+  });
+  expect_every_rank_reports(o, {"rank 0 differs", "algorithm: ring on rank 0, tree on ranks 1-3"});
+}
+
+TEST(CollectiveCheck, EvenSplitNamesTheHalfWithoutRankZero) {
+  const Outcome o = run4([](int r, hc::Communicator& c) {
+    std::vector<float> v(64);
+    c.allreduce(v.data(), v.data(), r % 2 == 0 ? 64 : 32, DataType::kFloat32, ReduceOp::kSum);
+  });
+  expect_every_rank_reports(o, {"ranks 1,3 differ from ranks 0,2", "count: 64 on ranks 0,2, 32 on ranks 1,3"});
+}
+
+TEST(CollectiveCheck, CallNumberLocatesTheCall) {
+  const Outcome o = run4([](int r, hc::Communicator& c) {
+    std::vector<float> v(64);
+    for (int i = 0; i < 3; ++i) c.allreduce(v.data(), v.data(), 64, DataType::kFloat32, ReduceOp::kSum);
+    c.allreduce(v.data(), v.data(), r == 2 ? 63 : 64, DataType::kFloat32, ReduceOp::kSum);
+  });
+  expect_every_rank_reports(o, {"call #3 on this communicator", "rank 2 differs"});
+}
+
+TEST(CollectiveCheck, MismatchLeavesTheCommunicatorUnusable) {
+  const Outcome o = run4([](int r, hc::Communicator& c) {
+    std::vector<float> v(64);
+    try {
+      c.allreduce(v.data(), v.data(), r == 2 ? 32 : 64, DataType::kFloat32, ReduceOp::kSum);
+    } catch (const hopwise::InvalidArgument&) {
+    }
+    c.allreduce(v.data(), v.data(), 64, DataType::kFloat32, ReduceOp::kSum);
+  });
+  for (const auto& w : o.what) EXPECT_NE(w.find("unusable after an earlier error"), std::string::npos) << w;
+}
+
+TEST(CollectiveCheck, ARankThatNeverCallsIsNamedByEveryOther) {
+  const Outcome o = run4(
+      [](int r, hc::Communicator& c) {
+        if (r == 2) return;
+        std::vector<float> v(1 << 16);  // large enough for a ring: the check still names rank 2 everywhere
+        c.set_algorithm(hc::Algorithm::kRing);
+        c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+      },
+      1.0);
+  for (int r : {0, 1, 3}) {
+    EXPECT_TRUE(o.timeout[static_cast<std::size_t>(r)]) << o.what[static_cast<std::size_t>(r)];
+    EXPECT_NE(o.what[static_cast<std::size_t>(r)].find("waiting for rank(s) 2;"), std::string::npos)
+        << o.what[static_cast<std::size_t>(r)];
+  }
+  EXPECT_EQ(o.what[2], "");
+}
+
+// Without the check, through a ring: each rank waits on a different neighbour, and still every rank names the
+// one that never called, from the notes the others send once they give up.
+TEST(TimeoutExplained, EveryRankNamesTheRankThatNeverCalled) {
+  hc::Options opts = test_options(hc::Algorithm::kRing, 256 << 10, 1.0);
+  Group g(4, opts);
+  std::vector<std::string> what(4);
+  g.run([&](int r, hc::Communicator& c) {
+    if (r == 2) return;
+    std::vector<float> v(1 << 16);
+    try {
+      c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+    } catch (const hopwise::TimeoutError& e) {
+      what[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  for (int r : {0, 1, 3})
+    EXPECT_NE(what[static_cast<std::size_t>(r)].find("rank 2 did not answer within 0.2 s while ranks 0,1,3 gave up"),
+              std::string::npos)
+        << what[static_cast<std::size_t>(r)];
+}
+
+TEST(TimeoutExplained, NoRankMissingMeansTheyWaitOnEachOther) {
+  Group g(2, test_options(hc::Algorithm::kRing, 256 << 10, 0.5));
+  std::vector<std::string> what(2);
+  g.run([&](int r, hc::Communicator& c) {
+    std::vector<float> v(1024), all(2048);
+    try {
+      // Different collectives (without the check): each waits for messages the other never sends.
+      if (r == 0) c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+      else c.allgather(v.data(), all.data(), v.size(), DataType::kFloat32);
+    } catch (const hopwise::TimeoutError& e) {
+      what[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  for (const auto& w : what) EXPECT_NE(w.find("every rank gave up in this call, none is missing"), std::string::npos) << w;
+}
+
+TEST(CollectiveCheck, TurnedOnByHopwiseDebug) {
+  for (const char* v : {"CHECK", "INFO,CHECK", "check", "INFO CHECK"}) {
+    setenv("HOPWISE_DEBUG", v, 1);
+    EXPECT_TRUE(hc::Options::from_env().check) << v;
+  }
+  for (const char* v : {"INFO", "CHECKS", ""}) {
+    setenv("HOPWISE_DEBUG", v, 1);
+    EXPECT_FALSE(hc::Options::from_env().check) << v;
+  }
+  unsetenv("HOPWISE_DEBUG");
+  EXPECT_FALSE(hc::Options::from_env().check);
+}
+
+}  // namespace
