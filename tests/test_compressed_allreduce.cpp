@@ -258,7 +258,7 @@ TEST(PowerSgdAllreduce, ErrorFeedbackConservesAcrossSteps) {
       comm.allreduce_powersgd(std::span<const hc::PowerSgdTensor>(&t, 1), ps, hopwise::ReduceOp::kAvg);
       for (std::size_t i = 0; i < buf.size(); ++i) out_sum[static_cast<std::size_t>(r)][i] += buf[i] * p;
     }
-    residual[static_cast<std::size_t>(r)] = st.residual;
+    residual[static_cast<std::size_t>(r)] = ps.residual(st);
   });
   ASSERT_EQ(err, "");
   double worst = 0;

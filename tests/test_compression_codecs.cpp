@@ -741,18 +741,22 @@ TEST(PowerSgd, SumOverRanksIsAProjectionAndFeedbackConserves) {
         ASSERT_NEAR(out[i * cols + c], want, 1e-4 * (1 + std::fabs(want))) << t << " " << i << " " << c;
       }
     }
+    std::vector<std::vector<float>> res(p);
+    for (std::size_t r = 0; r < p; ++r) res[r] = ps.residual(st[r]);
     for (std::size_t i = 0; i < rows * cols; ++i) {
       sum_out[i] += out[i];
       for (std::size_t r = 0; r < p; ++r) {
         sum_in[i] += g[r][i];
-        scale = std::max(scale, static_cast<double>(std::fabs(st[r].residual[i])));
+        scale = std::max(scale, static_cast<double>(std::fabs(res[r][i])));
       }
       scale = std::max(scale, static_cast<double>(std::fabs(out[i])));
     }
   }
+  std::vector<std::vector<float>> last(p);
+  for (std::size_t r = 0; r < p; ++r) last[r] = ps.residual(st[r]);
   for (std::size_t i = 0; i < rows * cols; ++i) {
     double res = 0;
-    for (std::size_t r = 0; r < p; ++r) res += st[r].residual[i];
+    for (std::size_t r = 0; r < p; ++r) res += last[r][i];
     ASSERT_NEAR(sum_out[i] + res, sum_in[i], 1e-5 * steps * scale * p) << i << " " << note();
   }
 }

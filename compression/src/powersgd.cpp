@@ -28,20 +28,31 @@ double unit(std::uint64_t& s) { return static_cast<double>(splitmix64(s) >> 11) 
 #define HOPWISE_PSGD_CLONES __attribute__((target_clones("avx2", "default")))
 constexpr std::size_t kLanes = 16;
 
-// m_i = g_i (+ res_i); p_i[j] = <m_i, q_j> for j < r. acc: r * kLanes floats of scratch.
-HOPWISE_PSGD_CLONES void row_times_q(const float* g, const float* res, float* mi, std::size_t cols, const float* q,
+// The row's M: g_i alone, or with error feedback g_i + residual_i where the residual of the previous step,
+// m_i - sum_j ph_i[j] * q_local_j, is formed here on the fly (in place over m_i: no residual array to write and
+// read back). Then p_i[j] = <m_i, q_j> for j < r. acc: r * kLanes floats of scratch.
+HOPWISE_PSGD_CLONES void row_times_q(const float* g, float* mi, const float* ph_prev, const float* q_local,
+                                     std::size_t r_prev, bool feedback, std::size_t cols, const float* q,
                                      std::size_t r, float* pi, float* acc) {
-  std::size_t c = 0;
-  for (; c < cols; ++c) mi[c] = res ? g[c] + res[c] : g[c];
+  const float* src = g;
+  if (feedback) {
+    for (std::size_t j = 0; j < r_prev; ++j) {  // m_i -= ph_i[j] * q_local_j: the residual
+      const float w = ph_prev[j];
+      const float* qj = q_local + j * cols;
+      for (std::size_t c = 0; c < cols; ++c) mi[c] -= w * qj[c];
+    }
+    for (std::size_t c = 0; c < cols; ++c) mi[c] += g[c];
+    src = mi;
+  }
   for (std::size_t j = 0; j < r; ++j) {
     const float* qj = q + j * cols;
     float* a = acc + j * kLanes;
     for (std::size_t l = 0; l < kLanes; ++l) a[l] = 0.0f;
-    c = 0;
+    std::size_t c = 0;
     for (; c + kLanes <= cols; c += kLanes)
-      for (std::size_t l = 0; l < kLanes; ++l) a[l] += mi[c + l] * qj[c + l];
+      for (std::size_t l = 0; l < kLanes; ++l) a[l] += src[c + l] * qj[c + l];
     double sum = 0;
-    for (; c < cols; ++c) sum += static_cast<double>(mi[c]) * qj[c];
+    for (; c < cols; ++c) sum += static_cast<double>(src[c]) * qj[c];
     for (std::size_t l = 0; l < kLanes; ++l) sum += a[l];
     pi[j] = static_cast<float>(sum);
   }
@@ -147,19 +158,22 @@ void PowerSgd::compute_p(const float* grad, std::size_t rows, std::size_t cols, 
       const double u1 = 1.0 - unit(s), u2 = unit(s);
       v = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
     }
-    if (ef_) state.residual.assign(n, 0.0f);
+    if (ef_) state.m.assign(n, 0.0f);  // no residual yet: M = grad
   } else if (state.rows != rows || state.cols != cols) {
     throw InvalidArgument(fmt::format("powersgd: the state belongs to a {} x {} matrix, not {} x {}; keep one "
                                       "PowerSgdState per tensor",
                                       state.rows, state.cols, rows, cols));
   }
-  state.m.resize(n);
-  float* m = state.m.data();
+  // Without error feedback M is the gradient itself: read in place (it must stay unchanged until compute_q).
+  state.grad = grad;
   const float* q = state.q.data();
+  const bool feedback = ef_ && !state.q_local.empty();
+  const std::size_t r_prev = feedback ? state.q_local.size() / cols : 0;
   std::vector<float> acc(r * kLanes);
   for (std::size_t i = 0; i < rows; ++i)
-    row_times_q(grad + i * cols, ef_ ? state.residual.data() + i * cols : nullptr, m + i * cols, cols, q, r,
-                p + i * r, acc.data());
+    row_times_q(grad + i * cols, ef_ ? state.m.data() + i * cols : nullptr,
+                feedback ? state.p_hat.data() + i * r_prev : nullptr, feedback ? state.q_local.data() : nullptr,
+                r_prev, ef_, cols, q, r, p + i * r, acc.data());
   state.phase = 1;
 }
 
@@ -190,15 +204,14 @@ void PowerSgd::compute_q(const float* p_sum, std::size_t rows, std::size_t cols,
       state.p_hat[i * r + j] = static_cast<float>(e[i]);
     }
   }
-  // q (r x cols) = P^T M, accumulated row by row of M (contiguous inner loop over columns).
-  const float* m = state.m.data();
+  // q (r x cols) = P^T M, accumulated row by row of M (contiguous inner loop over columns); this rank's own q is
+  // kept: with error feedback the residual M - P^ q_local is formed from it in the next compute_p.
+  const float* m = ef_ ? state.m.data() : state.grad;
   const float* ph = state.p_hat.data();
   std::fill(q, q + r * cols, 0.0f);
   for (std::size_t i = 0; i < rows; ++i) accumulate_row(ph + i * r, r, m + i * cols, cols, q);
-  if (ef_) {  // residual = M - P^ q_local
-    float* res = state.residual.data();
-    for (std::size_t i = 0; i < rows; ++i) combine_row(ph + i * r, r, q, cols, res + i * cols, m + i * cols, true);
-  }
+  if (ef_) state.q_local.assign(q, q + r * cols);
+  state.grad = nullptr;
   state.phase = 2;
 }
 
@@ -212,6 +225,16 @@ void PowerSgd::decompress(const float* q_sum, std::size_t rows, std::size_t cols
   state.q.assign(q_sum, q_sum + r * cols);
   ++state.step;
   state.phase = 0;
+}
+
+std::vector<float> PowerSgd::residual(const PowerSgdState& state) const {
+  if (!ef_ || state.q_local.empty()) return {};
+  const std::size_t rows = state.rows, cols = state.cols, r = state.q_local.size() / cols;
+  std::vector<float> res(rows * cols);
+  for (std::size_t i = 0; i < rows; ++i)
+    combine_row(state.p_hat.data() + i * r, r, state.q_local.data(), cols, res.data() + i * cols,
+                state.m.data() + i * cols, true);
+  return res;
 }
 
 }  // namespace hopwise::compression

@@ -271,13 +271,13 @@ class Bench {
       r.busbw = r.algbw * bus_factor();
       r.vs_mpi = mpi_t / median[k];
       if (mpi || k >= ours) {
-        r.algo = mpi ? "mpi" : "gloo";
-        r.check = "-";
+        r.algo = std::string_view(mpi ? "mpi" : "gloo");
+        r.check = std::string_view("-");
       } else {
         const Algorithm a = algorithms_[k];
         comm_.set_algorithm(a);
         r.algo = std::string(comm::to_string(a));
-        if (a == Algorithm::kAuto) r.algo += ":" + std::string(comm::to_string(comm_.algorithm_for(o_.collective, r.bytes)));
+        if (a == Algorithm::kAuto) r.algo = fmt::format("auto:{}", comm::to_string(comm_.algorithm_for(o_.collective, r.bytes)));
         r.check = o_.check ? (check(count) ? "ok" : "FAIL") : "-";
       }
       rows.push_back(r);
@@ -323,7 +323,7 @@ class Bench {
     Row r;
     r.bytes = count * sizeof(float);
     r.count = count;
-    r.algo = "C:" + codec->name();
+    r.algo = fmt::format("C:{}", codec->name());
     r.time_us = t[t.size() / 2] * 1e6;
     r.algbw = static_cast<double>(r.bytes) / t[t.size() / 2] / 1e9;
     r.busbw = r.algbw * bus_factor();
@@ -382,7 +382,7 @@ class Bench {
     Row r;
     r.bytes = count * sizeof(float);
     r.count = count;
-    r.algo = "C:" + ps.name();
+    r.algo = fmt::format("C:{}", ps.name());
     r.time_us = t[t.size() / 2] * 1e6;
     r.algbw = static_cast<double>(r.bytes) / t[t.size() / 2] / 1e9;
     r.busbw = r.algbw * bus_factor();

@@ -10,7 +10,8 @@
 // orthonormal columns (modified Gram-Schmidt in double; a column that vanishes becomes 0); Q = sum_r M_r^T P^;
 // out = P^ Q^T = P^ P^T sum_r M_r, the projection of the summed gradient onto span(P^). The summed Q is kept as
 // the next step's warm start. Error feedback (ef=1, default): residual_r = M_r - P^ P^T M_r, so that over any
-// number of steps sum(outputs) + sum_r(residual_r) == sum(inputs). Q starts as a standard normal matrix drawn
+// number of steps sum(outputs) + sum_r(residual_r) == sum(inputs). With ef=0 the gradient is read in place
+// by compute_p and again by compute_q: it must not change in between. Q starts as a standard normal matrix drawn
 // from state.seed only (identical on every rank). The first `warmup` steps of a tensor, and matrices that
 // compresses() rejects, go uncompressed: the caller all-reduces them plainly and calls skip() for warm-up steps
 // (comm/'s allreduce_powersgd does all of this).
@@ -33,9 +34,10 @@ struct PowerSgdState {
   std::uint64_t seed = 0;  // the same on every rank for the same tensor
   std::uint64_t step = 0;  // completed steps: decompress() calls and skip()ped warm-up steps
   std::vector<float> q;         // warm start, r' x cols (empty until the first compute_p)
-  std::vector<float> m;         // this step's M = grad (+ residual)
+  std::vector<float> m;         // ef=1: this step's M = grad + residual (the residual stays implicit, see residual())
   std::vector<float> p_hat;     // orthonormalized P of this step, rows x r'
-  std::vector<float> residual;  // error feedback, rows x cols
+  std::vector<float> q_local;   // ef=1: this rank's P^T M of the last step (before the sum)
+  const float* grad = nullptr;  // ef=0: M is the gradient itself, read again by compute_q
   std::size_t rows = 0, cols = 0;
   int phase = 0;  // 0: next call is compute_p, 1: compute_q, 2: decompress
 };
@@ -59,6 +61,9 @@ class PowerSgd {
   }
   // Counts an uncompressed (warm-up or rejected) step in state.step.
   void skip(PowerSgdState& state) const { ++state.step; }
+  // What error feedback still owes the tensor after the last decompress: M - P^ q_local (empty with ef=0 or
+  // before the first step). Not stored: compute_p forms it on the fly, row by row, as it builds the next M.
+  std::vector<float> residual(const PowerSgdState& state) const;
   std::size_t effective_rank(std::size_t rows, std::size_t cols) const;
   std::size_t p_count(std::size_t rows, std::size_t cols) const { return rows * effective_rank(rows, cols); }
   std::size_t q_count(std::size_t rows, std::size_t cols) const { return cols * effective_rank(rows, cols); }
