@@ -37,5 +37,6 @@ set_tests_properties(package_consumer PROPERTIES LABELS unit TIMEOUT 300)
 add_test(NAME bench_check_codecs_np3
          COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 3 $<TARGET_FILE:hopwise-bench>
                  -b 64K -e 1M -f 16 -a auto -C none -C fp16 -C bf16 -C int8 -C int8:round=stochastic -C qsgd
-                 -C terngrad -C sign -C topk:ratio=0.01 -C randomk:ratio=0.01 -c 1 -n 2 -w 1)
+                 -C terngrad -C sign -C topk:ratio=0.01 -C randomk:ratio=0.01 -C powersgd:rank=4
+                 -C powersgd:rank=2,ef=0 -c 1 -n 2 -w 1)
 set_tests_properties(bench_check_codecs_np3 PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 3 FAIL_REGULAR_EXPRESSION "FAIL")

@@ -426,6 +426,7 @@ class Bench {
         for (std::size_t i = 0; i < tmp.size(); ++i) psum[i] += tmp[i];
       }
       for (int r = 0; r < p_; ++r) {
+        fill(x, r);  // without error feedback compute_q reads rank r's gradient again, in place
         tmp.assign(qsum.size(), 0.0f);
         ps.compute_q(psum.data(), rows, cols, tmp.data(), st[static_cast<std::size_t>(r)]);
         for (std::size_t i = 0; i < tmp.size(); ++i) qsum[i] += tmp[i];
