@@ -79,13 +79,25 @@ hopwise_cluster_test(cluster_collectives_4x2 MAX_SECONDS 120
 foreach(coll allreduce reduce_scatter allgather broadcast reduce)
   set(algos auto,ring,tree,native)
   if(coll STREQUAL "allreduce")
-    set(algos ring,hd,tree,direct,shm,native,auto)
+    set(algos ring,hd,tree,direct,shm,hier,native,auto)
   endif()
   hopwise_cluster_test(cluster_bench_${coll}_4x2 MAX_SECONDS 60
                        COMMAND ${run} ${hosts4} $<TARGET_FILE:hopwise-bench> --coll ${coll} -b 1K -e 1M -f 32 -a ${algos}
                                -c 1 -n 2 -w 1
                        EXPECT "8 ranks on 4 host" " ok$" REJECT "FAIL")
 endforeach()
+
+# The job's topology, discovered on every host and gathered: with ranks placed --map-by node (0 and 2 on host 0,
+# 1 and 3 on host 1) the planned ring keeps each host's ranks together, crossing each host boundary once
+# (rank order would cross it at every hop).
+hopwise_cluster_test(cluster_topo_plan_bynode MAX_SECONDS 60
+                     COMMAND ${run} ${hosts2} --map-by node $<TARGET_FILE:hopwise-topo> plan
+                     EXPECT "4 rank\\(s\\) on 2 host\\(s\\)" "plan: 4 ranks on 2 host\\(s\\)"
+                            "ring: [02]\\([^)]*\\) -> [02]\\([^)]*\\) -> [13]\\([^)]*\\) -> [13]\\("
+                            "rank-order ring: bottleneck")
+hopwise_cluster_test(cluster_topo_show MAX_SECONDS 60
+                     COMMAND ${run} ${hosts2} $<TARGET_FILE:hopwise-topo> show
+                     EXPECT "Host @HOST@0" "Host @HOST@1" "network Network network" "rank 3: host @HOST@1")
 
 # Faults across hosts (TCP): a stopped rank is named by all others; a killed one ends the job at once.
 hopwise_cluster_test(cluster_fault_sigstop_4x2 MAX_SECONDS 60 EXIT nonzero
