@@ -288,6 +288,36 @@ class Bench {
     return rows;
   }
 
+  // The input of compressed rows: rank `rank`'s random normal floats (regenerated for the serial checks).
+  static void normal_fill(float* v, std::size_t count, int rank) {
+    std::mt19937 g(static_cast<std::uint32_t>(1234 + rank));
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (std::size_t i = 0; i < count; ++i) v[i] = d(g);
+  }
+
+  // ||out - exact|| / ||exact|| (0 when exact is 0).
+  static double relative_l2(const float* out, const float* exact, std::size_t count) {
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      num += (static_cast<double>(out[i]) - exact[i]) * (static_cast<double>(out[i]) - exact[i]);
+      den += static_cast<double>(exact[i]) * exact[i];
+    }
+    return den > 0 ? std::sqrt(num / den) : 0.0;
+  }
+
+  // A compressed row's sizes and timing figures from its sorted per-iteration times.
+  Row codec_timing(std::size_t count, const std::vector<double>& sorted_times, double mpi_t) const {
+    const double median = sorted_times[sorted_times.size() / 2];
+    Row r;
+    r.bytes = count * sizeof(float);
+    r.count = count;
+    r.time_us = median * 1e6;
+    r.algbw = static_cast<double>(r.bytes) / median / 1e9;
+    r.busbw = r.algbw * bus_factor();
+    r.vs_mpi = mpi_t / median;
+    return r;
+  }
+
   // A compressed allreduce of `count` random normal floats per rank through `spec`.
   Row codec_row(std::size_t count, const std::string& spec, double mpi_t) {
     if (compression::parse_codec_spec(spec).name == "powersgd") return powersgd_row(count, spec, mpi_t);
@@ -295,11 +325,7 @@ class Bench {
     float* in = reinterpret_cast<float*>(in_->data);
     float* out = reinterpret_cast<float*>(out_->data);
     float* exact = reinterpret_cast<float*>(expected_->data);
-    auto normal = [&](float* v, int rank) {
-      std::mt19937 g(static_cast<std::uint32_t>(1234 + rank));
-      std::normal_distribution<float> d(0.0f, 1.0f);
-      for (std::size_t i = 0; i < count; ++i) v[i] = d(g);
-    };
+    auto normal = [count](float* v, int rank) { normal_fill(v, count, rank); };
     normal(in, rank_);
     comm_.allreduce(in, exact, count, DataType::kFloat32, ReduceOp::kSum);
     compression::CodecState st(7, rank_, p_);
@@ -315,23 +341,12 @@ class Bench {
     // One more call from a fresh state, for the error and the check.
     compression::CodecState fresh(11, rank_, p_);
     comm_.allreduce_compressed(in, out, count, *codec, fresh);
-    double num = 0, den = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      num += (static_cast<double>(out[i]) - exact[i]) * (static_cast<double>(out[i]) - exact[i]);
-      den += static_cast<double>(exact[i]) * exact[i];
-    }
-    Row r;
-    r.bytes = count * sizeof(float);
-    r.count = count;
+    Row r = codec_timing(count, t, mpi_t);
+    r.rel_err = relative_l2(out, exact, count);
     r.algo = fmt::format("C:{}", codec->name());
-    r.time_us = t[t.size() / 2] * 1e6;
-    r.algbw = static_cast<double>(r.bytes) / t[t.size() / 2] / 1e9;
-    r.busbw = r.algbw * bus_factor();
-    r.vs_mpi = mpi_t / t[t.size() / 2];
     r.codec = codec->name();
     r.wire_bytes = codec->payload_bytes(count) + codec->scale_count(count) * sizeof(float);
     r.ratio = r.wire_bytes ? static_cast<double>(r.bytes) / static_cast<double>(r.wire_bytes) : 0.0;
-    r.rel_err = den > 0 ? std::sqrt(num / den) : 0.0;
     r.check = o_.check ? (check_codec(*codec, count, out, normal) ? "ok" : "FAIL") : "-";
     return r;
   }
@@ -353,11 +368,7 @@ class Bench {
     float* in = reinterpret_cast<float*>(in_->data);
     float* out = reinterpret_cast<float*>(out_->data);
     float* exact = reinterpret_cast<float*>(expected_->data);
-    auto normal = [&](float* v, int rank) {
-      std::mt19937 g(static_cast<std::uint32_t>(1234 + rank));
-      std::normal_distribution<float> d(0.0f, 1.0f);
-      for (std::size_t i = 0; i < count; ++i) v[i] = d(g);
-    };
+    auto normal = [count](float* v, int rank) { normal_fill(v, count, rank); };
     normal(in, rank_);
     comm_.allreduce(in, exact, count, DataType::kFloat32, ReduceOp::kSum);
     std::vector<double> t;
@@ -374,25 +385,14 @@ class Bench {
     compression::PowerSgdState fresh(11);
     const comm::PowerSgdTensor m{in, out, rows, cols, &fresh};
     comm_.allreduce_powersgd(std::span<const comm::PowerSgdTensor>(&m, 1), ps);
-    double num = 0, den = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      num += (static_cast<double>(out[i]) - exact[i]) * (static_cast<double>(out[i]) - exact[i]);
-      den += static_cast<double>(exact[i]) * exact[i];
-    }
-    Row r;
-    r.bytes = count * sizeof(float);
-    r.count = count;
+    Row r = codec_timing(count, t, mpi_t);
+    r.rel_err = relative_l2(out, exact, count);
     r.algo = fmt::format("C:{}", ps.name());
-    r.time_us = t[t.size() / 2] * 1e6;
-    r.algbw = static_cast<double>(r.bytes) / t[t.size() / 2] / 1e9;
-    r.busbw = r.algbw * bus_factor();
-    r.vs_mpi = mpi_t / t[t.size() / 2];
     r.codec = fmt::format("{}@{}x{}", ps.name(), rows, cols);
     r.wire_bytes = ps.compressed_step(rows, cols, compression::PowerSgdState())
                        ? (ps.p_count(rows, cols) + ps.q_count(rows, cols)) * sizeof(float)
                        : r.bytes;  // a warm-up step, or a matrix not worth compressing: the floats themselves
     r.ratio = r.wire_bytes ? static_cast<double>(r.bytes) / static_cast<double>(r.wire_bytes) : 0.0;
-    r.rel_err = den > 0 ? std::sqrt(num / den) : 0.0;
     r.check = o_.check ? (check_powersgd(ps, rows, cols, out, normal) ? "ok" : "FAIL") : "-";
     return r;
   }
