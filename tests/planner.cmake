@@ -61,10 +61,11 @@ Legend:
   endif()
 endif()
 
-# The communicator plans its ring and trees on HOPWISE_TOPO_FILE: every collective stays correct on that plan.
+# The communicator plans its ring and trees on HOPWISE_TOPO_FILE: every collective stays correct on that plan,
+# including the ring's two channels (that file's NVLink ring and its reverse; small chunks so that 64 KiB and up split).
 if(TARGET hopwise-topo)
   add_test(NAME bench_check_planned_np4
-           COMMAND ${CMAKE_COMMAND} -E env HOPWISE_TOPO_FILE=${_topo_smoke}
+           COMMAND ${CMAKE_COMMAND} -E env HOPWISE_TOPO_FILE=${_topo_smoke} HOPWISE_CHUNK_BYTES=16K
                    ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4 $<TARGET_FILE:hopwise-bench>
                    -b 1K -e 1M -f 32 -a ring,hd,tree,hier -c 1 -n 2 -w 1)
   set_tests_properties(bench_check_planned_np4 PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 4

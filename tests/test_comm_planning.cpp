@@ -147,3 +147,38 @@ TEST(CommPlanning, HierarchicalAllreduceAcrossUnevenHosts) {
   EXPECT_EQ(err, "");
   fs::remove(file);
 }
+
+// Two ring channels side by side (a ring and its reverse): every size, op and dtype matches a plain reduction,
+// whether the buffer is split between them or too small to split.
+TEST(CommPlanning, RingChannelsSideBySide) {
+  const int p = 4;
+  hwtest::Group g(p, hwtest::test_options(hc::Algorithm::kRing, 1024));
+  for (int r = 0; r < p; ++r) {
+    g.comm(r).set_ring_channels({{0, 2, 1, 3}, {0, 3, 1, 2}});
+    ASSERT_EQ(g.comm(r).ring_channels().size(), 2u);
+    ASSERT_EQ(g.comm(r).ring_order(), (std::vector<int>{0, 2, 1, 3}));
+  }
+  const std::string err = g.run([&](int r, hc::Communicator& comm) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{4099}, std::size_t{100003}}) {
+      std::vector<float> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>((i * 3 + static_cast<std::size_t>(r)) % 17);
+      comm.allreduce(v.data(), v.data(), n, hopwise::DataType::kFloat32, hopwise::ReduceOp::kSum);
+      for (std::size_t i = 0; i < n; ++i) {
+        float want = 0;
+        for (int q = 0; q < p; ++q) want += static_cast<float>((i * 3 + static_cast<std::size_t>(q)) % 17);
+        if (v[i] != want) throw std::runtime_error(fmt::format("float sum n={} [{}] = {} want {}", n, i, v[i], want));
+      }
+      std::vector<std::int32_t> iv(n);
+      for (std::size_t i = 0; i < n; ++i) iv[i] = static_cast<std::int32_t>((i + static_cast<std::size_t>(r) * 7) % 23);
+      comm.allreduce(iv.data(), iv.data(), n, hopwise::DataType::kInt32, hopwise::ReduceOp::kMax);
+      for (std::size_t i = 0; i < n; ++i) {
+        std::int32_t want = 0;
+        for (int q = 0; q < p; ++q) want = std::max(want, static_cast<std::int32_t>((i + static_cast<std::size_t>(q) * 7) % 23));
+        if (iv[i] != want) throw std::runtime_error(fmt::format("int32 max n={} [{}] = {} want {}", n, i, iv[i], want));
+      }
+    }
+  });
+  EXPECT_EQ(err, "");
+  g.comm(0).set_ring_order({0, 1, 2, 3});  // one ring again
+  EXPECT_TRUE(g.comm(0).ring_channels().empty());
+}

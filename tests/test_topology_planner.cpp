@@ -496,3 +496,45 @@ TEST(PlannerQuality, TwoSocketPcieMachinesCrossTheSocketsTwice) {
   }
   EXPECT_GE(checked, 1);
 }
+
+// Channels: the reverse ring joins the planned one only where the two share no directed link.
+TEST(PlannerChannels, ReverseRingOnlyWhereNoDirectedLinkIsShared) {
+  // 4 GPUs in an NVLink ring of point-to-point links: the reverse uses every link's other direction.
+  Topology mesh;
+  const int host = mesh.add_node({.kind = NodeKind::Host, .name = "h"});
+  std::vector<int> g;
+  for (int i = 0; i < 4; ++i) {
+    g.push_back(mesh.add_node({.kind = NodeKind::Gpu, .name = "GPU" + std::to_string(i), .index = i}));
+    mesh.add_link({host, g.back(), LinkKind::PCIe, 1, 3, 16, 0, 0});
+  }
+  for (int i = 0; i < 4; ++i) mesh.add_link({g[static_cast<size_t>(i)], g[static_cast<size_t>((i + 1) % 4)], LinkKind::NVLink, 2, 0, 0, 50, 0});
+  const Plan p = plan_collectives(mesh, place_ranks(mesh));
+  ASSERT_EQ(p.channels.size(), 2u);
+  EXPECT_EQ(p.channels[0], p.ring);
+  std::vector<int> rev(p.ring.rbegin(), p.ring.rend());
+  std::rotate(rev.begin(), std::find(rev.begin(), rev.end(), p.ring.front()), rev.end());
+  EXPECT_EQ(p.channels[1], rev);
+  EXPECT_NE(p.describe().find("2 channel(s)"), std::string::npos);
+
+  // The same GPUs behind one NVSwitch: every rank's way out is one link, shared by both directions' rings.
+  Topology sw;
+  const int h2 = sw.add_node({.kind = NodeKind::Host, .name = "h"});
+  const int nvs = sw.add_node({.kind = NodeKind::NvSwitch, .name = "NVS"});
+  for (int i = 0; i < 4; ++i) {
+    const int id = sw.add_node({.kind = NodeKind::Gpu, .name = "GPU" + std::to_string(i), .index = i});
+    sw.add_link({h2, id, LinkKind::PCIe, 1, 3, 16, 0, 0});
+    sw.add_link({id, nvs, LinkKind::NVLink, 6, 0, 0, 150, 0});
+  }
+  EXPECT_EQ(plan_collectives(sw, place_ranks(sw)).channels.size(), 1u);
+  // Ranks sharing a device (no link at all), and two ranks: one ring.
+  EXPECT_EQ(plan_collectives(mesh, std::vector<RankPlacement>(3, {g[0], 0})).channels.size(), 1u);
+  EXPECT_EQ(plan_collectives(mesh, place_ranks(mesh, 2)).channels.size(), 1u);
+}
+
+TEST(PlannerChannels, SharedDgx1GetsTwoChannels) {
+  const fs::path f = shared_dir() / "nvidia-smi" / "dgx1-v100-8gpu-4ib.pytorch-ddp-readme.topo-m.txt";
+  if (!fs::exists(f)) GTEST_SKIP() << "no " << f.string();
+  const Topology t = load_topology(f.string());
+  const Plan plan = plan_collectives(t, place_ranks(t));
+  EXPECT_EQ(plan.channels.size(), 2u);
+}

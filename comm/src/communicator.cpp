@@ -76,6 +76,9 @@ struct Communicator::Impl {
   std::string plan_text;                     // the planner's description of the plan in use; empty for rank order
   std::optional<topology::Cluster> cluster;  // what discovery found
   std::vector<int> host_of;                  // per rank, from the plan (empty: all on one host)
+  // Rings run side by side by a large allreduce (channels[0] is `ring`), and a workspace for each extra one.
+  std::vector<std::vector<int>> channels;
+  std::vector<std::unique_ptr<Workspace>> channel_workspaces;
   // Hierarchical allreduce: this rank's host group (ring order) and, on each host's first rank, the leaders.
   std::unique_ptr<GroupTransport> host_group, leader_group;
   topology::TreeShape tree_a, tree_b;
@@ -311,6 +314,10 @@ struct Communicator::Impl {
           std::vector<const topology::TreeShape*> trees{&tree_a};
           if (two_trees && t.count >= 2) trees.push_back(&tree_b);
           algo::tree_allreduce(ctx, t.in, t.out, t.count, t.dt, op, scale, trees);
+        } else if (channels.size() > 1) {
+          std::vector<Workspace*> extra;
+          for (auto& w : channel_workspaces) extra.push_back(w.get());
+          algo::ring_allreduce_channels(ctx, extra, t.in, t.out, t.count, t.dt, op, scale, channels);
         } else {
           algo::ring_allreduce(ctx, t.in, t.out, t.count, t.dt, op, scale, ring);
         }
@@ -518,6 +525,7 @@ void Communicator::plan_topology(const Options& options) {
     return;
   }
   set_ring_order(plan.ring);
+  if (plan.channels.size() > 1) set_ring_channels(plan.channels);
   if (size() > 1) set_trees(plan.trees.first, plan.trees.second);
   impl_->host_of.clear();
   for (const auto& r : plan.placement) impl_->host_of.push_back(r.host);
@@ -549,6 +557,7 @@ void Communicator::set_ring_order(std::vector<int> order) {
   std::lock_guard lock(impl_->mutex);
   require(impl_->queue.empty() && !impl_->busy, "set_ring_order while collectives are in flight; wait for them first");
   impl_->ring = std::move(order);
+  impl_->channels.clear();    // one ring until set_ring_channels
   impl_->host_group.reset();  // the hierarchical groups follow the ring
   impl_->leader_group.reset();
   const auto trees = topology::double_binary_tree(impl_->ring);
@@ -556,6 +565,23 @@ void Communicator::set_ring_order(std::vector<int> order) {
   impl_->tree_b = trees.second;
   impl_->tree_depth = impl_->tree_a.depth();
   impl_->two_trees = true;
+}
+
+void Communicator::set_ring_channels(std::vector<std::vector<int>> rings) {
+  require(!rings.empty(), "set_ring_channels needs at least one ring; pass {ring} for one channel");
+  for (const auto& r : rings) topology::validate_ring(r, size());
+  set_ring_order(rings.front());
+  std::lock_guard lock(impl_->mutex);
+  if (rings.size() > 1) {
+    impl_->channels = std::move(rings);
+    while (impl_->channel_workspaces.size() + 1 < impl_->channels.size())
+      impl_->channel_workspaces.push_back(std::make_unique<Workspace>());
+  }
+}
+
+const std::vector<std::vector<int>>& Communicator::ring_channels() const {
+  static const std::vector<std::vector<int>> none;
+  return impl_->channels.empty() ? none : impl_->channels;
 }
 
 void Communicator::set_trees(topology::TreeShape first, std::optional<topology::TreeShape> second) {

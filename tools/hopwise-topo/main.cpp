@@ -323,13 +323,21 @@ Legend:
 }
 
 nlohmann::ordered_json plan_json(const Plan& plan) {
+  // A hop's figures, from the ring's own edges (the model's paths are the same both ways, so a reversed channel's
+  // hops are the ring's read backwards).
+  std::map<std::pair<int, int>, EdgeMetric> edges;
+  for (std::size_t i = 0; i < plan.ring.size() && plan.ring.size() > 1; ++i) {
+    const int a = plan.ring[i], b = plan.ring[(i + 1) % plan.ring.size()];
+    edges[{a, b}] = edges[{b, a}] = plan.ring_edges[i];
+  }
+  auto edge = [&](int a, int b) { return edges.at({a, b}); };
   auto ring_json = [&](const std::vector<int>& order, const RingScore& score, bool hops) {
     nlohmann::ordered_json r;
     r["order"] = order;
     if (hops) {
       auto& h = r["hops"] = nlohmann::ordered_json::array();
       for (std::size_t i = 0; i < order.size() && order.size() > 1; ++i) {
-        const EdgeMetric& e = plan.ring_edges[i];
+        const EdgeMetric& e = edge(order[i], order[(i + 1) % order.size()]);
         h.push_back({{"from", order[i]},
                      {"to", order[(i + 1) % order.size()]},
                      {"path", std::string(to_string(e.cls))},
@@ -350,7 +358,9 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
   auto& dev = j["placement"] = nlohmann::ordered_json::array();
   for (std::size_t r = 0; r < plan.placement.size(); ++r)
     dev.push_back({{"rank", r}, {"device", plan.device_names[r]}, {"host", plan.placement[r].host}});
-  j["rings"] = nlohmann::ordered_json::array({ring_json(plan.ring, plan.ring_score, true)});
+  auto& rings = j["rings"] = nlohmann::ordered_json::array({ring_json(plan.ring, plan.ring_score, true)});
+  for (std::size_t c = 1; c < plan.channels.size(); ++c)
+    rings.push_back(ring_json(plan.channels[c], plan.ring_score, true));  // the reverse: the same figures
   auto& trees = j["trees"] = nlohmann::ordered_json::array();
   for (const TreeShape* t : {&plan.trees.first, &plan.trees.second})
     trees.push_back({{"root", t->root}, {"parent", t->parent}, {"depth", t->depth()}});

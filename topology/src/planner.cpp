@@ -580,10 +580,17 @@ std::string human_time(double s) {
 
 std::string Plan::describe() const {
   std::string out;
-  out += fmt::format("plan: {} ranks on {} host(s), ring {}\n", ranks, hosts, exact ? "exact" : "heuristic");
+  out += fmt::format("plan: {} ranks on {} host(s), ring {}, {} channel(s){}\n", ranks, hosts, exact ? "exact" : "heuristic",
+                     std::max<size_t>(1, channels.size()),
+                     channels.size() > 1 ? " (the ring and its reverse share no directed link)" : "");
   std::vector<std::string> names;
   for (int r : ring) names.push_back(rank_name(*this, r));
   out += fmt::format("ring: {}\n", fmt::join(names, " -> "));
+  for (size_t c = 1; c < channels.size(); ++c) {
+    std::vector<std::string> ch;
+    for (int r : channels[c]) ch.push_back(rank_name(*this, r));
+    out += fmt::format("channel {}: {}\n", c + 1, fmt::join(ch, " -> "));
+  }
   out += "ring edges:\n";
   for (size_t i = 0; i < ring.size() && ring.size() > 1; ++i) {
     const int a = ring[i], b = ring[(i + 1) % ring.size()];
@@ -707,8 +714,41 @@ Plan plan_collectives(const RingProblem& p, const PlannerOptions& o) {
   };
   finish_plan(plan, hierarchical_ring(p, limit), p.host, metric);
   plan.exact = levels_exact(p.host, p.n, limit);
+  plan.channels = {plan.ring};  // no routes in a bare matrix: one ring
   return plan;
 }
+
+namespace {
+
+// The directed links (node pairs, in travel order) of the routes of a ring's hops; false if a hop has no route
+// in the graph or stays on one device.
+bool ring_links(const Topology& t, const std::vector<RankPlacement>& placement, const std::vector<int>& ring,
+                std::set<std::pair<int, int>>& links) {
+  for (size_t i = 0; i < ring.size(); ++i) {
+    const int a = placement[static_cast<size_t>(ring[i])].device;
+    const int b = placement[static_cast<size_t>(ring[(i + 1) % ring.size()])].device;
+    const PathInfo path = t.path(a, b);
+    if (a == b || path.route.size() < 2) return false;
+    for (size_t k = 0; k + 1 < path.route.size(); ++k) links.insert({path.route[k], path.route[k + 1]});
+  }
+  return true;
+}
+
+std::vector<std::vector<int>> plan_channels(const Topology& t, const std::vector<RankPlacement>& placement,
+                                            const std::vector<int>& ring, int hosts) {
+  std::vector<std::vector<int>> channels{ring};
+  if (ring.size() < 3 || hosts > 1) return channels;
+  std::vector<int> reverse(ring.rbegin(), ring.rend());
+  std::rotate(reverse.begin(), std::find(reverse.begin(), reverse.end(), ring.front()), reverse.end());
+  std::set<std::pair<int, int>> forward, backward;
+  if (!ring_links(t, placement, ring, forward) || !ring_links(t, placement, reverse, backward)) return channels;
+  for (const auto& l : backward)
+    if (forward.count(l)) return channels;
+  channels.push_back(std::move(reverse));
+  return channels;
+}
+
+}  // namespace
 
 Plan plan_collectives(const Topology& t, const std::vector<RankPlacement>& placement, const PlannerOptions& o) {
   std::set<int> hosts;
@@ -754,6 +794,7 @@ Plan plan_collectives(const Topology& t, const std::vector<RankPlacement>& place
   }
   plan.placement = placement;
   for (const auto& r : placement) plan.device_names.push_back(t.node(r.device).name);
+  plan.channels = plan_channels(t, placement, plan.ring, plan.hosts);
   return plan;
 }
 

@@ -29,7 +29,11 @@ struct Context {
   Transport& transport;
   Workspace& workspace;
   std::size_t chunk_bytes;  // largest message; also the pipelining grain
+  int tag_offset = 0;       // added to the ring's tags: channels running side by side keep their messages apart
 };
+
+// Tag offset of ring channel k (k = 1, 2, ...): above every other internal tag.
+inline constexpr int kRingChannelTagStride = 20000;
 
 // Element offsets of p blocks: block b is [offsets[b], offsets[b+1]).
 struct Blocks {
@@ -46,6 +50,12 @@ int position_of(const std::vector<int>& order, int rank);
 // Ring reduce-scatter then allgather. `in` may equal `out`. `scale` != 1 multiplies the result (avg).
 void ring_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
                     double scale, const std::vector<int>& order);
+// Several rings side by side ("channels", e.g. the planned ring and its reverse): the buffer is split into one
+// contiguous part per channel, channel 0 runs on the calling thread and each other channel on a thread of its own
+// with its own workspace (`extra[k-1]`) and tags. Falls back to one ring when the buffer is too small to split.
+void ring_allreduce_channels(const Context& c, std::vector<Workspace*> extra, const void* in, void* out,
+                             std::size_t count, DataType dt, ReduceOp op, double scale,
+                             const std::vector<std::vector<int>>& channels);
 // out (recvcount) = this rank's block of the reduction of every rank's in (p * recvcount).
 void ring_reduce_scatter(const Context& c, const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op,
                          double scale, const std::vector<int>& order);

@@ -4,7 +4,10 @@
 //
 // Segments are numbered along the ring: segment k is the block of rank order[k-1], so that after the
 // reduce-scatter the rank at ring position i owns segment i+1, which is its own block.
+#include <algorithm>
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #include "algorithm.h"
 #include "hopwise/common/reduce.h"
@@ -51,7 +54,7 @@ void reduce_scatter_phase(const Context& c, const char* in, char* work, char* fi
     auto& rv = recvs[s % 2];
     rv.clear();
     for_chunks(blocks.len(b), ce, [&](std::size_t, std::size_t j, std::size_t n) {
-      rv.push_back(t.irecv(temp[s % 2] + j * es, n * es, r.prev, kTagRingReduceScatter + s));
+      rv.push_back(t.irecv(temp[s % 2] + j * es, n * es, r.prev, c.tag_offset + kTagRingReduceScatter + s));
     });
   };
 
@@ -59,7 +62,7 @@ void reduce_scatter_phase(const Context& c, const char* in, char* work, char* fi
   {
     const int b = r.block(order, r.i);
     for_chunks(blocks.len(b), ce, [&](std::size_t, std::size_t j, std::size_t n) {
-      sends.push_back(t.isend(in + (blocks.off(b) + j) * es, n * es, r.next, kTagRingReduceScatter));
+      sends.push_back(t.isend(in + (blocks.off(b) + j) * es, n * es, r.next, c.tag_offset + kTagRingReduceScatter));
     });
   }
   for (int s = 0; s < steps; ++s) {
@@ -74,7 +77,7 @@ void reduce_scatter_phase(const Context& c, const char* in, char* work, char* fi
       if (last) {
         if (scale != 1.0) scale_by(dt, dst + j * es, n, scale);
       } else {
-        sends.push_back(t.isend(dst + j * es, n * es, r.next, kTagRingReduceScatter + s + 1));
+        sends.push_back(t.isend(dst + j * es, n * es, r.next, c.tag_offset + kTagRingReduceScatter + s + 1));
       }
     });
   }
@@ -96,20 +99,20 @@ void allgather_phase(const Context& c, char* buf, const Blocks& blocks, DataType
     const int b = r.block(order, r.i - s);
     for_chunks(blocks.len(b), ce, [&](std::size_t, std::size_t j, std::size_t n) {
       recvs[static_cast<std::size_t>(s)].push_back(
-          t.irecv(buf + (blocks.off(b) + j) * es, n * es, r.prev, kTagRingAllgather + s));
+          t.irecv(buf + (blocks.off(b) + j) * es, n * es, r.prev, c.tag_offset + kTagRingAllgather + s));
     });
   }
   {
     const int b = r.block(order, r.i + 1);
     for_chunks(blocks.len(b), ce, [&](std::size_t, std::size_t j, std::size_t n) {
-      sends.push_back(t.isend(buf + (blocks.off(b) + j) * es, n * es, r.next, kTagRingAllgather));
+      sends.push_back(t.isend(buf + (blocks.off(b) + j) * es, n * es, r.next, c.tag_offset + kTagRingAllgather));
     });
   }
   for (int s = 0; s < steps; ++s) {
     const int b = r.block(order, r.i - s);
     for_chunks(blocks.len(b), ce, [&](std::size_t k, std::size_t j, std::size_t n) {
       t.wait(recvs[static_cast<std::size_t>(s)][k]);
-      if (s + 1 < steps) sends.push_back(t.isend(buf + (blocks.off(b) + j) * es, n * es, r.next, kTagRingAllgather + s + 1));
+      if (s + 1 < steps) sends.push_back(t.isend(buf + (blocks.off(b) + j) * es, n * es, r.next, c.tag_offset + kTagRingAllgather + s + 1));
     });
   }
   t.wait_all(sends);
@@ -126,6 +129,43 @@ void ring_allreduce(const Context& c, const void* in, void* out, std::size_t cou
   reduce_scatter_phase(c, static_cast<const char*>(in), o, o + blocks.off(t.rank()) * es, blocks, dt, op, scale,
                        order);
   allgather_phase(c, o, blocks, dt, order);
+}
+
+void ring_allreduce_channels(const Context& c, std::vector<Workspace*> extra, const void* in, void* out,
+                             std::size_t count, DataType dt, ReduceOp op, double scale,
+                             const std::vector<std::vector<int>>& channels) {
+  const std::size_t k = std::min(channels.size(), extra.size() + 1);
+  const std::size_t p = static_cast<std::size_t>(c.transport.size());
+  // Below a few chunks per rank and channel a thread costs more than a second ring can give.
+  const std::size_t es = dtype_size(dt);
+  if (k <= 1 || count * es < k * p * c.chunk_bytes * 2) {
+    ring_allreduce(c, in, out, count, dt, op, scale, channels.front());
+    return;
+  }
+  const Blocks parts = Blocks::even(count, static_cast<int>(k));
+  const char* i8 = static_cast<const char*>(in);
+  char* o8 = static_cast<char*>(out);
+  std::vector<std::exception_ptr> errors(k);
+  std::vector<std::thread> threads;
+  for (std::size_t ch = 1; ch < k; ++ch)
+    threads.emplace_back([&, ch] {
+      try {
+        const Context cc{c.transport, *extra[ch - 1], c.chunk_bytes,
+                         c.tag_offset + static_cast<int>(ch) * kRingChannelTagStride};
+        const int b = static_cast<int>(ch);
+        ring_allreduce(cc, i8 + parts.off(b) * es, o8 + parts.off(b) * es, parts.len(b), dt, op, scale, channels[ch]);
+      } catch (...) {
+        errors[ch] = std::current_exception();
+      }
+    });
+  try {
+    ring_allreduce(c, i8, o8, parts.len(0), dt, op, scale, channels.front());
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 void ring_reduce_scatter(const Context& c, const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op,

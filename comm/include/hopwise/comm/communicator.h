@@ -133,6 +133,11 @@ class Communicator {
   void set_ring_order(std::vector<int> order);
   void set_trees(topology::TreeShape first, std::optional<topology::TreeShape> second = std::nullopt);
   const std::vector<int>& ring_order() const;
+  // Several rings run side by side by large ring allreduces, each on its own part of the buffer ("channels":
+  // the plan gives the planned ring and its reverse where no directed link is shared). rings[0] becomes the ring
+  // order. ring_channels() is empty while one ring is used.
+  void set_ring_channels(std::vector<std::vector<int>> rings);
+  const std::vector<std::vector<int>>& ring_channels() const;
   // How the ring and trees were planned (discovery or HOPWISE_TOPO_FILE); empty while they follow rank order.
   const std::string& plan_description() const;
   // The job's cluster as discovery found it (ranks placed on their devices); null when discovery was off.

@@ -94,6 +94,10 @@ struct Plan {
   int hosts = 1;
   std::vector<RankPlacement> placement;
   std::vector<int> ring;  // ranks in ring order
+  // Rings a large allreduce may run side by side: the ring, and its reverse where the two share no directed
+  // link of the machine (each hop a link of its own, full duplex: an NVLink mesh). One ring within a NUMA node
+  // (no links), through a switch or NVSwitch (every rank's way out is shared), or across hosts (one NIC path).
+  std::vector<std::vector<int>> channels;
   RingScore ring_score;
   bool exact = false;  // every level solved exactly
   std::vector<int> identity_ring_order;
