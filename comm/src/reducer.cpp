@@ -82,9 +82,7 @@ struct GradientReducer::Impl {
       float* data = b.view ? p.grad : b.flat.data() + off;
       off += p.count;
       ts.push_back({data, data, p.rows, p.cols, p.powersgd.get()});
-      b.wire_bytes += powersgd->compressed_step(p.rows, p.cols, *p.powersgd)
-                          ? (powersgd->p_count(p.rows, p.cols) + powersgd->q_count(p.rows, p.cols)) * sizeof(float)
-                          : p.count * sizeof(float);
+      b.wire_bytes += powersgd->step_bytes(p.rows, p.cols, *p.powersgd);
     }
     return comm.allreduce_powersgd_async(ts, *powersgd, ReduceOp::kAvg);
   }

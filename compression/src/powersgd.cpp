@@ -23,6 +23,12 @@ std::uint64_t splitmix64(std::uint64_t& s) {
 
 double unit(std::uint64_t& s) { return static_cast<double>(splitmix64(s) >> 11) * 0x1p-53; }
 
+// The three calls of a step come in turn, on one tensor's state.
+void expect_phase(const PowerSgdState& state, int phase, std::size_t rows, std::size_t cols, const char* what) {
+  if (state.phase != phase || state.rows != rows || state.cols != cols)
+    throw InvalidArgument(fmt::format("powersgd: {} on the same state and shape", what));
+}
+
 // The products below are memory-bound passes over rows x cols floats: each reads a row once for all r factors,
 // in float lanes the compiler vectorizes (AVX2 clone picked at run time); partial sums per row go to double.
 #define HOPWISE_PSGD_CLONES __attribute__((target_clones("avx2", "default")))
@@ -180,8 +186,7 @@ void PowerSgd::compute_p(const float* grad, std::size_t rows, std::size_t cols, 
 void PowerSgd::compute_q(const float* p_sum, std::size_t rows, std::size_t cols, float* q,
                          PowerSgdState& state) const {
   const std::size_t r = effective_rank(rows, cols);
-  if (state.phase != 1 || state.rows != rows || state.cols != cols)
-    throw InvalidArgument("powersgd: compute_q must follow compute_p on the same state and shape");
+  expect_phase(state, 1, rows, cols, "compute_q must follow compute_p");
   // Modified Gram-Schmidt on the columns of P (rows x r, row-major), in double.
   std::vector<double> col(rows);
   state.p_hat.assign(rows * r, 0.0f);
@@ -218,8 +223,7 @@ void PowerSgd::compute_q(const float* p_sum, std::size_t rows, std::size_t cols,
 void PowerSgd::decompress(const float* q_sum, std::size_t rows, std::size_t cols, float* out,
                           PowerSgdState& state) const {
   const std::size_t r = effective_rank(rows, cols);
-  if (state.phase != 2 || state.rows != rows || state.cols != cols)
-    throw InvalidArgument("powersgd: decompress must follow compute_q on the same state and shape");
+  expect_phase(state, 2, rows, cols, "decompress must follow compute_q");
   const float* ph = state.p_hat.data();
   for (std::size_t i = 0; i < rows; ++i) combine_row(ph + i * r, r, q_sum, cols, out + i * cols, nullptr, false);
   state.q.assign(q_sum, q_sum + r * cols);

@@ -59,6 +59,12 @@ class PowerSgd {
   bool compressed_step(std::size_t rows, std::size_t cols, const PowerSgdState& state) const {
     return compresses(rows, cols) && state.step >= warmup_;
   }
+  // Bytes this rank puts on the wire for the tensor's next step: its P and Q factors when compressed_step, else
+  // the floats themselves.
+  std::size_t step_bytes(std::size_t rows, std::size_t cols, const PowerSgdState& state) const {
+    return (compressed_step(rows, cols, state) ? p_count(rows, cols) + q_count(rows, cols) : rows * cols) *
+           sizeof(float);
+  }
   // Counts an uncompressed (warm-up or rejected) step in state.step.
   void skip(PowerSgdState& state) const { ++state.step; }
   // What error feedback still owes the tensor after the last decompress: M - P^ q_local (empty with ef=0 or
