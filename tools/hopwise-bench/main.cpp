@@ -305,6 +305,35 @@ class Bench {
     return den > 0 ? std::sqrt(num / den) : 0.0;
   }
 
+  // The buffers of a compressed row: this rank's random normal input, the output, and the exact sum.
+  struct CodecBuffers {
+    float* in;
+    float* out;
+    float* exact;
+  };
+  CodecBuffers codec_buffers(std::size_t count) {
+    CodecBuffers b{reinterpret_cast<float*>(in_->data), reinterpret_cast<float*>(out_->data),
+                   reinterpret_cast<float*>(expected_->data)};
+    normal_fill(b.in, count, rank_);
+    comm_.allreduce(b.in, b.exact, count, DataType::kFloat32, ReduceOp::kSum);
+    return b;
+  }
+
+  // Times `call` skip + iters times after a barrier each, keeps the last iters, the slowest rank's, sorted.
+  template <class F>
+  std::vector<double> timed_calls(int skip, F call) {
+    std::vector<double> t;
+    for (int it = 0; it < skip + o_.iters; ++it) {
+      MPI_Barrier(ref_);
+      const double t0 = now_s();
+      call();
+      if (it >= skip) t.push_back(now_s() - t0);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, ref_);
+    std::sort(t.begin(), t.end());
+    return t;
+  }
+
   // A compressed row's sizes and timing figures from its sorted per-iteration times.
   Row codec_timing(std::size_t count, const std::vector<double>& sorted_times, double mpi_t) const {
     const double median = sorted_times[sorted_times.size() / 2];
@@ -322,22 +351,11 @@ class Bench {
   Row codec_row(std::size_t count, const std::string& spec, double mpi_t) {
     if (compression::parse_codec_spec(spec).name == "powersgd") return powersgd_row(count, spec, mpi_t);
     const auto codec = compression::make_codec(spec);
-    float* in = reinterpret_cast<float*>(in_->data);
-    float* out = reinterpret_cast<float*>(out_->data);
-    float* exact = reinterpret_cast<float*>(expected_->data);
+    const auto [in, out, exact] = codec_buffers(count);
     auto normal = [count](float* v, int rank) { normal_fill(v, count, rank); };
-    normal(in, rank_);
-    comm_.allreduce(in, exact, count, DataType::kFloat32, ReduceOp::kSum);
     compression::CodecState st(7, rank_, p_);
-    std::vector<double> t;
-    for (int it = 0; it < o_.warmup + o_.iters; ++it) {
-      MPI_Barrier(ref_);
-      const double t0 = now_s();
-      comm_.allreduce_compressed(in, out, count, *codec, st);
-      if (it >= o_.warmup) t.push_back(now_s() - t0);
-    }
-    MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, ref_);
-    std::sort(t.begin(), t.end());
+    const std::vector<double> t =
+        timed_calls(o_.warmup, [&, in = in, out = out] { comm_.allreduce_compressed(in, out, count, *codec, st); });
     // One more call from a fresh state, for the error and the check.
     compression::CodecState fresh(11, rank_, p_);
     comm_.allreduce_compressed(in, out, count, *codec, fresh);
@@ -365,23 +383,14 @@ class Bench {
   Row powersgd_row(std::size_t count, const std::string& spec, double mpi_t) {
     const compression::PowerSgd ps = compression::PowerSgd::from_spec(spec);
     const auto [rows, cols] = matrix_shape(count);
-    float* in = reinterpret_cast<float*>(in_->data);
-    float* out = reinterpret_cast<float*>(out_->data);
-    float* exact = reinterpret_cast<float*>(expected_->data);
+    const auto [in, out, exact] = codec_buffers(count);
     auto normal = [count](float* v, int rank) { normal_fill(v, count, rank); };
-    normal(in, rank_);
-    comm_.allreduce(in, exact, count, DataType::kFloat32, ReduceOp::kSum);
-    std::vector<double> t;
     compression::PowerSgdState st(7);
     const comm::PowerSgdTensor timed{in, out, rows, cols, &st};
-    for (int it = 0; it < std::max(1, o_.warmup) + o_.iters; ++it) {
-      MPI_Barrier(ref_);
-      const double t0 = now_s();
+    // At least one untimed call: the state's buffers are touched there.
+    const std::vector<double> t = timed_calls(std::max(1, o_.warmup), [&] {
       comm_.allreduce_powersgd(std::span<const comm::PowerSgdTensor>(&timed, 1), ps);
-      if (it >= std::max(1, o_.warmup)) t.push_back(now_s() - t0);
-    }
-    MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, ref_);
-    std::sort(t.begin(), t.end());
+    });
     compression::PowerSgdState fresh(11);
     const comm::PowerSgdTensor m{in, out, rows, cols, &fresh};
     comm_.allreduce_powersgd(std::span<const comm::PowerSgdTensor>(&m, 1), ps);
@@ -389,9 +398,7 @@ class Bench {
     r.rel_err = relative_l2(out, exact, count);
     r.algo = fmt::format("C:{}", ps.name());
     r.codec = fmt::format("{}@{}x{}", ps.name(), rows, cols);
-    r.wire_bytes = ps.compressed_step(rows, cols, compression::PowerSgdState())
-                       ? (ps.p_count(rows, cols) + ps.q_count(rows, cols)) * sizeof(float)
-                       : r.bytes;  // a warm-up step, or a matrix not worth compressing: the floats themselves
+    r.wire_bytes = ps.step_bytes(rows, cols, compression::PowerSgdState());  // the checked call's fresh state
     r.ratio = r.wire_bytes ? static_cast<double>(r.bytes) / static_cast<double>(r.wire_bytes) : 0.0;
     r.check = o_.check ? (check_powersgd(ps, rows, cols, out, normal) ? "ok" : "FAIL") : "-";
     return r;
