@@ -12,6 +12,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "hopwise/common/error.h"
 
@@ -282,24 +283,36 @@ RingProblem make_problem(const Topology& t, const std::vector<RankPlacement>& pl
   return p;
 }
 
-RingScore score_ring(const RingProblem& p, const std::vector<int>& order) {
+namespace {
+
+// Score of a closed ring from a per-hop function giving {bandwidth, cost, latency} (a template, so that the
+// heuristic's inner loop on matrices stays free of calls through std::function).
+template <class HopFigures>
+RingScore score_hops(const std::vector<int>& order, HopFigures hop) {
   RingScore s;
   const size_t n = order.size();
   if (n < 2) return s;
   s.bottleneck_gbps = kInf;
   for (size_t i = 0; i < n; ++i) {
-    const int a = order[i], b = order[(i + 1) % n];
-    const double bw = p.bandwidth(a, b);
+    const auto [bw, cost, latency] = hop(order[i], order[(i + 1) % n]);
     if (!bw_eq(bw, s.bottleneck_gbps) && bw < s.bottleneck_gbps) {
       s.bottleneck_gbps = bw;
       s.bottleneck_edges = 1;
     } else if (bw_eq(bw, s.bottleneck_gbps)) {
       ++s.bottleneck_edges;
     }
-    s.total_cost += p.cost_of(a, b);
-    s.max_latency_us = std::max(s.max_latency_us, p.latency_of(a, b));
+    s.total_cost += cost;
+    s.max_latency_us = std::max(s.max_latency_us, latency);
   }
   return s;
+}
+
+}  // namespace
+
+RingScore score_ring(const RingProblem& p, const std::vector<int>& order) {
+  return score_hops(order, [&](int a, int b) {
+    return std::tuple<double, double, double>{p.bandwidth(a, b), p.cost_of(a, b), p.latency_of(a, b)};
+  });
 }
 
 bool better(const RingScore& a, const RingScore& b) {
@@ -627,22 +640,10 @@ namespace {
 using Metric = std::function<EdgeMetric(int, int)>;
 
 RingScore score_edges(const std::vector<int>& order, const Metric& metric) {
-  RingScore s;
-  const size_t n = order.size();
-  if (n < 2) return s;
-  s.bottleneck_gbps = kInf;
-  for (size_t i = 0; i < n; ++i) {
-    const EdgeMetric m = metric(order[i], order[(i + 1) % n]);
-    if (!bw_eq(m.bandwidth_gbps, s.bottleneck_gbps) && m.bandwidth_gbps < s.bottleneck_gbps) {
-      s.bottleneck_gbps = m.bandwidth_gbps;
-      s.bottleneck_edges = 1;
-    } else if (bw_eq(m.bandwidth_gbps, s.bottleneck_gbps)) {
-      ++s.bottleneck_edges;
-    }
-    s.total_cost += m.cost;
-    s.max_latency_us = std::max(s.max_latency_us, m.latency_us);
-  }
-  return s;
+  return score_hops(order, [&](int a, int b) {
+    const EdgeMetric m = metric(a, b);
+    return std::tuple<double, double, double>{m.bandwidth_gbps, m.cost, m.latency_us};
+  });
 }
 
 // Everything a Plan holds besides the ring search itself: scores, the rank-order baseline (taken instead when it
