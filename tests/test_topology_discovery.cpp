@@ -206,3 +206,15 @@ TEST(Cluster, BadViewsAreNamed) {
   EXPECT_NE(message({encode_view({0, "box", "", ""}, nullptr) + "\n{broken"}).find("machine of host 'box'"),
             std::string::npos);
 }
+
+TEST(Cluster, HeadsAndMachinesSentApartAssembleAlike) {
+  const Topology m = two_socket_machine();
+  const std::vector<std::string> heads = {encode_view({0, "a", "0-3", ""}, nullptr),
+                                          encode_view({1, "b", "4-7", ""}, nullptr)};
+  const std::vector<std::string> machines = {to_json(m), to_json(m)};
+  const Cluster apart = assemble_cluster(heads, machines);
+  const Cluster whole = assemble_cluster({encode_view({0, "a", "0-3", ""}, &m), encode_view({1, "b", "4-7", ""}, &m)});
+  EXPECT_EQ(to_json(apart.topology), to_json(whole.topology));
+  EXPECT_EQ(apart.placement[1].device, whole.placement[1].device);
+  EXPECT_THROW(assemble_cluster(heads, {to_json(m)}), hopwise::InvalidArgument);
+}

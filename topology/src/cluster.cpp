@@ -202,4 +202,14 @@ Cluster assemble_cluster(const std::vector<std::string>& views) {
   return c;
 }
 
+Cluster assemble_cluster(const std::vector<std::string>& heads, const std::vector<std::string>& machines) {
+  if (heads.size() != machines.size())
+    throw InvalidArgument(fmt::format("assemble_cluster: {} headers but {} machines; give one of each per rank",
+                                      heads.size(), machines.size()));
+  std::vector<std::string> views(heads.size());
+  for (std::size_t r = 0; r < heads.size(); ++r)
+    views[r] = machines[r].empty() ? heads[r] : heads[r] + "\n" + machines[r];
+  return assemble_cluster(views);
+}
+
 }  // namespace hopwise::topology

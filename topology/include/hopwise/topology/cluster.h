@@ -34,5 +34,8 @@ struct Cluster {
 // on the NUMA node (then package) holding most of its CPUs, else on its host. Throws InvalidArgument on a view
 // that does not parse, a rank number out of order, or a host whose machine no rank sent.
 Cluster assemble_cluster(const std::vector<std::string>& views);
+// The same from the two parts sent apart: heads[r] = encode_view(view, nullptr), machines[r] = to_json of rank r's
+// machine or "" (only the first rank of a host need send one).
+Cluster assemble_cluster(const std::vector<std::string>& heads, const std::vector<std::string>& machines);
 
 }  // namespace hopwise::topology
