@@ -22,10 +22,11 @@ namespace {
 
 struct HwlocTopology {
   hwloc_topology_t t = nullptr;
-  HwlocTopology() {
+  // with_io: PCI bridges, GPUs, NICs and their OS devices (eth0, mlx5_0, nvml0), what the planner needs; without,
+  // CPUs and memory only (enough for a binding, and much cheaper to load).
+  explicit HwlocTopology(bool with_io) {
     if (hwloc_topology_init(&t) != 0) throw Error("hwloc_topology_init failed; is libhwloc installed correctly?");
-    // PCI bridges, GPUs, NICs and their OS devices (eth0, mlx5_0, nvml0): what the planner needs, no more.
-    hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (with_io) hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
     if (hwloc_topology_load(t) != 0) {
       hwloc_topology_destroy(t);
       throw Error("hwloc_topology_load failed; set HOPWISE_TOPO_FILE to a topology file instead of discovering");
@@ -98,7 +99,7 @@ std::string format_cpulist(const std::vector<int>& cpus) {
 }
 
 Topology discover_hwloc() {
-  HwlocTopology h;
+  HwlocTopology h(true);
   char* xml = nullptr;
   int len = 0;
   if (hwloc_topology_export_xmlbuffer(h.t, &xml, &len, 0) != 0 || !xml)
@@ -144,7 +145,7 @@ void add_nic_speeds(Topology& t, const std::string& sysfs_root) {
 }
 
 std::string process_cpus() {
-  HwlocTopology h;
+  HwlocTopology h(false);
   hwloc_bitmap_t set = hwloc_bitmap_alloc();
   std::string out;
   if (hwloc_get_cpubind(h.t, set, HWLOC_CPUBIND_PROCESS) == 0) out = bitmap_list(set);
