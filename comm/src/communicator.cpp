@@ -81,6 +81,7 @@ struct Communicator::Impl {
   std::vector<std::unique_ptr<Workspace>> channel_workspaces;
   // Hierarchical allreduce: this rank's host group (ring order) and, on each host's first rank, the leaders.
   std::unique_ptr<GroupTransport> host_group, leader_group;
+  topology::TreeShape host_tree;  // binary tree over host_group's ranks, rooted at the leader
   topology::TreeShape tree_a, tree_b;
   bool two_trees = true;
   int tree_depth = 1;  // of tree_a, cached for the cost model
@@ -302,9 +303,9 @@ struct Communicator::Impl {
           const algo::Context local{*host_group, workspace, options.chunk_bytes};
           if (leader_group) {
             const algo::Context leaders{*leader_group, workspace, options.chunk_bytes};
-            algo::hierarchical_allreduce(local, &leaders, t.in, t.out, t.count, t.dt, op, scale);
+            algo::hierarchical_allreduce(local, &leaders, host_tree, t.in, t.out, t.count, t.dt, op, scale);
           } else {
-            algo::hierarchical_allreduce(local, nullptr, t.in, t.out, t.count, t.dt, op, scale);
+            algo::hierarchical_allreduce(local, nullptr, host_tree, t.in, t.out, t.count, t.dt, op, scale);
           }
         } else if (a == Algorithm::kDirect) {
           algo::direct_allreduce(ctx, t.in, t.out, t.count, t.dt, op, scale);
@@ -387,6 +388,7 @@ struct Communicator::Impl {
       }
     }
     host_group = std::make_unique<GroupTransport>(*transport, mine);
+    host_tree = topology::binary_tree(topology::identity_ring(static_cast<int>(mine.size())));
     if (mine.front() == me) leader_group = std::make_unique<GroupTransport>(*transport, leaders);
   }
 
@@ -524,8 +526,10 @@ void Communicator::plan_topology(const Options& options) {
   } else {
     return;
   }
-  set_ring_order(plan.ring);
-  if (plan.channels.size() > 1) set_ring_channels(plan.channels);
+  if (plan.channels.size() > 1)
+    set_ring_channels(plan.channels);  // channels[0] is plan.ring
+  else
+    set_ring_order(plan.ring);
   if (size() > 1) set_trees(plan.trees.first, plan.trees.second);
   impl_->host_of.clear();
   for (const auto& r : plan.placement) impl_->host_of.push_back(r.host);

@@ -90,9 +90,10 @@ bool shared_memory_allreduce(const Context& c, const void* in, void* out, std::s
                              ReduceOp op, double scale);
 
 // Reduce within a host to its leader (local rank 0), ring allreduce among the leaders, broadcast within the host.
-// `local`: this rank's host group; `leaders`: the leaders' group on leaders, nullptr elsewhere.
-void hierarchical_allreduce(const Context& local, const Context* leaders, const void* in, void* out,
-                            std::size_t count, DataType dt, ReduceOp op, double scale);
+// `local`: this rank's host group; `leaders`: the leaders' group on leaders, nullptr elsewhere; `tree`: over the
+// host group's ranks, rooted at its rank 0 (the leader).
+void hierarchical_allreduce(const Context& local, const Context* leaders, const topology::TreeShape& tree,
+                            const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, double scale);
 
 // Dissemination barrier: ceil(log2 p) rounds of 1-byte messages.
 void dissemination_barrier(const Context& c);

@@ -8,9 +8,8 @@
 
 namespace hopwise::comm::algo {
 
-void hierarchical_allreduce(const Context& local, const Context* leaders, const void* in, void* out,
-                            std::size_t count, DataType dt, ReduceOp op, double scale) {
-  const topology::TreeShape tree = topology::binary_tree(topology::identity_ring(local.transport.size()));
+void hierarchical_allreduce(const Context& local, const Context* leaders, const topology::TreeShape& tree,
+                            const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, double scale) {
   if (local.transport.size() > 1) {
     tree_reduce(local, in, out, count, dt, op, 1.0, tree);  // out written on the leader (local rank 0) only
   } else if (in != out && count > 0) {
