@@ -26,12 +26,13 @@ hc::Options check_options(double timeout_s = 30) {
 // whether it was an InvalidArgument.
 struct Outcome {
   std::vector<std::string> what;
-  std::vector<bool> invalid_argument, timeout;
+  // char, not bool: the ranks' threads write their own elements at once, and vector<bool> packs them in one word.
+  std::vector<char> invalid_argument, timeout;
 };
 
 Outcome run4(const std::function<void(int, hc::Communicator&)>& fn, double timeout_s = 30) {
   Group g(4, check_options(timeout_s));
-  Outcome o{std::vector<std::string>(4), std::vector<bool>(4), std::vector<bool>(4)};
+  Outcome o{std::vector<std::string>(4), std::vector<char>(4, 0), std::vector<char>(4, 0)};
   g.run([&](int r, hc::Communicator& c) {
     try {
       fn(r, c);
