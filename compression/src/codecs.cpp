@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codec_internal.h"
+#include "codec_math.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/half.h"
 #include "hopwise/common/reduce.h"
@@ -22,53 +23,8 @@ namespace hopwise::compression::detail {
 
 namespace {
 
-// ---- counter-based random numbers: uniform(i) depends only on the key and i ----
-
-inline std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-inline std::uint32_t lowbias32(std::uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352du;
-  x ^= x >> 15;
-  x *= 0x846ca68bu;
-  x ^= x >> 16;
-  return x;
-}
-
-struct Stream {
-  std::uint32_t k1, k2;
-  // Uniform in [0, 1) with 24 random bits.
-  float uniform(std::size_t i) const {
-    std::uint32_t h = lowbias32(static_cast<std::uint32_t>(i) ^ k1);
-    h = lowbias32(h + k2 + static_cast<std::uint32_t>(static_cast<std::uint64_t>(i) >> 32) * 0x9e3779b9u);
-    return static_cast<float>(h >> 8) * 0x1p-24f;
-  }
-};
-
 // This rank's private stream for this step (stochastic rounding); `salt` separates the codecs' streams.
-Stream rank_stream(const CodecState& s, std::uint64_t salt) {
-  std::uint64_t k = splitmix64(s.seed ^ splitmix64(salt));
-  k = splitmix64(k ^ splitmix64(static_cast<std::uint64_t>(s.rank) + 0x1234567ull));
-  k = splitmix64(k ^ (s.step - 1));
-  return {static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k >> 32)};
-}
-
-// ---- small helpers ----
-
-inline int trunc_to_int(float v) { return static_cast<int>(v); }
-// Nearest, ties away from zero (vectorizes with SSE2: no roundps needed).
-inline int round_nearest(float v) { return trunc_to_int(v + (v >= 0.0f ? 0.5f : -0.5f)); }
-// floor(v + u) with u uniform in [0, 1): E = v.
-inline int round_stochastic(float v, float u) {
-  const float w = v + u;
-  const int t = trunc_to_int(w);
-  return static_cast<float>(t) > w ? t - 1 : t;
-}
+Stream state_stream(const CodecState& s, std::uint64_t salt) { return rank_stream(s.seed, s.rank, s.step - 1, salt); }
 
 float max_abs(const float* x, std::size_t n) {
   float lanes[16] = {};
@@ -120,28 +76,17 @@ inline void put(float* out, std::size_t i, float v) {
 HOPWISE_CODEC_CLONES
 void int8_stochastic_kernel(const float* x, std::size_t m, std::int8_t* o, float inv, int q, Stream rs,
                             std::size_t base) {
-  const float fq = static_cast<float>(q);
-  for (std::size_t i = 0; i < m; ++i) {
-    const int r = round_stochastic(std::clamp(x[i] * inv, -fq, fq), rs.uniform(base + i));
-    o[i] = static_cast<std::int8_t>(std::clamp(r, -q, q));
-  }
+  for (std::size_t i = 0; i < m; ++i) o[i] = int8_stochastic(x[i], inv, q, rs.uniform(base + i));
 }
 
 HOPWISE_CODEC_CLONES
 void qsgd_kernel(const float* g, std::size_t n, std::int8_t* out, float inv, int s, Stream rs) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const float a = std::fabs(g[i]) * inv;
-    const int l = std::min(round_stochastic(a, rs.uniform(i)), s);
-    out[i] = static_cast<std::int8_t>(g[i] < 0.0f ? -l : l);
-  }
+  for (std::size_t i = 0; i < n; ++i) out[i] = qsgd_level(g[i], inv, s, rs.uniform(i));
 }
 
 HOPWISE_CODEC_CLONES
 void terngrad_kernel(const float* g, std::size_t n, std::uint8_t* out, float inv, Stream rs) {
-  auto code = [&](std::size_t i) -> std::uint32_t {
-    const bool keep = rs.uniform(i) < std::fabs(g[i]) * inv;
-    return keep ? (g[i] < 0.0f ? 2u : 1u) : 0u;
-  };
+  auto code = [&](std::size_t i) { return terngrad_code(g[i], inv, rs.uniform(i)); };
   const std::size_t full = n / 4;
   for (std::size_t j = 0; j < full; ++j)
     out[j] = static_cast<std::uint8_t>(code(4 * j) | code(4 * j + 1) << 2 | code(4 * j + 2) << 4 |
@@ -295,20 +240,18 @@ class Int8Codec final : public NamedCodec {
  protected:
   void do_encode(const float* g, std::size_t n, std::byte* p, CodecState& state, const float* scales) const override {
     const int q = levels(state.world_size);
-    const float fq = static_cast<float>(q);
     auto* out = reinterpret_cast<std::int8_t*>(p);
-    const Stream rs = rank_stream(state, 0x1e78);
+    const Stream rs = state_stream(state, 0x1e78);
     for (std::size_t b = 0, i0 = 0; i0 < n; ++b, i0 += block_) {
       const std::size_t m = std::min(block_, n - i0);
       const float s = scales[b];
-      const float inv = s > 0.0f && std::isfinite(s) ? static_cast<float>(q) / s : 0.0f;
+      const float inv = safe_ratio(static_cast<float>(q), s);
       const float* x = g + i0;
       std::int8_t* o = out + i0;
       if (stochastic_) {
         int8_stochastic_kernel(x, m, o, inv, q, rs, i0);
       } else {
-        for (std::size_t i = 0; i < m; ++i)
-          o[i] = static_cast<std::int8_t>(round_nearest(std::clamp(x[i] * inv, -fq, fq)));
+        for (std::size_t i = 0; i < m; ++i) o[i] = int8_nearest(x[i], inv, q);
       }
     }
   }
@@ -355,8 +298,8 @@ class QsgdCodec final : public NamedCodec {
     const float norm = static_cast<float>(std::sqrt(lane_sum(g, n, [](float v) { return v * v; })));
     store_f32(p, norm);
     auto* out = reinterpret_cast<std::int8_t*>(p + 4);
-    const float inv = norm > 0.0f && std::isfinite(norm) ? static_cast<float>(s_) / norm : 0.0f;
-    qsgd_kernel(g, n, out, inv, s_, rank_stream(state, 0x95dd));
+    const float inv = safe_ratio(static_cast<float>(s_), norm);
+    qsgd_kernel(g, n, out, inv, s_, state_stream(state, 0x95dd));
   }
   void do_decode(const std::byte* p, std::size_t n, float* out, const CodecState&, const float*,
                  bool acc) const override {
@@ -386,8 +329,8 @@ class TernGradCodec final : public NamedCodec {
     const float s = max_abs(g, n);
     store_f32(p, s);
     auto* out = reinterpret_cast<std::uint8_t*>(p + 4);
-    const float inv = s > 0.0f && std::isfinite(s) ? 1.0f / s : 0.0f;
-    terngrad_kernel(g, n, out, inv, rank_stream(state, 0x7e44));
+    const float inv = safe_ratio(1.0f, s);
+    terngrad_kernel(g, n, out, inv, state_stream(state, 0x7e44));
   }
   void do_decode(const std::byte* p, std::size_t n, float* out, const CodecState&, const float*,
                  bool acc) const override {
@@ -539,14 +482,10 @@ class RandomKCodec final : public NamedCodec {
       throw InvalidArgument(fmt::format("codec '{}': decode before any encode on this state; the indices come from "
                                         "the step of the latest encode",
                                         name()));
-    return splitmix64(splitmix64(s.seed ^ 0x7a4d0c3bull) ^ (s.step - 1));
+    return randomk_key(s.seed, s.step - 1);
   }
   static std::size_t index(std::uint64_t key, std::size_t j, std::size_t n, std::size_t k) {
-    using u128 = unsigned __int128;
-    const auto start = static_cast<std::size_t>(static_cast<u128>(j) * n / k);
-    const auto end = static_cast<std::size_t>(static_cast<u128>(j + 1) * n / k);
-    const std::uint64_t h = splitmix64(key ^ j);
-    return start + static_cast<std::size_t>((static_cast<u128>(h) * (end - start)) >> 64);
+    return randomk_index(key, j, n, k);
   }
   double ratio_;
 };

@@ -1,0 +1,402 @@
+// The element-wise codec kernels: grid-stride loops, one element per thread per turn, so that a warp's loads
+// are 128 contiguous bytes. The per-element arithmetic is codec_math.h's, shared with the CPU codecs.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cub/block/block_reduce.cuh>
+#include <string>
+
+#include "codec_kernels.h"
+#include "hopwise/common/error.h"
+
+namespace hopwise::compression::cuda::kernels {
+
+using detail::Stream;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw TransportError(std::string(what) + " failed: " + cudaGetErrorString(e) +
+                         " (is a GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES)");
+}
+
+unsigned grid_for(std::size_t n, unsigned threads) {
+  const std::size_t want = (n + threads - 1) / threads;
+  // Enough blocks to fill any current GPU several times over; more only adds scheduling.
+  return static_cast<unsigned>(want < 8192 ? (want == 0 ? 1 : want) : 8192);
+}
+
+namespace {
+
+constexpr unsigned kThreads = 256;
+
+__device__ __forceinline__ std::size_t first_index() {
+  return blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+}
+__device__ __forceinline__ std::size_t grid_stride() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
+
+template <Out M>
+__device__ __forceinline__ void put(float* out, std::size_t i, float v) {
+  if constexpr (M == Out::kAssign)
+    out[i] = v;
+  else if constexpr (M == Out::kAdd)
+    out[i] += v;
+  else
+    out[i] -= v;
+}
+
+// i / block in 32 bits where it fits (a 64-bit division costs a GPU dozens of instructions per element).
+__device__ __forceinline__ std::size_t block_of(std::size_t i, std::size_t block) {
+  if ((i | block) <= 0xffffffffu) return static_cast<std::uint32_t>(i) / static_cast<std::uint32_t>(block);
+  return i / block;
+}
+
+__device__ __forceinline__ float load_header(const std::byte* p) {
+  const auto* b = reinterpret_cast<const unsigned char*>(p);
+  const unsigned bits = static_cast<unsigned>(b[0]) | static_cast<unsigned>(b[1]) << 8 |
+                        static_cast<unsigned>(b[2]) << 16 | static_cast<unsigned>(b[3]) << 24;
+  return __uint_as_float(bits);
+}
+__device__ __forceinline__ void store_header(std::byte* p, float f) {
+  const unsigned bits = __float_as_uint(f);
+  auto* b = reinterpret_cast<unsigned char*>(p);
+  for (int k = 0; k < 4; ++k) b[k] = static_cast<unsigned char>(bits >> (8 * k));
+}
+
+// Launches kernel<Out> for a run-time mode.
+#define HOPWISE_LAUNCH_OUT(kernel, mode, grid, s, ...)                              \
+  switch (mode) {                                                                   \
+    case Out::kAssign: kernel<Out::kAssign><<<grid, kThreads, 0, s>>>(__VA_ARGS__); break; \
+    case Out::kAdd: kernel<Out::kAdd><<<grid, kThreads, 0, s>>>(__VA_ARGS__); break;       \
+    case Out::kSubtract: kernel<Out::kSubtract><<<grid, kThreads, 0, s>>>(__VA_ARGS__); break; \
+  }
+
+// ---- none, error feedback ----
+
+__global__ void add_into_kernel(float* r, const float* g, std::size_t n) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) r[i] += g[i];
+}
+
+template <Out M>
+__global__ void floats_into_kernel(const float* x, std::size_t n, float* out) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) put<M>(out, i, x[i]);
+}
+
+// ---- fp16 / bf16 ----
+
+template <bool BF16>
+__global__ void half_encode_kernel(const float* g, std::size_t n, std::uint16_t* h) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    if constexpr (BF16)
+      h[i] = __bfloat16_as_ushort(__float2bfloat16_rn(g[i]));
+    else
+      h[i] = __half_as_ushort(__float2half_rn(g[i]));
+  }
+}
+
+template <Out M, bool BF16>
+__device__ __forceinline__ void half_decode_body(const std::uint16_t* h, std::size_t n, float* out) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    float v;
+    if constexpr (BF16)
+      v = __bfloat162float(__ushort_as_bfloat16(h[i]));
+    else
+      v = __half2float(__ushort_as_half(h[i]));
+    put<M>(out, i, v);
+  }
+}
+template <Out M>
+__global__ void fp16_decode_kernel(const std::uint16_t* h, std::size_t n, float* out) {
+  half_decode_body<M, false>(h, n, out);
+}
+template <Out M>
+__global__ void bf16_decode_kernel(const std::uint16_t* h, std::size_t n, float* out) {
+  half_decode_body<M, true>(h, n, out);
+}
+
+// ---- int8 ----
+
+// One thread block per codec block of `block` elements (grid-stride over codec blocks).
+__global__ void block_max_abs_kernel(const float* g, const float* r, std::size_t n, std::size_t block,
+                                     std::size_t blocks, float* scales) {
+  using Reduce = cub::BlockReduce<float, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  for (std::size_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const std::size_t i0 = b * block, i1 = i0 + block < n ? i0 + block : n;
+    float m = 0.0f;
+    for (std::size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+      const float v = r ? r[i] + g[i] : g[i];
+      m = fmaxf(m, fabsf(v));
+    }
+    m = Reduce(tmp).Reduce(m, [](float a, float c) { return fmaxf(a, c); });
+    if (threadIdx.x == 0) scales[b] = m;
+    __syncthreads();  // tmp is reused by the next codec block
+  }
+}
+
+template <bool Stochastic>
+__global__ void int8_encode_kernel(const float* g, std::size_t n, std::size_t block, const float* scales, int q,
+                                   Stream rs, std::int8_t* out) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    const float inv = detail::safe_ratio(static_cast<float>(q), scales[block_of(i, block)]);
+    if constexpr (Stochastic)
+      out[i] = detail::int8_stochastic(g[i], inv, q, rs.uniform(i));
+    else
+      out[i] = detail::int8_nearest(g[i], inv, q);
+  }
+}
+
+template <Out M>
+__global__ void int8_decode_kernel(const std::int8_t* in, std::size_t n, std::size_t block, const float* scales,
+                                   int q, float* out) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride())
+    put<M>(out, i, static_cast<float>(in[i]) * (scales[block_of(i, block)] / static_cast<float>(q)));
+}
+
+// ---- header scalars ----
+
+template <HeaderStat S>
+__device__ __forceinline__ double stat_of(float x) {
+  if constexpr (S == HeaderStat::kL2Norm) return static_cast<double>(x * x);  // squared in float, as on the CPU
+  else return static_cast<double>(fabsf(x));
+}
+
+template <HeaderStat S>
+__global__ void partials_kernel(const float* g, std::size_t n, double* partials) {
+  using Reduce = cub::BlockReduce<double, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  double acc = 0.0;
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    const double v = stat_of<S>(g[i]);
+    acc = S == HeaderStat::kMaxAbs ? fmax(acc, v) : acc + v;
+  }
+  const double total = S == HeaderStat::kMaxAbs ? Reduce(tmp).Reduce(acc, [](double a, double c) { return fmax(a, c); })
+                                                 : Reduce(tmp).Sum(acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+template <HeaderStat S>
+__global__ void finish_header_kernel(const double* partials, unsigned count, std::size_t n, std::byte* header) {
+  using Reduce = cub::BlockReduce<double, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  double acc = 0.0;
+  for (unsigned i = threadIdx.x; i < count; i += blockDim.x)
+    acc = S == HeaderStat::kMaxAbs ? fmax(acc, partials[i]) : acc + partials[i];
+  const double total = S == HeaderStat::kMaxAbs ? Reduce(tmp).Reduce(acc, [](double a, double c) { return fmax(a, c); })
+                                                 : Reduce(tmp).Sum(acc);
+  if (threadIdx.x != 0) return;
+  float v = 0.0f;
+  if constexpr (S == HeaderStat::kL2Norm) v = static_cast<float>(sqrt(total));
+  else if constexpr (S == HeaderStat::kMaxAbs) v = static_cast<float>(total);  // exact: a float widened
+  else v = n ? static_cast<float>(total / static_cast<double>(n)) : 0.0f;
+  store_header(header, v);
+}
+
+// ---- qsgd, terngrad, sign ----
+
+__global__ void qsgd_encode_kernel(const float* g, std::size_t n, std::byte* payload, int levels, Stream rs) {
+  const float inv = detail::safe_ratio(static_cast<float>(levels), load_header(payload));
+  auto* out = reinterpret_cast<std::int8_t*>(payload + 4);
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) out[i] = detail::qsgd_level(g[i], inv, levels, rs.uniform(i));
+}
+
+template <Out M>
+__global__ void qsgd_decode_kernel(const std::byte* payload, std::size_t n, int levels, float* out) {
+  const float f = load_header(payload) / static_cast<float>(levels);
+  const auto* in = reinterpret_cast<const std::int8_t*>(payload + 4);
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) put<M>(out, i, static_cast<float>(in[i]) * f);
+}
+
+// One thread per payload byte (4 elements).
+__global__ void terngrad_encode_kernel(const float* g, std::size_t n, std::byte* payload, Stream rs) {
+  const float inv = detail::safe_ratio(1.0f, load_header(payload));
+  auto* out = reinterpret_cast<std::uint8_t*>(payload + 4);
+  const std::size_t bytes = (n + 3) / 4;
+  for (std::size_t j = first_index(); j < bytes; j += grid_stride()) {
+    std::uint32_t b = 0;
+    for (std::uint32_t k = 0; k < 4; ++k) {
+      const std::size_t i = 4 * j + k;
+      if (i < n) b |= detail::terngrad_code(g[i], inv, rs.uniform(i)) << (2 * k);
+    }
+    out[j] = static_cast<std::uint8_t>(b);
+  }
+}
+
+template <Out M>
+__global__ void terngrad_decode_kernel(const std::byte* payload, std::size_t n, float* out) {
+  const float s = load_header(payload);
+  const auto* in = reinterpret_cast<const std::uint8_t*>(payload + 4);
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    const std::uint32_t c = (in[i / 4] >> (2 * (i % 4))) & 3u;
+    put<M>(out, i, c == 1u ? s : (c == 2u ? -s : 0.0f));
+  }
+}
+
+// A warp takes 32 consecutive elements: the ballot of their signs is 4 payload bytes, written by lanes 0-3.
+__global__ void sign_encode_kernel(const float* g, std::size_t n, std::byte* payload) {
+  auto* out = reinterpret_cast<std::uint8_t*>(payload + 4);
+  const unsigned lane = threadIdx.x % 32;
+  const std::size_t bytes = (n + 7) / 8;
+  // Every lane of a warp runs the same turns (the loop bound is the warp's), as the ballot needs.
+  for (std::size_t base = first_index() - lane; base < n; base += grid_stride()) {
+    const std::size_t i = base + lane;
+    const unsigned bits = __ballot_sync(0xffffffffu, i < n && g[i] < 0.0f);
+    if (lane < 4 && base / 8 + lane < bytes) out[base / 8 + lane] = static_cast<std::uint8_t>(bits >> (8 * lane));
+  }
+}
+
+template <Out M>
+__global__ void sign_decode_kernel(const std::byte* payload, std::size_t n, float* out) {
+  const float s = load_header(payload);
+  const auto* in = reinterpret_cast<const std::uint8_t*>(payload + 4);
+  for (std::size_t i = first_index(); i < n; i += grid_stride())
+    put<M>(out, i, ((in[i / 8] >> (i % 8)) & 1u) ? -s : s);
+}
+
+// ---- randomk ----
+
+__global__ void randomk_encode_kernel(const float* g, std::size_t n, std::size_t k, std::uint64_t key, float* out) {
+  for (std::size_t j = first_index(); j < k; j += grid_stride()) out[j] = g[detail::randomk_index(key, j, n, k)];
+}
+
+// Indices of distinct strata differ, so the scatter needs no atomics. kAssign zeroes `out` first (a memset).
+template <Out M>
+__global__ void randomk_decode_kernel(const float* in, std::size_t n, std::size_t k, std::uint64_t key, float* out) {
+  for (std::size_t j = first_index(); j < k; j += grid_stride())
+    put<M == Out::kSubtract ? Out::kSubtract : Out::kAdd>(out, detail::randomk_index(key, j, n, k), in[j]);
+}
+
+}  // namespace
+
+void add_into(float* r, const float* g, std::size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  add_into_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(r, g, n);
+  check(cudaGetLastError(), "add_into kernel");
+}
+
+void floats_into(const float* x, std::size_t n, float* out, Out mode, cudaStream_t s) {
+  if (n == 0) return;
+  if (mode == Out::kAssign) {
+    if (x != out) check(cudaMemcpyAsync(out, x, n * sizeof(float), cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
+    return;
+  }
+  HOPWISE_LAUNCH_OUT(floats_into_kernel, mode, grid_for(n, kThreads), s, x, n, out);
+  check(cudaGetLastError(), "none decode kernel");
+}
+
+void half_encode(bool bf16, const float* g, std::size_t n, std::uint16_t* h, cudaStream_t s) {
+  if (n == 0) return;
+  if (bf16)
+    half_encode_kernel<true><<<grid_for(n, kThreads), kThreads, 0, s>>>(g, n, h);
+  else
+    half_encode_kernel<false><<<grid_for(n, kThreads), kThreads, 0, s>>>(g, n, h);
+  check(cudaGetLastError(), "half encode kernel");
+}
+
+void half_decode(bool bf16, const std::uint16_t* h, std::size_t n, float* out, Out mode, cudaStream_t s) {
+  if (n == 0) return;
+  if (bf16) {
+    HOPWISE_LAUNCH_OUT(bf16_decode_kernel, mode, grid_for(n, kThreads), s, h, n, out);
+  } else {
+    HOPWISE_LAUNCH_OUT(fp16_decode_kernel, mode, grid_for(n, kThreads), s, h, n, out);
+  }
+  check(cudaGetLastError(), "half decode kernel");
+}
+
+void block_max_abs(const float* g, const float* r, std::size_t n, std::size_t block, float* scales, cudaStream_t s) {
+  if (n == 0) return;
+  const std::size_t blocks = (n + block - 1) / block;
+  const unsigned grid = static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
+  block_max_abs_kernel<<<grid, kThreads, 0, s>>>(g, r, n, block, blocks, scales);
+  check(cudaGetLastError(), "int8 scales kernel");
+}
+
+void int8_encode(const float* g, std::size_t n, std::size_t block, const float* scales, int q, bool stochastic,
+                 Stream rs, std::int8_t* out, cudaStream_t s) {
+  if (n == 0) return;
+  if (stochastic)
+    int8_encode_kernel<true><<<grid_for(n, kThreads), kThreads, 0, s>>>(g, n, block, scales, q, rs, out);
+  else
+    int8_encode_kernel<false><<<grid_for(n, kThreads), kThreads, 0, s>>>(g, n, block, scales, q, rs, out);
+  check(cudaGetLastError(), "int8 encode kernel");
+}
+
+void int8_decode(const std::int8_t* in, std::size_t n, std::size_t block, const float* scales, int q, float* out,
+                 Out mode, cudaStream_t s) {
+  if (n == 0) return;
+  HOPWISE_LAUNCH_OUT(int8_decode_kernel, mode, grid_for(n, kThreads), s, in, n, block, scales, q, out);
+  check(cudaGetLastError(), "int8 decode kernel");
+}
+
+void write_header(HeaderStat stat, const float* g, std::size_t n, std::byte* header, double* partials,
+                  cudaStream_t s) {
+  const unsigned grid = n == 0 ? 1 : std::min(grid_for(n, kThreads), kReducePartials);
+  switch (stat) {
+    case HeaderStat::kL2Norm:
+      partials_kernel<HeaderStat::kL2Norm><<<grid, kThreads, 0, s>>>(g, n, partials);
+      finish_header_kernel<HeaderStat::kL2Norm><<<1, kThreads, 0, s>>>(partials, grid, n, header);
+      break;
+    case HeaderStat::kMaxAbs:
+      partials_kernel<HeaderStat::kMaxAbs><<<grid, kThreads, 0, s>>>(g, n, partials);
+      finish_header_kernel<HeaderStat::kMaxAbs><<<1, kThreads, 0, s>>>(partials, grid, n, header);
+      break;
+    case HeaderStat::kMeanAbs:
+      partials_kernel<HeaderStat::kMeanAbs><<<grid, kThreads, 0, s>>>(g, n, partials);
+      finish_header_kernel<HeaderStat::kMeanAbs><<<1, kThreads, 0, s>>>(partials, grid, n, header);
+      break;
+  }
+  check(cudaGetLastError(), "header reduction kernel");
+}
+
+void qsgd_encode(const float* g, std::size_t n, std::byte* payload, int levels, Stream rs, cudaStream_t s) {
+  if (n == 0) return;
+  qsgd_encode_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(g, n, payload, levels, rs);
+  check(cudaGetLastError(), "qsgd encode kernel");
+}
+
+void qsgd_decode(const std::byte* payload, std::size_t n, int levels, float* out, Out mode, cudaStream_t s) {
+  if (n == 0) return;
+  HOPWISE_LAUNCH_OUT(qsgd_decode_kernel, mode, grid_for(n, kThreads), s, payload, n, levels, out);
+  check(cudaGetLastError(), "qsgd decode kernel");
+}
+
+void terngrad_encode(const float* g, std::size_t n, std::byte* payload, Stream rs, cudaStream_t s) {
+  if (n == 0) return;
+  terngrad_encode_kernel<<<grid_for((n + 3) / 4, kThreads), kThreads, 0, s>>>(g, n, payload, rs);
+  check(cudaGetLastError(), "terngrad encode kernel");
+}
+
+void terngrad_decode(const std::byte* payload, std::size_t n, float* out, Out mode, cudaStream_t s) {
+  if (n == 0) return;
+  HOPWISE_LAUNCH_OUT(terngrad_decode_kernel, mode, grid_for(n, kThreads), s, payload, n, out);
+  check(cudaGetLastError(), "terngrad decode kernel");
+}
+
+void sign_encode(const float* g, std::size_t n, std::byte* payload, cudaStream_t s) {
+  if (n == 0) return;
+  sign_encode_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(g, n, payload);
+  check(cudaGetLastError(), "sign encode kernel");
+}
+
+void sign_decode(const std::byte* payload, std::size_t n, float* out, Out mode, cudaStream_t s) {
+  if (n == 0) return;
+  HOPWISE_LAUNCH_OUT(sign_decode_kernel, mode, grid_for(n, kThreads), s, payload, n, out);
+  check(cudaGetLastError(), "sign decode kernel");
+}
+
+void randomk_encode(const float* g, std::size_t n, std::size_t k, std::uint64_t key, float* out, cudaStream_t s) {
+  if (k == 0) return;
+  randomk_encode_kernel<<<grid_for(k, kThreads), kThreads, 0, s>>>(g, n, k, key, out);
+  check(cudaGetLastError(), "randomk encode kernel");
+}
+
+void randomk_decode(const float* in, std::size_t n, std::size_t k, std::uint64_t key, float* out, Out mode,
+                    cudaStream_t s) {
+  if (n == 0) return;
+  if (mode == Out::kAssign) check(cudaMemsetAsync(out, 0, n * sizeof(float), s), "cudaMemsetAsync");
+  if (k == 0) return;
+  HOPWISE_LAUNCH_OUT(randomk_decode_kernel, mode, grid_for(k, kThreads), s, in, n, k, key, out);
+  check(cudaGetLastError(), "randomk decode kernel");
+}
+
+}  // namespace hopwise::compression::cuda::kernels

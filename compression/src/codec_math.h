@@ -1,0 +1,122 @@
+// Arithmetic the CPU codecs (codecs.cpp) and the CUDA codecs (cuda/*.cu) share, so that both round and draw
+// alike: counter-based random streams (uniform(i) depends only on a key and i, no state carried between elements),
+// the roundings, and randomk's index draw. Compiled as host code by g++ and as host and device code by nvcc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if !defined(__CUDA_ARCH__)
+#include <algorithm>
+#include <cmath>
+#endif
+
+#if defined(__CUDACC__)
+#define HOPWISE_HD __host__ __device__ __forceinline__
+#else
+#define HOPWISE_HD inline
+#endif
+
+namespace hopwise::compression::detail {
+
+HOPWISE_HD std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+HOPWISE_HD std::uint32_t lowbias32(std::uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
+struct Stream {
+  std::uint32_t k1, k2;
+  // Uniform in [0, 1) with 24 random bits.
+  HOPWISE_HD float uniform(std::size_t i) const {
+    std::uint32_t h = lowbias32(static_cast<std::uint32_t>(i) ^ k1);
+    h = lowbias32(h + k2 + static_cast<std::uint32_t>(static_cast<std::uint64_t>(i) >> 32) * 0x9e3779b9u);
+    return static_cast<float>(h >> 8) * 0x1p-24f;
+  }
+};
+
+// A rank's private stream for one step (stochastic rounding); `salt` separates the codecs' streams. `step` is
+// the index of the step (CodecState::step - 1 after encode() counted it).
+HOPWISE_HD Stream rank_stream(std::uint64_t seed, int rank, std::uint64_t step, std::uint64_t salt) {
+  std::uint64_t k = splitmix64(seed ^ splitmix64(salt));
+  k = splitmix64(k ^ splitmix64(static_cast<std::uint64_t>(rank) + 0x1234567ull));
+  k = splitmix64(k ^ step);
+  return {static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k >> 32)};
+}
+
+HOPWISE_HD int trunc_to_int(float v) { return static_cast<int>(v); }
+// Nearest, ties away from zero (vectorizes with SSE2: no roundps needed).
+HOPWISE_HD int round_nearest(float v) { return trunc_to_int(v + (v >= 0.0f ? 0.5f : -0.5f)); }
+// floor(v + u) with u uniform in [0, 1): E = v.
+HOPWISE_HD int round_stochastic(float v, float u) {
+  const float w = v + u;
+  const int t = trunc_to_int(w);
+  return static_cast<float>(t) > w ? t - 1 : t;
+}
+// The host spellings are the ones GCC's auto-vectorizer turns into min/max/andps; the device ones mean the same.
+#if defined(__CUDA_ARCH__)
+__device__ __forceinline__ float clamp_float(float v, float lo, float hi) { return v < lo ? lo : (hi < v ? hi : v); }
+__device__ __forceinline__ int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (hi < v ? hi : v); }
+__device__ __forceinline__ int min_int(int a, int b) { return b < a ? b : a; }
+__device__ __forceinline__ float abs_float(float v) { return fabsf(v); }
+#else
+inline float clamp_float(float v, float lo, float hi) { return std::clamp(v, lo, hi); }
+inline int clamp_int(int v, int lo, int hi) { return std::clamp(v, lo, hi); }
+inline int min_int(int a, int b) { return std::min(a, b); }
+inline float abs_float(float v) { return std::fabs(v); }
+#endif
+
+// 1 / scale-style factors: 0 when the scale is 0, infinite or NaN (the codec then sends zeros).
+HOPWISE_HD float safe_ratio(float num, float scale) {
+  return scale > 0.0f && scale <= 3.402823466e38f ? num / scale : 0.0f;
+}
+
+// int8: one value quantized to [-q, q] with inv = q / scale (nearest, or stochastic with u uniform in [0, 1)).
+HOPWISE_HD std::int8_t int8_nearest(float x, float inv, int q) {
+  const float fq = static_cast<float>(q);
+  return static_cast<std::int8_t>(round_nearest(clamp_float(x * inv, -fq, fq)));
+}
+HOPWISE_HD std::int8_t int8_stochastic(float x, float inv, int q, float u) {
+  const float fq = static_cast<float>(q);
+  return static_cast<std::int8_t>(clamp_int(round_stochastic(clamp_float(x * inv, -fq, fq), u), -q, q));
+}
+// qsgd: |x| * inv (inv = levels / ||x||) rounded stochastically to a level in [0, levels], signed as x.
+HOPWISE_HD std::int8_t qsgd_level(float x, float inv, int levels, float u) {
+  const int l = min_int(round_stochastic(abs_float(x) * inv, u), levels);
+  return static_cast<std::int8_t>(x < 0.0f ? -l : l);
+}
+// terngrad: 2-bit code of x (inv = 1 / max|x|): kept with probability |x| * inv as 1 (+) or 2 (-), else 0.
+HOPWISE_HD std::uint32_t terngrad_code(float x, float inv, float u) {
+  const bool keep = u < abs_float(x) * inv;
+  return keep ? (x < 0.0f ? 2u : 1u) : 0u;
+}
+
+// randomk: the key of a step's shared indices (every rank draws the same ones).
+HOPWISE_HD std::uint64_t randomk_key(std::uint64_t seed, std::uint64_t step) {
+  return splitmix64(splitmix64(seed ^ 0x7a4d0c3bull) ^ step);
+}
+
+// randomk: the index kept from stratum j of k equal strata of [0, n): [j*n/k, (j+1)*n/k), uniformly inside it.
+HOPWISE_HD std::size_t randomk_index(std::uint64_t key, std::size_t j, std::size_t n, std::size_t k) {
+  using u128 = unsigned __int128;
+  const auto start = static_cast<std::size_t>(static_cast<u128>(j) * n / k);
+  const auto end = static_cast<std::size_t>(static_cast<u128>(j + 1) * n / k);
+  const std::uint64_t h = splitmix64(key ^ j);
+#if defined(__CUDA_ARCH__)
+  return start + static_cast<std::size_t>(__umul64hi(h, end - start));
+#else
+  return start + static_cast<std::size_t>((static_cast<u128>(h) * (end - start)) >> 64);
+#endif
+}
+
+}  // namespace hopwise::compression::detail
