@@ -19,6 +19,7 @@
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/device_codec.h"
+#include "hopwise/compression/device_powersgd.h"
 
 namespace {
 
@@ -158,6 +159,19 @@ int main(int argc, char** argv) try {
       });
       rows.push_back({codec.name(), "encode", bytes, enc, copy_us});
       rows.push_back({codec.name(), "decode", bytes, dec, copy_us});
+    }
+    // PowerSGD on a 4096-row matrix of the same bytes: one step's three calls (one rank: the sums are the factors).
+    if (n >= 4096 * 8) {
+      const std::size_t r = 4096, c = n / 4096;
+      const auto ps = hcc::DevicePowerSgd::from_spec("powersgd:rank=4");
+      hcc::DevicePowerSgdState st(7);
+      const std::size_t pn = ps.host().p_count(r, c);
+      const double us = median_us(s, reps, [&] {
+        ps.compute_p(grad.as<float>(), r, c, payload.as<float>(), st, s);
+        ps.compute_q(payload.as<float>(), r, c, payload.as<float>() + pn, st, s);
+        ps.decompress(payload.as<float>() + pn, r, c, out.as<float>(), st, s);
+      });
+      rows.push_back({ps.host().name() + fmt::format(" ({}x{})", r, c), "p, q, out", r * c * 4, us, copy_us});
     }
   }
 

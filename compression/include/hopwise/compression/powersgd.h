@@ -52,6 +52,7 @@ class PowerSgd {
   std::string name() const;  // canonical spec, e.g. "powersgd:ef=1,rank=4" (",warmup=N" when N > 0)
   int rank() const { return rank_; }
   std::uint64_t warmup() const { return warmup_; }
+  bool error_feedback() const { return ef_; }
   // Whether a rows x cols matrix is worth compressing: 2-D, and (rows + cols) * r' at most half of rows * cols
   // (below that the two allreduces and the orthogonalization cost more than they save).
   bool compresses(std::size_t rows, std::size_t cols) const;
