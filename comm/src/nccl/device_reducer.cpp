@@ -1,0 +1,334 @@
+#include "hopwise/comm/device_reducer.h"
+
+#include <cuda_runtime.h>
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <unordered_map>
+
+#include "hopwise/comm/mpi_transport.h"
+#include "hopwise/common/device_buffer.h"
+#include "hopwise/common/error.h"
+#include "hopwise/compression/device_codec.h"
+#include "hopwise/compression/spec.h"
+#include "nccl_util.h"
+
+namespace hopwise::comm {
+
+using nccl_detail::check_cuda;
+using nccl_detail::check_device_pointer;
+using nccl_detail::DeviceGuard;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::size_t kAlignFloats = 64;  // buckets start 256-byte aligned inside the flat buffer
+
+struct Param {
+  std::string name;
+  float* grad = nullptr;
+  std::size_t count = 0;
+  int bucket = -1;
+  std::size_t offset = 0;  // elements from the start of its bucket
+  bool ready = false;
+  cudaEvent_t produced = nullptr;  // recorded on the producer's stream by mark_ready
+};
+
+struct Bucket {
+  std::vector<int> params;  // in the order they sit in the bucket
+  std::size_t count = 0;
+  std::size_t offset = 0;  // elements from the start of the flat buffer
+  int pending = 0;
+  bool launched = false;
+  std::size_t wire_bytes = 0;
+  DeviceWork work;
+  std::unique_ptr<compression::cuda::DeviceCodecState> codec_state;  // per bucket: residual and step
+};
+
+}  // namespace
+
+struct DeviceGradientReducer::Impl {
+  NcclCommunicator& comm;
+  ReducerOptions options;
+  int rank = 0, size = 1, device = 0;
+  std::vector<Param> params;
+  std::unordered_map<std::string, int> by_name;
+  std::vector<Bucket> buckets;
+  cuda::DeviceBuffer flat;  // every bucket, back to back
+  cudaStream_t copy_stream = nullptr;  // copies gradients into buckets, after their producers
+  cudaEvent_t copied_out = nullptr;    // finish()'s copy-out done: the next copy-in may overwrite the buckets
+  int next_launch = 0;
+  bool finalized = false;
+  std::unique_ptr<compression::cuda::DeviceCodec> codec;  // null: plain average
+  std::vector<DeviceWork> previous;                       // last step's buckets, host-waited at the next finish
+
+  Impl(NcclCommunicator& c, ReducerOptions o)
+      : comm(c), options(std::move(o)), rank(c.rank()), size(c.size()), device(c.device()) {
+    if (!(options.bucket_mb > 0) || !(options.first_bucket_mb > 0))
+      throw InvalidArgument("DeviceGradientReducer: bucket_mb and first_bucket_mb must be positive (HOPWISE_BUCKET_MB)");
+    const auto spec = compression::parse_codec_spec(options.compression);
+    if (spec.name == "powersgd")
+      throw InvalidArgument("DeviceGradientReducer: PowerSGD is not available on device gradients; use a codec "
+                            "(HOPWISE_COMPRESSION=fp16, int8, topk:ratio=..., ...) or none");
+    if (spec.name != "none") codec = std::make_unique<compression::cuda::DeviceCodec>(options.compression);
+    DeviceGuard guard(device);
+    check_cuda(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", rank);
+    const cudaError_t e = cudaEventCreateWithFlags(&copied_out, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      cudaStreamDestroy(copy_stream);
+      check_cuda(e, "cudaEventCreate", rank);
+    }
+  }
+
+  ~Impl() {
+    DeviceGuard guard(device);
+    // Never free buffers that queued work still uses.
+    for (DeviceWork& w : previous) try {
+        w.wait();
+      } catch (...) {
+      }
+    for (Bucket& b : buckets)
+      if (b.launched && b.work.valid()) try {
+          b.work.wait();
+        } catch (...) {
+        }
+    if (copy_stream) cudaStreamSynchronize(copy_stream);
+    for (Param& p : params)
+      if (p.produced) cudaEventDestroy(p.produced);
+    if (copied_out) cudaEventDestroy(copied_out);
+    if (copy_stream) cudaStreamDestroy(copy_stream);
+  }
+
+  float* bucket_data(const Bucket& b) const { return flat.as<float>() + b.offset; }
+
+  // Buckets in reverse registration order: the first capped at first_bucket_mb (communication starts early), the
+  // rest at bucket_mb.
+  void assign() {
+    buckets.clear();
+    const auto first_cap = static_cast<std::size_t>(options.first_bucket_mb * (1 << 20) / sizeof(float));
+    const auto cap = static_cast<std::size_t>(options.bucket_mb * (1 << 20) / sizeof(float));
+    for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+      Param& p = params[static_cast<std::size_t>(i)];
+      const std::size_t limit = buckets.size() <= 1 ? first_cap : cap;
+      if (buckets.empty() || (buckets.back().count > 0 && buckets.back().count + p.count > limit)) buckets.emplace_back();
+      Bucket& b = buckets.back();
+      p.bucket = static_cast<int>(buckets.size()) - 1;
+      p.offset = b.count;
+      b.params.push_back(i);
+      b.count += p.count;
+    }
+    std::size_t total = 0;
+    for (std::size_t k = 0; k < buckets.size(); ++k) {
+      Bucket& b = buckets[k];
+      b.offset = total;
+      total += (b.count + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+      if (codec) b.codec_state = std::make_unique<compression::cuda::DeviceCodecState>(0x6e75 + k, rank, size);
+    }
+    DeviceGuard guard(device);
+    flat.reserve(std::max<std::size_t>(total, 1) * sizeof(float));
+  }
+
+  // One 64-bit fingerprint of the layout; every rank's is gathered and compared with rank 0's.
+  void check_layout() {
+    std::uint64_t h = 1469598103934665603ull;
+    auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    mix(params.size());
+    for (const Param& p : params) {
+      mix(p.count);
+      for (char ch : p.name) mix(static_cast<unsigned char>(ch));
+    }
+    for (char ch : options.compression) mix(static_cast<unsigned char>(ch));
+    mix(buckets.size());
+    for (const Bucket& b : buckets) mix(b.count);
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(size));
+    check_mpi(MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm.mpi_comm()),
+              "MPI_Allgather (gradient layout check)");
+    std::vector<int> differ;
+    for (int r = 0; r < size; ++r)
+      if (all[static_cast<std::size_t>(r)] != all[0]) differ.push_back(r);
+    if (!differ.empty())
+      throw InvalidArgument(fmt::format("rank {}: device gradient bucket layout differs from rank 0's on rank(s) {}; "
+                                        "every rank must register the same parameters (names, sizes, order) with "
+                                        "the same bucket and compression options",
+                                        rank, fmt::join(differ, ",")));
+  }
+
+  void launch_ready() {
+    while (next_launch < static_cast<int>(buckets.size()) &&
+           buckets[static_cast<std::size_t>(next_launch)].pending == 0) {
+      Bucket& b = buckets[static_cast<std::size_t>(next_launch)];
+      float* data = bucket_data(b);
+      // The copy stream is the bucket's producer: the allreduce starts once its copy-ins are done.
+      if (codec) {
+        b.wire_bytes = codec->host().payload_bytes(b.count) + codec->host().scale_count(b.count) * sizeof(float);
+        b.work = comm.allreduce_compressed_async(data, data, b.count, *codec, *b.codec_state, ReduceOp::kAvg,
+                                                 copy_stream);
+      } else {
+        b.wire_bytes = b.count * sizeof(float);
+        b.work = comm.allreduce_async(data, data, b.count, DataType::kFloat32, ReduceOp::kAvg, copy_stream);
+      }
+      b.launched = true;
+      ++next_launch;
+    }
+  }
+
+  void start_step() {
+    for (Bucket& b : buckets) {
+      b.pending = static_cast<int>(b.params.size());
+      b.launched = false;
+      b.work = DeviceWork();
+    }
+    for (Param& p : params) p.ready = false;
+    next_launch = 0;
+  }
+};
+
+DeviceGradientReducer::DeviceGradientReducer(NcclCommunicator& comm, ReducerOptions options)
+    : impl_(std::make_unique<Impl>(comm, std::move(options))) {}
+
+DeviceGradientReducer::~DeviceGradientReducer() = default;
+
+int DeviceGradientReducer::add_parameter(std::string name, float* grad, std::size_t count) {
+  Impl& m = *impl_;
+  if (m.finalized)
+    throw InvalidArgument(fmt::format("rank {}: add_parameter('{}') after finalize(); register every parameter first",
+                                      m.rank, name));
+  if (m.by_name.count(name) != 0)
+    throw InvalidArgument(fmt::format("rank {}: add_parameter('{}'): a parameter of that name is already registered; "
+                                      "names must be unique",
+                                      m.rank, name));
+  check_device_pointer(grad, count, fmt::format("add_parameter('{}')", name), "gradient", m.rank, m.device);
+  Param p;
+  p.name = name;
+  p.grad = grad;
+  p.count = count;
+  m.params.push_back(std::move(p));
+  const int index = static_cast<int>(m.params.size()) - 1;
+  m.by_name.emplace(std::move(name), index);
+  return index;
+}
+
+void DeviceGradientReducer::finalize() {
+  Impl& m = *impl_;
+  if (m.finalized) return;
+  {
+    DeviceGuard guard(m.device);
+    for (Param& p : m.params)
+      if (!p.produced)
+        check_cuda(cudaEventCreateWithFlags(&p.produced, cudaEventDisableTiming), "cudaEventCreate", m.rank);
+  }
+  m.assign();
+  m.check_layout();
+  m.finalized = true;
+  m.start_step();
+}
+
+void DeviceGradientReducer::mark_ready(int index, void* stream) {
+  Impl& m = *impl_;
+  if (!m.finalized)
+    throw InvalidArgument("mark_ready() before finalize(); call finalize() once after add_parameter()");
+  if (index < 0 || index >= static_cast<int>(m.params.size()))
+    throw InvalidArgument(fmt::format("rank {}: mark_ready({}): no such parameter; indices run 0..{}", m.rank, index,
+                                      static_cast<long long>(m.params.size()) - 1));
+  Param& p = m.params[static_cast<std::size_t>(index)];
+  if (p.ready)
+    throw InvalidArgument(fmt::format("rank {}: gradient '{}' was marked ready twice in one step; mark each "
+                                      "parameter once per step, then call finish()",
+                                      m.rank, p.name));
+  Bucket& b = m.buckets[static_cast<std::size_t>(p.bucket)];
+  {
+    DeviceGuard guard(m.device);
+    check_cuda(cudaEventRecord(p.produced, static_cast<cudaStream_t>(stream)),
+               fmt::format("cudaEventRecord on the stream that produced gradient '{}' (a valid stream of device {}?)",
+                           p.name, m.device),
+               m.rank);
+    check_cuda(cudaStreamWaitEvent(m.copy_stream, p.produced, 0), "cudaStreamWaitEvent", m.rank);
+    if (p.count > 0)
+      check_cuda(cudaMemcpyAsync(m.bucket_data(b) + p.offset, p.grad, p.count * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, m.copy_stream),
+                 fmt::format("cudaMemcpyAsync (gradient '{}' into its bucket)", p.name), m.rank);
+  }
+  p.ready = true;
+  --b.pending;
+  if (m.options.overlap) m.launch_ready();
+}
+
+void DeviceGradientReducer::mark_ready(std::string_view name, void* stream) {
+  Impl& m = *impl_;
+  const auto it = m.by_name.find(std::string(name));
+  if (it == m.by_name.end())
+    throw InvalidArgument(fmt::format("rank {}: mark_ready('{}'): no parameter of that name was registered", m.rank,
+                                      name));
+  mark_ready(it->second, stream);
+}
+
+StepStats DeviceGradientReducer::finish(void* stream, bool synchronize) {
+  Impl& m = *impl_;
+  if (!m.finalized) throw InvalidArgument("finish() before finalize()");
+  std::vector<std::string> missing;
+  for (const Param& p : m.params)
+    if (!p.ready) missing.push_back(p.name);
+  if (!missing.empty())
+    throw InvalidArgument(fmt::format("rank {}: finish(): gradient(s) {} were never marked ready this step; call "
+                                      "mark_ready() for every registered parameter in backward (or register only "
+                                      "the parameters that get gradients)",
+                                      m.rank, fmt::join(missing, ", ")));
+  // Last step's buckets are normally long done: waiting surfaces their errors and timeouts.
+  for (DeviceWork& w : m.previous) w.wait();
+  m.previous.clear();
+  m.launch_ready();
+  StepStats s;
+  auto st = static_cast<cudaStream_t>(stream);
+  {
+    DeviceGuard guard(m.device);
+    for (Bucket& b : m.buckets) {
+      b.work.wait_on_stream(stream);
+      for (int i : b.params) {
+        const Param& p = m.params[static_cast<std::size_t>(i)];
+        if (p.count > 0)
+          check_cuda(cudaMemcpyAsync(p.grad, m.bucket_data(b) + p.offset, p.count * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, st),
+                     fmt::format("cudaMemcpyAsync (averaged gradient '{}' back)", p.name), m.rank);
+      }
+      s.bytes += b.wire_bytes;
+    }
+    // The next step's copy-ins (copy stream) must not overwrite a bucket before it is copied out.
+    check_cuda(cudaEventRecord(m.copied_out, st), "cudaEventRecord on finish()'s stream", m.rank);
+    check_cuda(cudaStreamWaitEvent(m.copy_stream, m.copied_out, 0), "cudaStreamWaitEvent", m.rank);
+  }
+  s.buckets = static_cast<int>(m.buckets.size());
+  if (synchronize) {
+    const auto t0 = Clock::now();
+    for (Bucket& b : m.buckets) {
+      b.work.wait();
+      s.comm_ms += b.work.elapsed_ms();
+    }
+    DeviceGuard guard(m.device);
+    cudaError_t e;
+    while ((e = cudaEventQuery(m.copied_out)) == cudaErrorNotReady) std::this_thread::yield();
+    check_cuda(e, "copying the averaged gradients back", m.rank);
+    s.exposed_comm_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    s.overlap_pct = s.comm_ms > 0 ? std::clamp(100.0 * (1.0 - s.exposed_comm_ms / s.comm_ms), 0.0, 100.0) : 100.0;
+  } else {
+    for (Bucket& b : m.buckets) m.previous.push_back(b.work);
+  }
+  m.start_step();
+  return s;
+}
+
+std::size_t DeviceGradientReducer::bucket_count() const { return impl_->buckets.size(); }
+
+std::vector<std::vector<std::string>> DeviceGradientReducer::bucket_names() const {
+  std::vector<std::vector<std::string>> out;
+  for (const Bucket& b : impl_->buckets) {
+    out.emplace_back();
+    for (int i : b.params) out.back().push_back(impl_->params[static_cast<std::size_t>(i)].name);
+  }
+  return out;
+}
+
+}  // namespace hopwise::comm
