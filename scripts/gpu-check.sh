@@ -6,17 +6,22 @@
 #      mpirun, and the gradient reducer on device gradients. A GPU test that skips here is a failure;
 #   3. times each kernel against a device-to-device copy of the same bytes (gpu-codec-bench): GB/s and % of copy.
 # Finishes in under 8 minutes on an H200 (16 cores). Logs and tables go to $OUT (when set) or build-gpu/gpu-check/.
-#   scripts/gpu-check.sh [--sizes 1M,16M,64M,256M] [--reps 20]
+#   scripts/gpu-check.sh [--sizes 1M,16M,64M,256M] [--reps 20] [--prebuilt DIR]
+# --prebuilt DIR: no build; run the binaries scripts/gpu-bundle.sh packed (for a GPU machine without the project's
+# packages or a network): its libraries first on the loader path, then CUDA's from /usr/local/cuda and from the
+# Python wheels (nvidia-cublas, nvidia-nccl) where the machine has them. The NCCL tests need mpirun there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 sizes=1M,16M,64M,256M
 reps=20
+prebuilt=
 while [ $# -gt 0 ]; do
   case "$1" in
     --sizes) sizes=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --prebuilt) prebuilt=$2; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -34,26 +39,51 @@ fi
 export PATH=/usr/local/cuda/bin:$PATH
 . scripts/mpi-env.sh
 
-step "build (CUDA for this GPU)"
-targets="test_cuda_reduce test_cuda_codecs test_cuda_powersgd test_nccl_communicator test_device_reducer gpu-codec-bench"
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DHOPWISE_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native \
-  >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-# shellcheck disable=SC2086
-cmake --build build-gpu -j"$(nproc)" --target $targets >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+tests_rc=0
+if [ -z "$prebuilt" ]; then
+  step "build (CUDA for this GPU)"
+  targets="test_cuda_reduce test_cuda_codecs test_cuda_powersgd test_nccl_communicator test_device_reducer gpu-codec-bench"
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DHOPWISE_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native \
+    >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+  # shellcheck disable=SC2086
+  cmake --build build-gpu -j"$(nproc)" --target $targets >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+  bin=build-gpu/bin
 
-step "GPU tests (ctest -L cuda)"
-set +e
-ctest --test-dir build-gpu -L cuda --output-on-failure -j4 --timeout 300 2>&1 | tee "$out/tests.log"
-tests_rc=${PIPESTATUS[0]}
-set -e
-skipped=$(grep -c -E '\*\*\*Skipped|Not Run' "$out/tests.log" || true)
+  step "GPU tests (ctest -L cuda)"
+  set +e
+  ctest --test-dir build-gpu -L cuda --output-on-failure -j4 --timeout 300 2>&1 | tee "$out/tests.log"
+  tests_rc=${PIPESTATUS[0]}
+  set -e
+else
+  [ -d "$prebuilt/bin" ] || { echo "gpu-check: $prebuilt/bin not found; make it with scripts/gpu-bundle.sh" >&2; exit 2; }
+  bin=$prebuilt/bin
+  wheel_libs=$(python3 -c 'import glob, os, nvidia; print(":".join(d for b in nvidia.__path__ for d in sorted(glob.glob(os.path.join(b, "*", "lib")))))' 2>/dev/null || true)
+  export LD_LIBRARY_PATH="$prebuilt/lib:/usr/local/cuda/lib64:${wheel_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+  step "GPU tests (prebuilt binaries)"
+  : >"$out/tests.log"
+  for t in test_cuda_reduce test_cuda_codecs test_cuda_powersgd; do
+    echo "-- $t" | tee -a "$out/tests.log"
+    timeout 300 "$bin/$t" --gtest_brief=1 2>&1 | tee -a "$out/tests.log" || tests_rc=1
+  done
+  for t in test_nccl_communicator test_device_reducer; do
+    echo "-- $t (mpirun -np 1)" | tee -a "$out/tests.log"
+    if ! command -v mpirun >/dev/null; then
+      echo "gpu-check: no mpirun on this machine: $t not run" | tee -a "$out/tests.log"
+      tests_rc=1
+      continue
+    fi
+    timeout 300 mpirun --allow-run-as-root -np 1 -x LD_LIBRARY_PATH "$bin/$t" 2>&1 | tee -a "$out/tests.log" || tests_rc=1
+  done
+fi
+skipped=$(grep -c -E '\*\*\*Skipped|Not Run|\[  SKIPPED \]' "$out/tests.log" || true)
 if [ "$skipped" != 0 ]; then
   echo "gpu-check: $skipped GPU tests skipped although a GPU is visible (see $out/tests.log)" >&2
   tests_rc=1
 fi
 
 step "kernels against a device-to-device copy (gpu-codec-bench)"
-timeout 240 build-gpu/bin/gpu-codec-bench --sizes "$sizes" --reps "$reps" --csv "$out/kernels.csv" | tee "$out/kernels.md"
+timeout 240 "$bin/gpu-codec-bench" --sizes "$sizes" --reps "$reps" --csv "$out/kernels.csv" | tee "$out/kernels.md"
 
 step "done"
 if [ "$tests_rc" != 0 ]; then

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Packs the GPU checks for a GPU machine that lacks the project's packages (a bare, offline machine): the GPU test
+# binaries and gpu-codec-bench built here (CUDA architecture $1, default 90: H100/H200) into .gpu-bundle/, with the
+# shared libraries they load that such a machine may lack (fmt, hwloc, Open MPI's libraries, libstdc++, the CUDA
+# runtime). cuBLAS and NCCL stay behind (hundreds of MB): the GPU machine's own toolkit or its Python wheels
+# (nvidia-cublas, nvidia-nccl) provide them; gpu-check.sh --prebuilt finds them.
+#   scripts/gpu-bundle.sh [ARCH]      then, there: scripts/gpu-check.sh --prebuilt .gpu-bundle
+set -euo pipefail
+cd "$(dirname "$0")/.."
+arch=${1:-90}
+bins="test_cuda_reduce test_cuda_codecs test_cuda_powersgd test_nccl_communicator test_device_reducer gpu-codec-bench"
+cmake -S . -B build-bundle -DCMAKE_BUILD_TYPE=Release -DHOPWISE_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+  >/dev/null
+# shellcheck disable=SC2086
+cmake --build build-bundle -j"$(nproc)" --target $bins
+rm -rf .gpu-bundle
+mkdir -p .gpu-bundle/bin .gpu-bundle/lib
+for b in $bins; do cp "build-bundle/bin/$b" .gpu-bundle/bin/; done
+# Every library the binaries load, except glibc's own, the driver's, cuBLAS and NCCL.
+for b in .gpu-bundle/bin/*; do ldd "$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
+  grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcublas|libcublasLt|libnccl)\.so' |
+  while read -r lib; do cp -L "$lib" .gpu-bundle/lib/; done
+echo "$arch" > .gpu-bundle/cuda-arch
+du -sh .gpu-bundle
+echo "gpu-bundle: .gpu-bundle/ is ready (git-ignored); carry it to the GPU machine and run scripts/gpu-check.sh --prebuilt .gpu-bundle"
