@@ -94,10 +94,10 @@ void check_device_pointer(const Codec& c, const void* p, const char* what, const
 
 // Null buffers only where no bytes are needed; device memory; payloads aligned for their element type.
 void check_args(const Codec& c, std::size_t n, const void* floats, const void* payload, const float* scales,
-                const char* call) {
+                const char* call, bool needs_payload = true) {
   const std::string where = std::string(call) + " of device codec '" + c.name() + "'";
   if (floats == nullptr && n > 0) throw InvalidArgument(where + ": null float buffer for " + std::to_string(n) + " elements");
-  if (payload == nullptr && c.payload_bytes(n) > 0)
+  if (needs_payload && payload == nullptr && c.payload_bytes(n) > 0)
     throw InvalidArgument(where + ": null payload; it needs payload_bytes(" + std::to_string(n) + ") = " +
                           std::to_string(c.payload_bytes(n)) + " bytes");
   if (scales == nullptr && c.scale_count(n) > 0)
@@ -108,6 +108,9 @@ void check_args(const Codec& c, std::size_t n, const void* floats, const void* p
   if (payload != nullptr && reinterpret_cast<std::uintptr_t>(payload) % align != 0)
     throw InvalidArgument(where + ": the payload must be aligned to " + std::to_string(align) +
                           " bytes; place payloads at multiples of payload_bytes()");
+  for (const void* f : {floats, static_cast<const void*>(scales)})
+    if (f != nullptr && reinterpret_cast<std::uintptr_t>(f) % alignof(float) != 0)
+      throw InvalidArgument(where + ": float buffers must be aligned to 4 bytes");
   check_device_pointer(c, floats, "the float buffer", call);
   check_device_pointer(c, payload, "the payload", call);
   check_device_pointer(c, scales, "the scales", call);
@@ -127,7 +130,7 @@ std::byte* scratch(DeviceCodecState& st, std::size_t n) {
 void DeviceCodec::local_scales(const float* grad, std::size_t n, float* scales, DeviceCodecState& state,
                                void* stream) const {
   if (host_->scale_count(n) == 0) return;
-  check_args(*host_, n, grad, nullptr, scales, "local_scales");
+  check_args(*host_, n, grad, nullptr, scales, "local_scales", /*needs_payload=*/false);
   const float* residual = impl_->ef && state.residual_n > 0 ? state.residual.as<float>() : nullptr;
   if (residual && state.residual_n != n)
     throw InvalidArgument("codec '" + name() + "': the state holds an error-feedback residual of " +

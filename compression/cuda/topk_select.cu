@@ -170,8 +170,9 @@ __global__ void topk_decode_kernel(const std::uint32_t* indices, const float* va
       atomicAdd(bad, 1);
       continue;
     }
-    // One payload's indices are distinct: no two threads touch the same element.
-    out[i] = subtract ? out[i] - values[j] : out[i] + values[j];
+    // Our payloads' indices are distinct; atomics keep a foreign payload with repeated indices adding up as on
+    // the CPU.
+    atomicAdd(out + i, subtract ? -values[j] : values[j]);
   }
 }
 

@@ -109,8 +109,14 @@ HOPWISE_HD std::uint64_t randomk_key(std::uint64_t seed, std::uint64_t step) {
 // randomk: the index kept from stratum j of k equal strata of [0, n): [j*n/k, (j+1)*n/k), uniformly inside it.
 HOPWISE_HD std::size_t randomk_index(std::uint64_t key, std::size_t j, std::size_t n, std::size_t k) {
   using u128 = unsigned __int128;
-  const auto start = static_cast<std::size_t>(static_cast<u128>(j) * n / k);
-  const auto end = static_cast<std::size_t>(static_cast<u128>(j + 1) * n / k);
+  std::size_t start, end;
+  if (n <= 0xffffffffu) {  // j < k <= n: the products fit in 64 bits (a 128-bit division is slow on a GPU)
+    start = static_cast<std::uint64_t>(j) * n / k;
+    end = static_cast<std::uint64_t>(j + 1) * n / k;
+  } else {
+    start = static_cast<std::size_t>(static_cast<u128>(j) * n / k);
+    end = static_cast<std::size_t>(static_cast<u128>(j + 1) * n / k);
+  }
   const std::uint64_t h = splitmix64(key ^ j);
 #if defined(__CUDA_ARCH__)
   return start + static_cast<std::size_t>(__umul64hi(h, end - start));
