@@ -4,7 +4,9 @@
 #   2. runs the GPU tests (ctest label cuda): every reduction and codec kernel against the CPU version on fresh
 #      random data of awkward sizes, PowerSGD against the CPU PowerSGD, an NCCL communicator of one rank under
 #      mpirun, and the gradient reducer on device gradients. A GPU test that skips here is a failure;
-#   3. times each kernel against a device-to-device copy of the same bytes (gpu-codec-bench): GB/s and % of copy.
+#   3. times each kernel against a device-to-device copy of the same bytes (gpu-codec-bench): GB/s and % of copy;
+#   4. times allreduce of device buffers, one rank per GPU: NCCL, hopwise's NCCL ring, fp16/int8 compressed, and
+#      MPI_Allreduce staged through host memory, beside a device copy (gpu-allreduce-bench).
 # Finishes in under 8 minutes on an H200 (16 cores). Logs and tables go to $OUT (when set) or build-gpu/gpu-check/.
 #   scripts/gpu-check.sh [--sizes 1M,16M,64M,256M] [--reps 20] [--prebuilt DIR]
 # --prebuilt DIR: no build; run the binaries scripts/gpu-bundle.sh packed (for a GPU machine without the project's
@@ -42,7 +44,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 tests_rc=0
 if [ -z "$prebuilt" ]; then
   step "build (CUDA for this GPU)"
-  targets="test_cuda_reduce test_cuda_codecs test_cuda_powersgd test_nccl_communicator test_device_reducer gpu-codec-bench"
+  targets="test_cuda_reduce test_cuda_codecs test_cuda_powersgd test_nccl_communicator test_device_reducer gpu-codec-bench gpu-allreduce-bench"
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DHOPWISE_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native \
     >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
   # shellcheck disable=SC2086
@@ -84,6 +86,15 @@ fi
 
 step "kernels against a device-to-device copy (gpu-codec-bench)"
 timeout 240 "$bin/gpu-codec-bench" --sizes "$sizes" --reps "$reps" --csv "$out/kernels.csv" | tee "$out/kernels.md"
+
+step "allreduce of device buffers, one rank per GPU (gpu-allreduce-bench)"
+gpus=$(nvidia-smi -L | wc -l)
+if command -v mpirun >/dev/null; then
+  timeout 180 mpirun --allow-run-as-root -np "$gpus" -x LD_LIBRARY_PATH "$bin/gpu-allreduce-bench" -b 1M -e 256M -f 4 \
+    | tee "$out/allreduce.md" || tests_rc=1
+else
+  echo "gpu-check: no mpirun on this machine: gpu-allreduce-bench not run"
+fi
 
 step "done"
 if [ "$tests_rc" != 0 ]; then
