@@ -94,8 +94,9 @@ std::uint64_t u(DataType dt) { return static_cast<std::uint64_t>(dt); }
 std::uint64_t u(ReduceOp op) { return static_cast<std::uint64_t>(op); }
 
 // ---- allreduce (native and ring) ----
-void allreduce_case(NcclAlgorithm algo, DataType dt, ReduceOp op, std::size_t count) {
-  hc::NcclCommunicator& c = comm();
+void allreduce_case(NcclAlgorithm algo, DataType dt, ReduceOp op, std::size_t count,
+                    hc::NcclCommunicator* other = nullptr) {
+  hc::NcclCommunicator& c = other ? *other : comm();
   const int me = c.rank();
   c.set_algorithm(algo);
   const std::uint64_t cs = mix_seed(g_seed, {10, u(dt), u(op), count, static_cast<std::uint64_t>(algo)});
@@ -154,6 +155,15 @@ TEST(NcclAllreduce, RingFollowsAPlannedOrderAndSmallChunks) {
   std::vector<int> identity(order.size());
   std::iota(identity.begin(), identity.end(), 0);
   c.set_ring_order(identity);
+
+  // Chunks of 24 bytes (3 int64, 6 float32, 12 bfloat16): every ring step runs many chunks, some empty.
+  hc::NcclOptions o = hc::NcclOptions::from_env();
+  o.ring_chunk_bytes = 24;
+  hc::NcclCommunicator small(MPI_COMM_WORLD, o);
+  small.set_ring_order(order);
+  for (DataType dt : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64})
+    for (std::size_t n : {std::size_t{1}, std::size_t{5}, std::size_t{13}, std::size_t{4099}})
+      allreduce_case(NcclAlgorithm::kRing, dt, hopwise::is_floating(dt) ? ReduceOp::kAvg : ReduceOp::kSum, n, &small);
 }
 
 // ---- reduce_scatter ----
@@ -348,6 +358,8 @@ TEST(NcclErrors, BadArgumentsAreInvalidArgument) {
   using hopwise::InvalidArgument;
 
   EXPECT_THROW(c.allreduce(host.data(), d.data(), 64, DataType::kFloat32), InvalidArgument);
+  EXPECT_THROW(c.allreduce(d.as<float>(), d.as<float>() + 1, 32, DataType::kFloat32), InvalidArgument)
+      << "partly overlapping input and output";
   EXPECT_NE(message_of([&] { c.allreduce(host.data(), d.data(), 64, DataType::kFloat32); }).find("input buffer"),
             std::string::npos);
   EXPECT_NE(message_of([&] { c.allreduce(d.data(), host.data(), 64, DataType::kFloat32); }).find("host memory"),
@@ -514,6 +526,24 @@ TEST(NcclErrors, TimeoutAbortsAndNamesTheCollective) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }  // the other ranks' destructors give up on rank 0 after the timeout
+}
+
+// An abort ends NCCL's kernels, so the events of work queued before it fire: that work must not count as done.
+TEST(NcclErrors, EarlierWorkAfterAbortIsNotReportedDone) {
+  if (comm().size() < 2) GTEST_SKIP() << "needs two ranks (a peer that never joins the collective)";
+  hc::NcclOptions o = hc::NcclOptions::from_env();
+  o.timeout_s = 2;
+  {
+    hc::NcclCommunicator c(MPI_COMM_WORLD, o);
+    if (c.rank() == 0) {
+      DeviceBuffer d(1024 * sizeof(float)), e(1024 * sizeof(float));
+      hc::DeviceWork w1 = c.allreduce_async(d.data(), d.data(), 1024, DataType::kFloat32);
+      EXPECT_ANY_THROW(c.allreduce(e.data(), e.data(), 1024, DataType::kFloat32));
+      EXPECT_NE(message_of([&] { w1.wait(); }).find("aborted"), std::string::npos)
+          << "work no peer joined reported complete after the abort";
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
 }
 
 // Non-zero ranks print only their failures, each line prefixed with the rank.

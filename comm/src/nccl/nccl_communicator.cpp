@@ -199,6 +199,10 @@ struct NcclCommunicator::Impl : std::enable_shared_from_this<NcclCommunicator::I
 
   // True once `ev` completed; throws on CUDA/NCCL errors and after an abort.
   bool query(cudaEvent_t ev, const std::string& what) {
+    // First: an abort ends NCCL's kernels, so the events of work queued before it fire without the work done.
+    if (aborted)
+      throw Error(fmt::format("rank {}: NCCL {} cannot complete: the communicator was aborted ({})", rank, what,
+                              abort_reason));
     DeviceGuard guard(device);
     const cudaError_t e = cudaEventQuery(ev);
     if (e == cudaSuccess) return true;
@@ -209,9 +213,6 @@ struct NcclCommunicator::Impl : std::enable_shared_from_this<NcclCommunicator::I
       abort(msg);
       throw TransportError(msg);
     }
-    if (aborted)
-      throw Error(fmt::format("rank {}: NCCL {} cannot complete: the communicator was aborted ({})", rank, what,
-                              abort_reason));
     check_async(what);
     return false;
   }
@@ -670,6 +671,13 @@ DeviceWork NcclCommunicator::allreduce_async(const void* in, void* out, std::siz
   const std::size_t bytes = checked_bytes(count, dt, "allreduce");
   m.check_ptr(in, count, "allreduce", "input buffer");
   m.check_ptr(out, count, "allreduce", "output buffer");
+  // In place (in == out) is fine; partly overlapping buffers have no defined result in NCCL or the ring's copies.
+  const auto* a = static_cast<const char*>(in);
+  const auto* b = static_cast<const char*>(out);
+  if (in != out && bytes > 0 && a < b + bytes && b < a + bytes)
+    throw InvalidArgument(fmt::format("rank {}: allreduce input and output overlap without being the same buffer; "
+                                      "pass in == out for in place, or separate buffers",
+                                      m.rank));
   const NcclAlgorithm algo = m.algorithm;
   return m.run(fmt::format("{} ({})", describe("allreduce", count, dt), to_string(algo)), stream, bytes,
                [&](const std::string& what) {
