@@ -21,11 +21,13 @@
 
 #include "collective_reference.h"
 #include "hopwise/comm/nccl_communicator.h"
+#include "hopwise/comm/nccl_powersgd.h"
 #include "hopwise/common/cuda_reduce.h"
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/device_codec.h"
+#include "hopwise/compression/powersgd.h"
 
 namespace {
 
@@ -498,6 +500,93 @@ TEST(NcclCompressed, AverageAndAsync) {
   DeviceBuffer d(64);
   EXPECT_THROW(comm().allreduce_compressed(d.as<float>(), d.as<float>(), 8, dev, ds, ReduceOp::kMax),
                hopwise::InvalidArgument);
+}
+
+// ---- PowerSGD over the communicator, against the CPU PowerSGD run on every rank's inputs ----
+Bytes float_bytes(const std::vector<float>& v) {
+  Bytes b(v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, r = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    d += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    r += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(d / std::max(r, 1e-30));
+}
+
+TEST(NcclPowerSgd, MatchesTheCpuPowerSgdOverRanks) {
+  hc::NcclCommunicator& c = comm();
+  const int n = c.size(), me = c.rank();
+  const std::string spec = "powersgd:rank=4,warmup=1";
+  const auto cpu = hcc::PowerSgd::from_spec(spec);
+  hc::NcclPowerSgd dev(c, spec);
+  // Compressed matrices, one that compresses() rejects (plain) and a 1-row one.
+  const std::vector<std::pair<std::size_t, std::size_t>> shapes = {{64, 48}, {257, 33}, {6, 5}, {1, 7}};
+  std::vector<std::vector<hcc::PowerSgdState>> cpu_states(shapes.size());  // [tensor][rank]
+  std::vector<hcc::cuda::DevicePowerSgdState> dev_states;
+  for (std::size_t t = 0; t < shapes.size(); ++t) {
+    for (int r = 0; r < n; ++r) cpu_states[t].emplace_back(100 + t);
+    dev_states.emplace_back(100 + t);
+  }
+  for (int step = 0; step < 3; ++step) {  // step 0 is the warm-up: all plain
+    SCOPED_TRACE("step " + std::to_string(step));
+    const std::uint64_t cs = mix_seed(g_seed, {40, static_cast<std::uint64_t>(step)});
+    std::vector<DeviceBuffer> in, out;
+    std::vector<hc::DevicePowerSgdTensor> tensors;
+    std::vector<std::vector<float>> expect;
+    for (std::size_t t = 0; t < shapes.size(); ++t) {
+      const auto [rows, cols] = shapes[t];
+      const std::size_t count = rows * cols;
+      std::vector<std::vector<float>> x(static_cast<std::size_t>(n), std::vector<float>(count));
+      for (int r = 0; r < n; ++r) {
+        Rng rng(mix_seed(cs, {t, static_cast<std::uint64_t>(r)}));
+        for (float& v : x[static_cast<std::size_t>(r)]) v = static_cast<float>(rng.unit() * 2 - 1);
+      }
+      // Reference: the communicator's recipe with the CPU PowerSGD, every rank's state here; averaged.
+      std::vector<float> sum(count, 0.0f);
+      auto& st = cpu_states[t];
+      if (cpu.compressed_step(rows, cols, st[0])) {
+        const std::size_t pc = cpu.p_count(rows, cols), qc = cpu.q_count(rows, cols);
+        std::vector<float> p(pc, 0.0f), q(qc, 0.0f), part;
+        for (int r = 0; r < n; ++r) {
+          part.assign(pc, 0.0f);
+          cpu.compute_p(x[static_cast<std::size_t>(r)].data(), rows, cols, part.data(), st[static_cast<std::size_t>(r)]);
+          for (std::size_t i = 0; i < pc; ++i) p[i] += part[i];
+        }
+        for (int r = 0; r < n; ++r) {
+          part.assign(qc, 0.0f);
+          cpu.compute_q(p.data(), rows, cols, part.data(), st[static_cast<std::size_t>(r)]);
+          for (std::size_t i = 0; i < qc; ++i) q[i] += part[i];
+        }
+        for (int r = 0; r < n; ++r) cpu.decompress(q.data(), rows, cols, sum.data(), st[static_cast<std::size_t>(r)]);
+      } else {
+        for (int r = 0; r < n; ++r) {
+          for (std::size_t i = 0; i < count; ++i) sum[i] += x[static_cast<std::size_t>(r)][i];
+          if (cpu.compresses(rows, cols)) cpu.skip(st[static_cast<std::size_t>(r)]);
+        }
+      }
+      for (float& v : sum) v /= static_cast<float>(n);
+      expect.push_back(sum);
+      in.push_back(to_device(float_bytes(x[static_cast<std::size_t>(me)])));
+      out.emplace_back(count * sizeof(float) + 4);
+      tensors.push_back({in.back().as<float>(), out.back().as<float>(), rows, cols, &dev_states[t]});
+    }
+    dev.allreduce(tensors, hopwise::ReduceOp::kAvg);
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    for (std::size_t t = 0; t < shapes.size(); ++t) {
+      const std::size_t count = shapes[t].first * shapes[t].second;
+      std::vector<float> got(count);
+      cuda_ok(cudaMemcpy(got.data(), out[t].data(), count * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+      // cuBLAS sums in another order than the CPU loops (tests/test_cuda_powersgd.cpp: the same bound).
+      EXPECT_LE(relative_l2(got, expect[t]), 1e-4) << shapes[t].first << "x" << shapes[t].second;
+      EXPECT_EQ(dev_states[t].step, cpu_states[t][0].step);
+    }
+  }
+  EXPECT_THROW(dev.allreduce({}, hopwise::ReduceOp::kMax), hopwise::InvalidArgument);
 }
 
 // ---- timeouts (need a peer that does not show up: more than one rank). Last: it aborts a communicator. ----
