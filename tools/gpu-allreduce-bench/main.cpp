@@ -2,6 +2,7 @@
 //   nccl       NCCL's own allreduce (NcclAlgorithm::kNative)
 //   ring       hopwise's ring of grouped ncclSend/ncclRecv along the planned ring order (kRing)
 //   fp16, int8 compressed allreduce with the device codecs (payload allreduce + encode/decode kernels)
+//   psgd       PowerSGD rank 4 on the buffer as a 4096-row matrix (NcclPowerSgd: two factor allreduces)
 //   mpi        MPI_Allreduce of the same bytes staged through host memory (copy down, allreduce, copy up)
 //   copy       a device-to-device copy of the same bytes (the limit of one pass over the data)
 // Times are medians of --iters sync calls after --warmup; busbw = bytes/time * 2(n-1)/n (nccl-tests' convention).
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "hopwise/comm/nccl_communicator.h"
+#include "hopwise/comm/nccl_powersgd.h"
 #include "hopwise/common/cuda_reduce.h"
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/common/error.h"
@@ -96,14 +98,15 @@ int main(int argc, char** argv) {
     check(cudaMemset(buf.data(), 0, end), "cudaMemset");
     const hcc::DeviceCodec fp16("fp16"), int8("int8");
     hcc::DeviceCodecState fp16_state(1, nccl.rank(), n), int8_state(1, nccl.rank(), n);
+    hc::NcclPowerSgd psgd(nccl, "powersgd:rank=4");
 
     if (nccl.rank() == 0) {
       cudaDeviceProp prop{};
       check(cudaGetDeviceProperties(&prop, nccl.device()), "cudaGetDeviceProperties");
       fmt::print("gpu-allreduce-bench: {} ranks, rank 0 on {}; float32 sum; median of {} calls; busbw GB/s\n\n", n,
                  prop.name, iters);
-      fmt::print("| bytes | nccl µs | ring µs | fp16 µs | int8 µs | mpi (host-staged) µs | copy µs | nccl busbw | "
-                 "ring/nccl | mpi/nccl |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      fmt::print("| bytes | nccl µs | ring µs | fp16 µs | int8 µs | psgd r4 µs | mpi (host-staged) µs | copy µs | "
+                 "nccl busbw | ring/nccl | mpi/nccl |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     }
     for (std::size_t bytes = begin; bytes <= end; bytes *= static_cast<std::size_t>(factor)) {
       const std::size_t count = bytes / sizeof(float);
@@ -123,6 +126,12 @@ int main(int argc, char** argv) {
       const double t_int8 = median_us(MPI_COMM_WORLD, warmup, iters, [&] {
         nccl.allreduce_compressed(d, d, count, int8, int8_state);
       });
+      // A fresh state per size (the matrix shape changes); its first call allocates, inside the warm-up.
+      hcc::DevicePowerSgdState psgd_state(3);
+      const hc::DevicePowerSgdTensor mat{d, d, 4096, count / 4096, &psgd_state};
+      const double t_psgd = count >= 4096 * 8 ? median_us(MPI_COMM_WORLD, warmup, iters, [&] {
+        psgd.allreduce({&mat, 1});
+      }) : 0.0;
       const double t_mpi = median_us(MPI_COMM_WORLD, warmup, iters, [&] {
         check(cudaMemcpyAsync(host.data(), d, bytes, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
         check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
@@ -136,8 +145,9 @@ int main(int argc, char** argv) {
       });
       if (nccl.rank() == 0) {
         const double busbw = static_cast<double>(bytes) / t_nccl / 1e3 * (n > 1 ? 2.0 * (n - 1) / n : 1.0);
-        fmt::print("| {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {:.2f} |\n", bytes,
-                   t_nccl, t_ring, t_fp16, t_int8, t_mpi, t_copy, busbw, t_ring / t_nccl, t_mpi / t_nccl);
+        fmt::print("| {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {:.2f} |\n",
+                   bytes, t_nccl, t_ring, t_fp16, t_int8, t_psgd, t_mpi, t_copy, busbw, t_ring / t_nccl,
+                   t_mpi / t_nccl);
       }
     }
   } catch (const std::exception& e) {
