@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "collective_reference.h"
+#include "nccl_test_main.h"
 #include "hopwise/comm/device_reducer.h"
 #include "hopwise/comm/nccl_communicator.h"
 #include "hopwise/common/cuda_reduce.h"
@@ -31,10 +32,7 @@ using namespace hwtest;
 namespace hc = hopwise::comm;
 using hopwise::cuda::DeviceBuffer;
 
-hc::NcclCommunicator* g_comm = nullptr;
-std::uint64_t g_seed = 0;
 
-hc::NcclCommunicator& comm() { return *g_comm; }
 
 void cuda_ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
@@ -242,61 +240,6 @@ TEST(DeviceReducer, LayoutMismatchNamesTheRanks) {
   const std::string msg = message_of([&] { red.finalize(); });
   EXPECT_NE(msg.find("differs from rank 0's on rank(s) 1"), std::string::npos) << msg;
 }
-
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (!r.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?", r.line_number(),
-                 r.message());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 
-int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  // Skip on every rank when any rank has no GPU (all agree, so that nobody waits in a collective).
-  std::string why;
-  const int have = hopwise::cuda::device_count(&why) > 0 ? 1 : 0;
-  int all_have = 0;
-  MPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!all_have) {
-    if (rank == 0) std::printf("[  SKIPPED ] needs a CUDA GPU: %s\n", have ? "another rank has none" : why.c_str());
-    std::fflush(stdout);
-    MPI_Finalize();
-    return 77;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  int any_failed = 0;
-  {
-    hc::NcclOptions opts = hc::NcclOptions::from_env();
-    opts.timeout_s = std::min(opts.timeout_s, 120.0);
-    auto c = std::make_unique<hc::NcclCommunicator>(MPI_COMM_WORLD, opts);
-    g_comm = c.get();
-    std::uint64_t seed = rank == 0 ? base_seed() : 0;
-    MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    g_seed = seed;
-    if (rank == 0)
-      std::printf("[ INFO     ] %d ranks, device %d, %s\n", c->size(), c->device(), seed_note(seed).c_str());
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    if (rank != 0) {
-      delete listeners.Release(listeners.default_result_printer());
-      listeners.Append(new RankFailurePrinter(rank));
-    }
-    const int rc = RUN_ALL_TESTS();
-    int failed = rc != 0 || ::testing::UnitTest::GetInstance()->Failed() ? 1 : 0;
-    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (rank == 0 && any_failed && !failed) std::printf("[  FAILED  ] another rank failed (see [rank N] lines)\n");
-    g_comm = nullptr;
-  }
-  MPI_Finalize();
-  return any_failed;
-}
+int main(int argc, char** argv) { return hwtest::run_nccl_tests(argc, argv); }

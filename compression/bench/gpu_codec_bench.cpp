@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "hopwise/common/cuda_reduce.h"
+#include "hopwise/common/env.h"
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/device_codec.h"
@@ -28,16 +29,6 @@ using hopwise::cuda::DeviceBuffer;
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw hopwise::TransportError(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-std::size_t parse_size(const std::string& s) {
-  std::size_t v = std::stoull(s);
-  switch (s.empty() ? ' ' : s.back()) {
-    case 'K': case 'k': return v << 10;
-    case 'M': case 'm': return v << 20;
-    case 'G': case 'g': return v << 30;
-    default: return v;
-  }
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -96,7 +87,7 @@ int main(int argc, char** argv) try {
     };
     if (a == "--sizes") {
       sizes.clear();
-      for (const auto& s : split(next())) sizes.push_back(parse_size(s));
+      for (const auto& s : split(next())) sizes.push_back(hopwise::env::parse_size(s, "--sizes"));
     } else if (a == "--reps") {
       reps = std::max(1, std::stoi(next()));
     } else if (a == "--codecs") {

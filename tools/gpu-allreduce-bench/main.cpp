@@ -20,6 +20,7 @@
 #include "hopwise/comm/nccl_communicator.h"
 #include "hopwise/comm/nccl_powersgd.h"
 #include "hopwise/common/cuda_reduce.h"
+#include "hopwise/common/env.h"
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/device_codec.h"
@@ -31,16 +32,6 @@ namespace hcc = hopwise::compression::cuda;
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw hopwise::TransportError(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-std::size_t parse_size(const std::string& s) {
-  std::size_t v = std::stoull(s);
-  switch (s.empty() ? ' ' : s.back()) {
-    case 'K': case 'k': return v << 10;
-    case 'M': case 'm': return v << 20;
-    case 'G': case 'g': return v << 30;
-    default: return v;
-  }
 }
 
 // Median over ranks' slowest: each iteration is timed on every rank and the maximum taken.
@@ -74,8 +65,8 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) throw hopwise::InvalidArgument(a + " needs a value");
         return argv[++i];
       };
-      if (a == "-b") begin = parse_size(next());
-      else if (a == "-e") end = parse_size(next());
+      if (a == "-b") begin = hopwise::env::parse_size(next(), "-b");
+      else if (a == "-e") end = hopwise::env::parse_size(next(), "-e");
       else if (a == "-f") factor = std::max(2, std::stoi(next()));
       else if (a == "--iters") iters = std::max(1, std::stoi(next()));
       else if (a == "--warmup") warmup = std::max(0, std::stoi(next()));
