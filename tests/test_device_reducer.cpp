@@ -123,12 +123,16 @@ hc::ReducerOptions small_buckets() {
   return o;
 }
 
-// Steps of backward: each parameter produced and marked in reverse order on the compute stream.
-void run_steps(hc::DeviceGradientReducer& red, Model& m, int first_step, int steps, double rel_tol) {
+// Steps of backward: each parameter produced and marked on the compute stream, in reverse registration order
+// (as backward runs) or, with `forward`, in registration order.
+void run_steps(hc::DeviceGradientReducer& red, Model& m, int first_step, int steps, double rel_tol,
+               bool forward = false) {
   Stream compute;
+  const std::size_t count = m.sizes.size();
   for (int step = first_step; step < first_step + steps; ++step) {
     SCOPED_TRACE(fmt::format("step {}", step));
-    for (std::size_t i = m.sizes.size(); i-- > 0;) {
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::size_t i = forward ? k : count - 1 - k;
       m.produce(i, step, compute.s);
       if (i % 3 == 0)
         red.mark_ready(m.names[i], compute.s);
@@ -136,8 +140,9 @@ void run_steps(hc::DeviceGradientReducer& red, Model& m, int first_step, int ste
         red.mark_ready(static_cast<int>(i), compute.s);
     }
     const bool sync = step % 2 == 1;
+    const int buckets = static_cast<int>(red.bucket_count());  // the step's (a rebuild in finish() may change them)
     const hopwise::comm::StepStats s = red.finish(compute.s, sync);
-    EXPECT_EQ(s.buckets, static_cast<int>(red.bucket_count()));
+    EXPECT_EQ(s.buckets, buckets);
     EXPECT_GT(s.bytes, 0u);
     if (sync) {
       EXPECT_GE(s.comm_ms, 0.0);
@@ -161,6 +166,23 @@ TEST(DeviceReducer, AveragesOverSeveralStepsInSmallBuckets) {
   for (const auto& b : red.bucket_names()) listed += b.size();
   EXPECT_EQ(listed, m.sizes.size());
   run_steps(red, m, 0, 4, 1e-6);
+}
+
+// Gradients that arrive in another order than the reverse of registration: after the first step the buckets
+// follow the observed order (rank 0's), and the averages stay right.
+TEST(DeviceReducer, RebuildsBucketsFromTheObservedOrder) {
+  Model m;
+  hc::DeviceGradientReducer red(comm(), small_buckets());
+  m.register_all(red);
+  red.finalize();
+  ASSERT_EQ(red.bucket_names()[0][0], m.names.back());
+  run_steps(red, m, 40, 1, 1e-6, /*forward=*/true);
+  ASSERT_FALSE(red.bucket_names().empty());
+  EXPECT_EQ(red.bucket_names()[0][0], m.names.front()) << "the first gradient ready leads the first bucket";
+  std::size_t listed = 0;
+  for (const auto& b : red.bucket_names()) listed += b.size();
+  EXPECT_EQ(listed, m.sizes.size());
+  run_steps(red, m, 41, 3, 1e-6, /*forward=*/true);
 }
 
 TEST(DeviceReducer, DefaultBucketsAndNoOverlap) {

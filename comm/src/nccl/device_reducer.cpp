@@ -63,6 +63,8 @@ struct DeviceGradientReducer::Impl {
   cudaEvent_t copied_out = nullptr;    // finish()'s copy-out done: the next copy-in may overwrite the buckets
   int next_launch = 0;
   bool finalized = false;
+  int steps = 0;                 // finish() calls that completed
+  std::vector<int> ready_order;  // this step's mark_ready order (for the rebuild after step 1)
   std::unique_ptr<compression::cuda::DeviceCodec> codec;  // null: plain average
   std::vector<DeviceWork> previous;                       // last step's buckets, host-waited at the next finish
 
@@ -105,13 +107,20 @@ struct DeviceGradientReducer::Impl {
 
   float* bucket_data(const Bucket& b) const { return flat.as<float>() + b.offset; }
 
-  // Buckets in reverse registration order: the first capped at first_bucket_mb (communication starts early), the
-  // rest at bucket_mb.
-  void assign() {
+  // Reverse registration order: the order backward normally produces gradients in.
+  std::vector<int> reverse_order() const {
+    std::vector<int> order(params.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(order.size() - 1 - i);
+    return order;
+  }
+
+  // Buckets in `order` (the order gradients become ready): the first capped at first_bucket_mb (communication
+  // starts early), the rest at bucket_mb.
+  void assign(const std::vector<int>& order) {
     buckets.clear();
     const auto first_cap = static_cast<std::size_t>(options.first_bucket_mb * (1 << 20) / sizeof(float));
     const auto cap = static_cast<std::size_t>(options.bucket_mb * (1 << 20) / sizeof(float));
-    for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+    for (int i : order) {
       Param& p = params[static_cast<std::size_t>(i)];
       const std::size_t limit = buckets.size() <= 1 ? first_cap : cap;
       if (buckets.empty() || (buckets.back().count > 0 && buckets.back().count + p.count > limit)) buckets.emplace_back();
@@ -183,6 +192,7 @@ struct DeviceGradientReducer::Impl {
       b.work = DeviceWork();
     }
     for (Param& p : params) p.ready = false;
+    ready_order.clear();
     next_launch = 0;
   }
 };
@@ -221,7 +231,7 @@ void DeviceGradientReducer::finalize() {
       if (!p.produced)
         check_cuda(cudaEventCreateWithFlags(&p.produced, cudaEventDisableTiming), "cudaEventCreate", m.rank);
   }
-  m.assign();
+  m.assign(m.reverse_order());
   m.check_layout();
   m.finalized = true;
   m.start_step();
@@ -253,6 +263,7 @@ void DeviceGradientReducer::mark_ready(int index, void* stream) {
                  fmt::format("cudaMemcpyAsync (gradient '{}' into its bucket)", p.name), m.rank);
   }
   p.ready = true;
+  m.ready_order.push_back(index);
   --b.pending;
   if (m.options.overlap) m.launch_ready();
 }
@@ -315,6 +326,20 @@ StepStats DeviceGradientReducer::finish(void* stream, bool synchronize) {
     s.overlap_pct = s.comm_ms > 0 ? std::clamp(100.0 * (1.0 - s.exposed_comm_ms / s.comm_ms), 0.0, 100.0) : 100.0;
   } else {
     for (Bucket& b : m.buckets) m.previous.push_back(b.work);
+  }
+  // After the first step, rebuild the buckets from the order gradients really arrived in (rank 0's, so that every
+  // rank builds the same buckets). The old buffers go only after their work: assign()'s reserve may free the flat
+  // buffer, and cudaFree waits for the device.
+  if (++m.steps == 1 && m.options.rebuild) {
+    std::vector<std::int32_t> order(m.ready_order.begin(), m.ready_order.end());
+    check_mpi(MPI_Bcast(order.data(), static_cast<int>(order.size()), MPI_INT32_T, 0, m.comm.mpi_comm()),
+              "MPI_Bcast (observed gradient order)");
+    const std::vector<int> observed(order.begin(), order.end());
+    if (observed != m.reverse_order()) {
+      for (DeviceWork& w : m.previous) w.wait();
+      m.previous.clear();
+      m.assign(observed);
+    }
   }
   m.start_step();
   return s;

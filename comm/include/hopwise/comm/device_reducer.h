@@ -7,7 +7,8 @@
 // averages back into the gradients, on `stream`, without blocking the host.
 //
 // Options as the host reducer's (ReducerOptions::from_env: HOPWISE_BUCKET_MB, HOPWISE_COMPRESSION with any
-// DeviceCodec spec; PowerSGD is not available here). Buckets keep the registration order (no rebuild).
+// DeviceCodec spec; PowerSGD is not available here). After the first step the buckets are rebuilt from the order
+// the gradients were marked ready in (rank 0's; ReducerOptions::rebuild), as the host reducer does.
 #pragma once
 
 #include <cstddef>
