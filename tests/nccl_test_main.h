@@ -1,7 +1,7 @@
 // The main of the MPI programs that test the NCCL path (test_nccl_communicator, test_device_reducer): every rank
 // skips (exit 77, ctest's SKIP_RETURN_CODE) when any rank has no GPU, so that nobody waits in a collective; the
 // tests share one NcclCommunicator (g_comm) and a seed rank 0 picks (g_seed); ranks other than 0 print only their
-// failures, prefixed with the rank.
+// failures, prefixed with the rank. Also the small CUDA helpers both tests use.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "collective_reference.h"
@@ -24,6 +25,20 @@ inline hopwise::comm::NcclCommunicator* g_comm = nullptr;
 inline std::uint64_t g_seed = 0;
 
 inline hopwise::comm::NcclCommunicator& comm() { return *g_comm; }
+
+inline void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
+}
+
+// A non-blocking stream standing for the caller's compute stream.
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
+  ~Stream() { cudaStreamDestroy(s); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  void sync() const { cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize"); }
+};
 
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
  public:

@@ -32,18 +32,6 @@ using namespace hwtest;
 namespace hc = hopwise::comm;
 using hopwise::cuda::DeviceBuffer;
 
-
-
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
-}
-
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
-  ~Stream() { cudaStreamDestroy(s); }
-};
-
 // Pinned host memory, so that cudaMemcpyAsync really is asynchronous (the reducer must wait for it).
 struct Pinned {
   float* p = nullptr;

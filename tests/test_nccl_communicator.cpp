@@ -38,20 +38,6 @@ namespace hcc = hopwise::compression;
 using hc::NcclAlgorithm;
 using hopwise::cuda::DeviceBuffer;
 
-
-
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
-}
-
-// A non-blocking stream standing for the caller's compute stream.
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
-  ~Stream() { cudaStreamDestroy(s); }
-  void sync() const { cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize"); }
-};
-
 // Device copy of host bytes (at least one byte, so that data() is never null).
 DeviceBuffer to_device(const Bytes& h) {
   DeviceBuffer d(std::max<std::size_t>(h.size(), 1));
