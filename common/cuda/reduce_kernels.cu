@@ -6,18 +6,13 @@
 #include <cstdint>
 #include <string>
 
+#include "hopwise/common/cuda_check.h"
 #include "hopwise/common/cuda_reduce.h"
 #include "hopwise/common/error.h"
 
 namespace hopwise::cuda {
 
 namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw TransportError(std::string(what) + " failed: " + cudaGetErrorString(e) +
-                         " (is a GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES)");
-}
 
 template <class T>
 struct Arith {
@@ -76,6 +71,30 @@ __global__ void reduce_kernel(ReduceOp op, T* d, const T* a, const T* b, std::si
 }
 
 template <class T>
+__global__ void scale_kernel(T* x, double factor, std::size_t n) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    if constexpr (std::is_same_v<T, double>)
+      x[i] *= factor;
+    else if constexpr (std::is_same_v<T, float>)
+      x[i] *= static_cast<float>(factor);
+    else if constexpr (std::is_same_v<T, __half>)
+      x[i] = __float2half_rn(__half2float(x[i]) * static_cast<float>(factor));
+    else
+      x[i] = __float2bfloat16_rn(__bfloat162float(x[i]) * static_cast<float>(factor));
+  }
+}
+
+template <class T>
+void launch_scale(void* x, double factor, std::size_t n, cudaStream_t s) {
+  const unsigned threads = 256;
+  const std::size_t want = (n + threads - 1) / threads;
+  const unsigned blocks = static_cast<unsigned>(want < 65535 ? want : 65535);
+  scale_kernel<T><<<blocks, threads, 0, s>>>(static_cast<T*>(x), factor, n);
+  check(cudaGetLastError(), "scale kernel launch");
+}
+
+template <class T>
 void launch(ReduceOp op, void* d, const void* a, const void* b, std::size_t n, cudaStream_t s) {
   const unsigned threads = 256;
   const std::size_t want = (n + threads - 1) / threads;
@@ -109,6 +128,20 @@ void reduce_into(DataType dt, ReduceOp op, void* d, const void* a, const void* b
     case DataType::kInt32: return launch<std::int32_t>(op, d, a, b, n, s);
     case DataType::kInt64: return launch<std::int64_t>(op, d, a, b, n, s);
     case DataType::kUInt8: return launch<std::uint8_t>(op, d, a, b, n, s);
+  }
+}
+
+void scale(DataType dt, void* x, double factor, std::size_t n, void* stream) {
+  if (n == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (dt) {
+    case DataType::kFloat32: return launch_scale<float>(x, factor, n, s);
+    case DataType::kFloat64: return launch_scale<double>(x, factor, n, s);
+    case DataType::kFloat16: return launch_scale<__half>(x, factor, n, s);
+    case DataType::kBFloat16: return launch_scale<__nv_bfloat16>(x, factor, n, s);
+    default:
+      throw InvalidArgument("cuda::scale: " + std::string(to_string(dt)) + " is not a floating type; averaging "
+                            "integers is not supported");
   }
 }
 

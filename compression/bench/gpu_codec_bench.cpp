@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "hopwise/common/cuda_check.h"
 #include "hopwise/common/cuda_reduce.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/device_buffer.h"
@@ -27,9 +28,7 @@ namespace {
 namespace hcc = hopwise::compression::cuda;
 using hopwise::cuda::DeviceBuffer;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw hopwise::TransportError(std::string(what) + ": " + cudaGetErrorString(e));
-}
+using hopwise::cuda::check;
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;

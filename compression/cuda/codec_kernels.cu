@@ -14,12 +14,6 @@ namespace hopwise::compression::cuda::kernels {
 
 using detail::Stream;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw TransportError(std::string(what) + " failed: " + cudaGetErrorString(e) +
-                         " (is a GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES)");
-}
-
 unsigned grid_for(std::size_t n, unsigned threads) {
   const std::size_t want = (n + threads - 1) / threads;
   // Enough blocks to fill any current GPU several times over; more only adds scheduling.

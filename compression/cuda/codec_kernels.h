@@ -10,13 +10,14 @@
 #include <cstdint>
 
 #include "codec_math.h"
+#include "hopwise/common/cuda_check.h"
 
 namespace hopwise::compression::cuda::kernels {
 
 // How decoded values land in `out`: out = v, out += v, or out -= v (the error-feedback residual update).
 enum class Out : int { kAssign, kAdd, kSubtract };
 
-void check(cudaError_t e, const char* what);
+using hopwise::cuda::check;
 unsigned grid_for(std::size_t n, unsigned threads);
 
 // r[i] += g[i]

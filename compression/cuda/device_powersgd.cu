@@ -20,11 +20,7 @@ namespace hopwise::compression::cuda {
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw TransportError(std::string("powersgd (cuda): ") + what + " failed: " + cudaGetErrorString(e) +
-                         " (is a GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES)");
-}
+using hopwise::cuda::check;  // CUDA runtime calls; cuBLAS's below
 
 void check(cublasStatus_t e, const char* what) {
   if (e != CUBLAS_STATUS_SUCCESS)

@@ -19,6 +19,7 @@
 
 #include "hopwise/comm/nccl_communicator.h"
 #include "hopwise/comm/nccl_powersgd.h"
+#include "hopwise/common/cuda_check.h"
 #include "hopwise/common/cuda_reduce.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/device_buffer.h"
@@ -30,9 +31,7 @@ namespace {
 namespace hc = hopwise::comm;
 namespace hcc = hopwise::compression::cuda;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw hopwise::TransportError(std::string(what) + ": " + cudaGetErrorString(e));
-}
+using hopwise::cuda::check;
 
 // Median over ranks' slowest: each iteration is timed on every rank and the maximum taken.
 template <class F>
