@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "hopwise/common/cuda_reduce.h"
+#include "hopwise/common/error.h"
 #include "hopwise/common/half.h"
 #include "hopwise/common/reduce.h"
 
@@ -51,6 +52,59 @@ TEST(CudaReduce, MatchesHostKernelsForEveryDtypeAndOp) {
       }
     }
   }
+}
+
+}  // namespace
+
+namespace {
+
+// cuda::scale against the same multiplication on the host, for every floating dtype; integers are rejected.
+TEST(CudaReduce, ScaleMatchesTheHostAndRejectsIntegers) {
+  std::string why;
+  if (hopwise::cuda::device_count(&why) == 0) GTEST_SKIP() << "needs a CUDA GPU: " << why;
+  const std::size_t n = 1000003;
+  std::vector<float> x(n);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (float& v : x) v = normal(rng);
+  const double f = 1.0 / 3.0;
+  {
+    std::vector<float> want(n), got(n);
+    for (std::size_t i = 0; i < n; ++i) want[i] = x[i] * static_cast<float>(f);
+    void* d = hopwise::cuda::device_alloc(n * 4);
+    hopwise::cuda::copy_to_device(d, x.data(), n * 4);
+    hopwise::cuda::scale(hopwise::DataType::kFloat32, d, f, n);
+    hopwise::cuda::copy_to_host(got.data(), d, n * 4);
+    hopwise::cuda::device_free(d);
+    EXPECT_EQ(got, want);
+  }
+  {
+    std::vector<double> xd(x.begin(), x.end()), want(n), got(n);
+    for (std::size_t i = 0; i < n; ++i) want[i] = xd[i] * f;
+    void* d = hopwise::cuda::device_alloc(n * 8);
+    hopwise::cuda::copy_to_device(d, xd.data(), n * 8);
+    hopwise::cuda::scale(hopwise::DataType::kFloat64, d, f, n);
+    hopwise::cuda::copy_to_host(got.data(), d, n * 8);
+    hopwise::cuda::device_free(d);
+    EXPECT_EQ(got, want);
+  }
+  for (bool bf16 : {false, true}) {
+    std::vector<std::uint16_t> h(n), want(n), got(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      h[i] = bf16 ? hopwise::float_to_bf16(x[i]) : hopwise::float_to_fp16(x[i]);
+      const float v = (bf16 ? hopwise::bf16_to_float(h[i]) : hopwise::fp16_to_float(h[i])) * static_cast<float>(f);
+      want[i] = bf16 ? hopwise::float_to_bf16(v) : hopwise::float_to_fp16(v);
+    }
+    void* d = hopwise::cuda::device_alloc(n * 2);
+    hopwise::cuda::copy_to_device(d, h.data(), n * 2);
+    hopwise::cuda::scale(bf16 ? hopwise::DataType::kBFloat16 : hopwise::DataType::kFloat16, d, f, n);
+    hopwise::cuda::copy_to_host(got.data(), d, n * 2);
+    hopwise::cuda::device_free(d);
+    EXPECT_EQ(got, want) << (bf16 ? "bfloat16" : "float16");
+  }
+  void* d = hopwise::cuda::device_alloc(16);
+  EXPECT_THROW(hopwise::cuda::scale(hopwise::DataType::kInt32, d, f, 4), hopwise::InvalidArgument);
+  hopwise::cuda::device_free(d);
 }
 
 }  // namespace

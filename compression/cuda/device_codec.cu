@@ -240,6 +240,8 @@ void DeviceCodec::encode(const float* grad, std::size_t n, std::byte* payload, D
   }
 }
 
+bool DeviceCodec::decode_synchronizes() const { return impl_->kind == Kind::kTopK; }
+
 void DeviceCodec::decode(const std::byte* payload, std::size_t n, float* out, DeviceCodecState& state,
                          const float* scales, void* stream) const {
   check_args(*host_, n, out, payload, scales, "decode");

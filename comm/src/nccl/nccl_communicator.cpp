@@ -18,7 +18,6 @@
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
-#include "hopwise/common/half.h"
 #include "hopwise/compression/device_codec.h"
 #include "nccl_util.h"
 
@@ -121,9 +120,6 @@ struct NcclCommunicator::Impl : std::enable_shared_from_this<NcclCommunicator::I
   CollectiveStats stats;
   // Workspaces (grown, never shrunk; growing first drains the stream, whose queued work may still use them).
   cuda::DeviceBuffer ring_tmp, stage, barrier_buf, payload, gathered, scales;
-  cuda::DeviceBuffer scale_const[7];      // per DataType: filled with 1/size (averaging by multiplication)
-  std::size_t scale_const_n[7] = {};
-  std::vector<unsigned char> fill_host;  // host side of those fills
 
   // ---- errors, aborts, polling ----
   void abort(const std::string& reason) {
@@ -280,36 +276,9 @@ struct NcclCommunicator::Impl : std::enable_shared_from_this<NcclCommunicator::I
     settle(e, what);
   }
 
-  // A device buffer of at least n elements of dt, each 1/size.
-  const void* scale_constant(DataType dt, std::size_t n, const std::string& what) {
-    const auto k = static_cast<std::size_t>(dt);
-    const std::size_t es = dtype_size(dt);
-    if (scale_const_n[k] >= n) return scale_const[k].data();
-    void* d = grow(scale_const[k], n * es, what);
-    fill_host.resize(n * es);
-    const double inv = 1.0 / size;
-    for (std::size_t i = 0; i < n; ++i) {
-      unsigned char* p = fill_host.data() + i * es;
-      switch (dt) {
-        case DataType::kFloat32: { const float f = static_cast<float>(inv); std::memcpy(p, &f, 4); break; }
-        case DataType::kFloat64: std::memcpy(p, &inv, 8); break;
-        case DataType::kFloat16: { const std::uint16_t h = float_to_fp16(static_cast<float>(inv)); std::memcpy(p, &h, 2); break; }
-        case DataType::kBFloat16: { const std::uint16_t h = float_to_bf16(static_cast<float>(inv)); std::memcpy(p, &h, 2); break; }
-        default: throw InvalidArgument(fmt::format("averaging {} is not supported", to_string(dt)));
-      }
-    }
-    // Stream-ordered; a copy from pageable memory is staged before the call returns, so fill_host may be reused.
-    check_cuda(cudaMemcpyAsync(d, fill_host.data(), n * es, cudaMemcpyHostToDevice, stream),
-               "cudaMemcpyAsync (averaging constants)", rank);
-    scale_const_n[k] = n;
-    return d;
-  }
-
   // x[0..n) *= 1/size on the stream.
-  void scale_down(DataType dt, void* x, std::size_t n, const std::string& what) {
-    if (n == 0 || size == 1) return;
-    const void* k = scale_constant(dt, n, what);
-    cuda::reduce_into(dt, ReduceOp::kProd, x, x, k, n, stream);
+  void scale_down(DataType dt, void* x, std::size_t n) {
+    if (size > 1) cuda::scale(dt, x, 1.0 / size, n, stream);
   }
 
   // ---- the collectives, enqueued on the stream (count 0: nothing to do on any rank) ----
@@ -342,7 +311,6 @@ struct NcclCommunicator::Impl : std::enable_shared_from_this<NcclCommunicator::I
     const std::size_t max_block = base + (rem > 0 ? 1 : 0);
     // Workspaces first: growing one drains the stream, which must not happen halfway through the ring.
     char* tmp = static_cast<char*>(grow(ring_tmp, std::min(max_block, chunk) * es, what));
-    if (op == ReduceOp::kAvg) scale_constant(dt, max_block, what);
     const ReduceOp combine = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
     // One step: send block sb to next while receiving block rb from prev (chunk by chunk, so that both ends of a
     // link cut a block the same way); `reduce`: combine what arrives into rb, else overwrite rb.
@@ -361,7 +329,7 @@ struct NcclCommunicator::Impl : std::enable_shared_from_this<NcclCommunicator::I
     // This rank now holds the complete block pos + 1.
     if (op == ReduceOp::kAvg) {
       const int own = mod(pos + 1);
-      scale_down(dt, o + start(own) * es, len(own), what);
+      scale_down(dt, o + start(own) * es, len(own));
     }
     for (int s = 0; s < n - 1; ++s) step(mod(pos + 1 - s), mod(pos - s), false);
   }
@@ -410,7 +378,6 @@ struct NcclCommunicator::Impl : std::enable_shared_from_this<NcclCommunicator::I
     auto* p = static_cast<std::byte*>(grow(payload, stride, what));
     auto* all = gather ? static_cast<std::byte*>(grow(gathered, stride * static_cast<std::size_t>(size), what)) : nullptr;
     float* agreed = sc > 0 ? static_cast<float*>(grow(scales, sc * sizeof(float), what)) : nullptr;
-    if (op == ReduceOp::kAvg && size > 1) scale_constant(DataType::kFloat32, n, what);
     std::size_t wire = 0;
     if (sc > 0) {
       codec.local_scales(in, n, agreed, st, s);
@@ -425,15 +392,15 @@ struct NcclCommunicator::Impl : std::enable_shared_from_this<NcclCommunicator::I
     } else {
       codec.encode(in, n, p, st, agreed, s);
       settle(ncclAllGather(p, all, stride, ncclUint8, comm, stream), what);
-      // topk's decode checks its indices with a cudaStreamSynchronize (no timeout): wait here first, with one,
-      // so that a dead peer is a TimeoutError rather than a hang.
-      if (c.name().rfind("topk", 0) == 0) drain(what);
+      // A decode that synchronizes its stream (no timeout) waits here first, with one, so that a dead peer is a
+      // TimeoutError rather than a hang.
+      if (codec.decode_synchronizes()) drain(what);
       codec.decode(all, n, out, st, agreed, s);  // the first payload overwrites out (which may alias in)
       for (int r = 1; r < size; ++r) codec.decode_add(all + static_cast<std::size_t>(r) * stride, n, out, st, agreed, s);
     }
     wire += bytes;
     stats.wire_bytes += wire;
-    if (op == ReduceOp::kAvg) scale_down(DataType::kFloat32, out, n, what);
+    if (op == ReduceOp::kAvg) scale_down(DataType::kFloat32, out, n);
   }
 
   // ---- argument checks ----
@@ -486,7 +453,6 @@ struct NcclCommunicator::Impl : std::enable_shared_from_this<NcclCommunicator::I
       payload = {};
       gathered = {};
       scales = {};
-      for (auto& b : scale_const) b = {};
       if (ready) cudaEventDestroy(ready);
       if (drained) cudaEventDestroy(drained);
       ready = drained = nullptr;

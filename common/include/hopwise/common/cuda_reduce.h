@@ -16,6 +16,10 @@ int device_count(std::string* why = nullptr);
 void reduce_into(DataType dt, ReduceOp op, void* dst, const void* a, const void* b, std::size_t n,
                  void* stream = nullptr);
 
+// x[i] *= factor on the stream, for the floating dtypes (float16/bfloat16 in float32, float64 in double): the 1/n
+// of an average. Integers are an InvalidArgument.
+void scale(DataType dt, void* x, double factor, std::size_t n, void* stream = nullptr);
+
 // Copies between host and device and synchronizes (for tests and tools).
 void copy_to_device(void* dst, const void* src, std::size_t bytes);
 void copy_to_host(void* dst, const void* src, std::size_t bytes);

@@ -53,6 +53,9 @@ class DeviceCodec {
               void* stream) const;
   void decode_add(const std::byte* payload, std::size_t n, float* out, DeviceCodecState& state,
                   const float* scales, void* stream) const;
+  // Whether decode() and decode_add() synchronize `stream` (top-k does, to report out-of-range indices as the CPU
+  // codec does); a caller with a timeout waits for the stream first.
+  bool decode_synchronizes() const;
   // The error-feedback residual copied to the host (synchronizes `stream`); empty with ef=0 or before any encode.
   std::vector<float> residual(const DeviceCodecState& state, void* stream) const;
 
