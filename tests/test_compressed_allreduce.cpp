@@ -272,3 +272,32 @@ TEST(PowerSgdAllreduce, ErrorFeedbackConservesAcrossSteps) {
   }
   EXPECT_LT(worst, 1e-3);
 }
+
+// Matrices at different steps in one call: one on its last warm-up step goes plain this call (its state moves
+// past the warm-up during the call, which must not pull it into this call's compressed buffers) while another,
+// past its warm-up, goes compressed.
+TEST(PowerSgdAllreduce, MatricesAtDifferentStepsInOneCall) {
+  const int p = 2;
+  const std::size_t rows = 32, cols = 16;
+  const cz::PowerSgd ps = cz::PowerSgd::from_spec("powersgd:rank=2,warmup=1");
+  Group g(p, test_options());
+  std::vector<std::vector<float>> warm_out(p);
+  std::vector<std::uint64_t> warm_steps(p);
+  const std::string err = g.run([&](int r, hc::Communicator& comm) {
+    cz::PowerSgdState warm(1), past(2);
+    past.step = 1;  // past its warm-up: compressed
+    std::vector<float> a = input(900, r, rows * cols), b = input(901, r, rows * cols);
+    const std::vector<hc::PowerSgdTensor> ts = {{a.data(), a.data(), rows, cols, &warm},
+                                                {b.data(), b.data(), rows, cols, &past}};
+    comm.allreduce_powersgd(ts, ps);
+    warm_out[static_cast<std::size_t>(r)] = a;
+    warm_steps[static_cast<std::size_t>(r)] = warm.step;
+  });
+  ASSERT_EQ(err, "");
+  const std::vector<float> a0 = input(900, 0, rows * cols), a1 = input(900, 1, rows * cols);
+  for (int r = 0; r < p; ++r) {
+    EXPECT_EQ(warm_steps[static_cast<std::size_t>(r)], 1u) << "the warm-up step is counted";
+    for (std::size_t i = 0; i < rows * cols; ++i)
+      ASSERT_EQ(warm_out[static_cast<std::size_t>(r)][i], a0[i] + a1[i]) << "the warm-up matrix is summed plainly, element " << i;
+  }
+}

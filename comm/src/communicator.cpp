@@ -216,41 +216,41 @@ struct Communicator::Impl {
   // The rest (warm-up, 1-D, too small) packed into a third buffer and all-reduced as it is.
   void run_powersgd(Task& t) {
     const compression::PowerSgd& ps = *t.powersgd;
+    // Decided once: skip() below moves a matrix out of its warm-up, which must not change this step's buffers.
+    std::vector<const PowerSgdTensor*> comp, plain;
     std::size_t p_total = 0, q_total = 0, plain_total = 0;
     for (const auto& m : t.matrices) {
       if (ps.compressed_step(m.rows, m.cols, *m.state)) {
+        comp.push_back(&m);
         p_total += ps.p_count(m.rows, m.cols);
         q_total += ps.q_count(m.rows, m.cols);
       } else {
+        plain.push_back(&m);
         plain_total += m.rows * m.cols;
       }
     }
     if (plain_total > 0) {
-      auto* plain = static_cast<float*>(workspace.get(Scratch::kGathered, plain_total * sizeof(float)));
+      auto* buf = static_cast<float*>(workspace.get(Scratch::kGathered, plain_total * sizeof(float)));
       std::size_t at = 0;
-      for (const auto& m : t.matrices)
-        if (!ps.compressed_step(m.rows, m.cols, *m.state)) {
-          if (m.rows * m.cols > 0)  // an empty matrix's data() may be null: memcpy from null is undefined
-            std::memcpy(plain + at, m.in, m.rows * m.cols * sizeof(float));
-          at += m.rows * m.cols;
-        }
-      run_nested(Collective::kAllreduce, plain, plain, plain_total, DataType::kFloat32, ReduceOp::kSum);
+      for (const auto* m : plain) {
+        if (m->rows * m->cols > 0)  // an empty matrix's data() may be null: memcpy from null is undefined
+          std::memcpy(buf + at, m->in, m->rows * m->cols * sizeof(float));
+        at += m->rows * m->cols;
+      }
+      run_nested(Collective::kAllreduce, buf, buf, plain_total, DataType::kFloat32, ReduceOp::kSum);
       at = 0;
-      for (const auto& m : t.matrices)
-        if (!ps.compressed_step(m.rows, m.cols, *m.state)) {
-          if (m.rows * m.cols > 0) std::memcpy(m.out, plain + at, m.rows * m.cols * sizeof(float));
-          at += m.rows * m.cols;
-          if (ps.compresses(m.rows, m.cols)) ps.skip(*m.state);  // a warm-up step
-        }
+      for (const auto* m : plain) {
+        if (m->rows * m->cols > 0) std::memcpy(m->out, buf + at, m->rows * m->cols * sizeof(float));
+        at += m->rows * m->cols;
+      }
       add_wire_bytes(plain_total * sizeof(float));
     }
+    for (const auto* m : plain)
+      if (ps.compresses(m->rows, m->cols)) ps.skip(*m->state);  // a warm-up step
     if (p_total > 0) {
       auto* pq = static_cast<float*>(workspace.get(Scratch::kPayload, (p_total + q_total) * sizeof(float)));
       float* pbuf = pq;
       float* qbuf = pq + p_total;
-      std::vector<const PowerSgdTensor*> comp;
-      for (const auto& m : t.matrices)
-        if (ps.compressed_step(m.rows, m.cols, *m.state)) comp.push_back(&m);
       std::size_t at = 0;
       for (const auto* m : comp) {
         ps.compute_p(m->in, m->rows, m->cols, pbuf + at, *m->state);
