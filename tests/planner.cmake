@@ -37,6 +37,12 @@ Legend:
                                                 "ring exact.*0\\(GPU0\\) -> 1\\(GPU1\\) -> 2\\(GPU2\\) -> 3\\(GPU3\\).*bottleneck: 25.0 GB/s")
   add_test(NAME topo_cli_plan_ranks COMMAND ${_topo} plan ${_topo_smoke} --ranks 32)
   set_tests_properties(topo_cli_plan_ranks PROPERTIES PASS_REGULAR_EXPRESSION "32 ranks on 1 host.*ring heuristic")
+  # Under mpirun with HOPWISE_TOPO_FILE set, the job's view is still the gathered one (the file plans the
+  # communicator; it used to leave the tool without a cluster and crash it).
+  add_test(NAME topo_job_show_with_topo_file_np2
+           COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root -np 2 ${_topo} show)
+  set_tests_properties(topo_job_show_with_topo_file_np2 PROPERTIES ENVIRONMENT "HOPWISE_TOPO_FILE=${_topo_smoke}"
+                       PROCESSORS 2 LABELS mpi TIMEOUT 120 PASS_REGULAR_EXPRESSION "^2 rank\\(s\\) on 1 host")
   add_test(NAME topo_cli_convert COMMAND ${_topo} convert ${_topo_smoke} --to json
                                          -o ${CMAKE_CURRENT_BINARY_DIR}/planner-smoke.json)
   add_test(NAME topo_cli_convert_roundtrip COMMAND ${_topo} matrix ${CMAKE_CURRENT_BINARY_DIR}/planner-smoke.json)

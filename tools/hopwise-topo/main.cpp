@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hopwise/comm/communicator.h"
+#include "hopwise/comm/topology_exchange.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/topology/cluster.h"
@@ -485,12 +486,12 @@ bool under_mpirun() {
 // ranks return nullopt and print nothing.
 std::optional<Source> gather_job() {
   hopwise::comm::Options o = hopwise::comm::Options::from_env();
-  o.discover_topology = true;
-  o.calibrate = false;  // a topology tool needs no cost model
+  o.discover_topology = false;  // gathered once, below, whatever HOPWISE_TOPO_* say
+  o.calibrate = false;          // a topology tool needs no cost model
   hopwise::comm::Communicator comm(MPI_COMM_WORLD, o);
+  Cluster c = hopwise::comm::gather_cluster(comm);
   if (comm.rank() != 0) return std::nullopt;
-  const Cluster& c = *comm.cluster();
-  return Source{c.topology, c.placement, c.views};
+  return Source{std::move(c.topology), std::move(c.placement), std::move(c.views)};
 }
 
 }  // namespace
