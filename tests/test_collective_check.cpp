@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hopwise/common/error.h"
+#include "hopwise/compression/powersgd.h"
 #include "inproc_group.h"
 
 namespace {
@@ -85,6 +86,18 @@ TEST(CollectiveCheck, CountMismatchIsNamedOnEveryRank) {
   });
   expect_every_rank_reports(o, {"HOPWISE_DEBUG=CHECK", "rank 2 differs from ranks 0,1,3",
                                 "count: 1024 on ranks 0,1,3, 512 on rank 2"});
+}
+
+// PowerSGD's spec is part of the call, as a codec's is: another rank on one rank is named.
+TEST(CollectiveCheck, PowerSgdSpecMismatch) {
+  const Outcome o = run4([](int r, hc::Communicator& c) {
+    const auto ps = hopwise::compression::PowerSgd::from_spec(r == 3 ? "powersgd:rank=4" : "powersgd:rank=2");
+    hopwise::compression::PowerSgdState st(1);
+    std::vector<float> m(32 * 16, 1.0f);
+    const hc::PowerSgdTensor t{m.data(), m.data(), 32, 16, &st};
+    c.allreduce_powersgd(std::span<const hc::PowerSgdTensor>(&t, 1), ps);
+  });
+  expect_every_rank_reports(o, {"rank 3 differs from ranks 0-2", "codec:", "powersgd:ef=1,rank=4"});
 }
 
 TEST(CollectiveCheck, DtypeMismatch) {

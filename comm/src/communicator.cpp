@@ -138,8 +138,11 @@ struct Communicator::Impl {
     try {
       if (!broken.empty())
         throw Error(fmt::format("communicator is unusable after an earlier error ({}); create a new one", broken));
-      if (options.check)
-        check.verify(*transport, {t.kind, t.count, t.dt, t.op, t.root, a, t.codec ? t.codec->name() : std::string_view()});
+      if (options.check) {
+        // The compression is part of the call: a PowerSGD allreduce against a plain one of the same count differs.
+        const std::string compression = t.codec ? t.codec->name() : t.powersgd ? t.powersgd->name() : std::string();
+        check.verify(*transport, {t.kind, t.count, t.dt, t.op, t.root, a, compression});
+      }
       const auto start = std::chrono::steady_clock::now();
       run(t, a);
       if (options.emulate_gbps > 0)
@@ -583,10 +586,7 @@ void Communicator::set_ring_channels(std::vector<std::vector<int>> rings) {
   }
 }
 
-const std::vector<std::vector<int>>& Communicator::ring_channels() const {
-  static const std::vector<std::vector<int>> none;
-  return impl_->channels.empty() ? none : impl_->channels;
-}
+const std::vector<std::vector<int>>& Communicator::ring_channels() const { return impl_->channels; }
 
 void Communicator::set_trees(topology::TreeShape first, std::optional<topology::TreeShape> second) {
   topology::validate_tree(first, size());
