@@ -4,11 +4,10 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdlib>
 
 #include "hopwise/common/error.h"
+#include "spec_params.h"
 
 namespace hopwise::compression {
 
@@ -101,35 +100,10 @@ PowerSgd PowerSgd::from_spec(const CodecSpec& spec) {
   if (spec.name != "powersgd")
     throw InvalidArgument(fmt::format("codec spec '{}': PowerSgd::from_spec takes 'powersgd', not '{}'",
                                       spec.to_string(), spec.name));
-  int rank = 4;
-  bool ef = true;
-  std::uint64_t warmup = 0;
-  for (const auto& [k, v] : spec.params) {
-    if (k == "rank") {
-      errno = 0;
-      char* end = nullptr;
-      const long long r = std::strtoll(v.c_str(), &end, 10);
-      if (errno != 0 || end == v.c_str() || *end != '\0' || r < 1 || r > 1024)
-        throw InvalidArgument(
-            fmt::format("codec spec '{}': rank={} is not an integer in [1, 1024]", spec.to_string(), v));
-      rank = static_cast<int>(r);
-    } else if (k == "ef") {
-      if (v != "0" && v != "1")
-        throw InvalidArgument(fmt::format("codec spec '{}': ef={} is not one of 0|1", spec.to_string(), v));
-      ef = v == "1";
-    } else if (k == "warmup") {
-      errno = 0;
-      char* end = nullptr;
-      const long long w = std::strtoll(v.c_str(), &end, 10);
-      if (errno != 0 || end == v.c_str() || *end != '\0' || w < 0 || w > 1000000000)
-        throw InvalidArgument(
-            fmt::format("codec spec '{}': warmup={} is not a number of steps in [0, 1000000000]", spec.to_string(), v));
-      warmup = static_cast<std::uint64_t>(w);
-    } else {
-      throw InvalidArgument(fmt::format(
-          "codec spec '{}': codec 'powersgd' has no parameter '{}'; it takes: rank, ef, warmup", spec.to_string(), k));
-    }
-  }
+  detail::Params p(spec, {{"rank", "4"}, {"ef", "1"}, {"warmup", "0"}});
+  const auto rank = static_cast<int>(p.get_int("rank", 1, 1024));
+  const bool ef = p.get_flag("ef");
+  const auto warmup = static_cast<std::uint64_t>(p.get_int("warmup", 0, 1000000000));
   return PowerSgd(rank, ef, warmup);
 }
 
