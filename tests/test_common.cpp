@@ -134,6 +134,16 @@ TEST(DType, CheckedBytes) {
 }
 
 // ======================================================================================== env
+TEST(Env, ListContainsAWordInAnyCaseAndSeparator) {
+  ::setenv("HOPWISE_TEST_ENV_LIST", "info; Check,trace", 1);
+  EXPECT_TRUE(hopwise::env::list_contains("HOPWISE_TEST_ENV_LIST", "CHECK"));
+  EXPECT_TRUE(hopwise::env::list_contains("HOPWISE_TEST_ENV_LIST", "INFO"));
+  EXPECT_TRUE(hopwise::env::list_contains("HOPWISE_TEST_ENV_LIST", "trace"));
+  EXPECT_FALSE(hopwise::env::list_contains("HOPWISE_TEST_ENV_LIST", "CHE"));
+  EXPECT_FALSE(hopwise::env::list_contains("HOPWISE_TEST_ENV_UNSET_LIST", "CHECK"));
+  ::unsetenv("HOPWISE_TEST_ENV_LIST");
+}
+
 TEST(Env, ParseSize) {
   EXPECT_EQ(hopwise::env::parse_size("0", "X"), 0u);
   EXPECT_EQ(hopwise::env::parse_size("123", "X"), 123u);

@@ -16,21 +16,6 @@
 
 namespace hopwise::comm {
 
-bool collective_check_requested() {
-  const std::string v = env::get_or("HOPWISE_DEBUG", "");
-  std::string word;
-  for (std::size_t i = 0; i <= v.size(); ++i) {
-    const char c = i < v.size() ? v[i] : ',';
-    if (c == ',' || c == ' ' || c == ';') {
-      if (word == "CHECK") return true;
-      word.clear();
-    } else {
-      word += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    }
-  }
-  return false;
-}
-
 namespace {
 
 std::uint64_t fnv1a(std::string_view s) {

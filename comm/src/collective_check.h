@@ -22,9 +22,6 @@ namespace hopwise::comm {
 // not making this call), not only the neighbour it was waiting for. Returns that sentence ("" for one rank).
 std::string explain_timeout(Transport& t, std::chrono::duration<double> listen);
 
-// Whether HOPWISE_DEBUG (a comma- or space-separated list, any case) names CHECK.
-bool collective_check_requested();
-
 // What a rank is about to call. Fields a collective does not use (op for allgather, root for allreduce, ...)
 // are left out of the comparison.
 struct CallSignature {

@@ -38,7 +38,7 @@ Options Options::from_env() {
   if (o.chunk_bytes < 64 || o.chunk_bytes > (1u << 30))
     throw InvalidArgument("HOPWISE_CHUNK_BYTES must be between 64 and 1G");
   o.calibrate = env::get_int("HOPWISE_CALIBRATE", 1) != 0;
-  o.check = collective_check_requested();
+  o.check = env::list_contains("HOPWISE_DEBUG", "CHECK");
   o.emulate_gbps = env::get_double("HOPWISE_EMULATE_GBPS", 0);
   o.discover_topology = env::get_int("HOPWISE_TOPO_DISCOVERY", 1) != 0;
   if (o.emulate_gbps < 0) throw InvalidArgument("HOPWISE_EMULATE_GBPS must be a link speed in Gbit/s (0 = off)");

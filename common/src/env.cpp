@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -40,6 +41,25 @@ long long get_int(std::string_view name, long long fallback) {
   if (ec != std::errc() || p != v->data() + v->size())
     throw InvalidArgument(fmt::format("{}='{}' is not an integer; set it to e.g. {}", name, *v, fallback));
   return x;
+}
+
+bool list_contains(std::string_view name, std::string_view word) {
+  const std::string v = get_or(name, "");
+  std::string w;
+  for (std::size_t i = 0; i <= v.size(); ++i) {
+    const char c = i < v.size() ? v[i] : ',';
+    if (c == ',' || c == ';' || c == ' ') {
+      if (w.size() == word.size() &&
+          std::equal(w.begin(), w.end(), word.begin(), [](char a, char b) {
+            return std::toupper(static_cast<unsigned char>(a)) == std::toupper(static_cast<unsigned char>(b));
+          }))
+        return true;
+      w.clear();
+    } else {
+      w += c;
+    }
+  }
+  return false;
 }
 
 std::size_t parse_size(std::string_view text, std::string_view what) {
