@@ -9,6 +9,7 @@
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/powersgd.h"
 #include "inproc_group.h"
+#include "powersgd_reference.h"
 
 namespace {
 
@@ -144,29 +145,9 @@ std::vector<std::vector<float>> powersgd_reference(const cz::PowerSgd& ps, std::
         }
         continue;
       }
-      std::vector<float> psum(ps.p_count(rows, cols), 0.0f), qsum(ps.q_count(rows, cols), 0.0f), tmp;
-      for (int r = 0; r < p; ++r) {
-        tmp.assign(psum.size(), 0.0f);
-        ps.compute_p(x[static_cast<std::size_t>(r)].data(), rows, cols, tmp.data(), st[k][static_cast<std::size_t>(r)]);
-        for (std::size_t i = 0; i < tmp.size(); ++i) psum[i] += tmp[i];
-      }
-      for (int r = 0; r < p; ++r) {
-        tmp.assign(qsum.size(), 0.0f);
-        ps.compute_q(psum.data(), rows, cols, tmp.data(), st[k][static_cast<std::size_t>(r)]);
-        for (std::size_t i = 0; i < tmp.size(); ++i) qsum[i] += tmp[i];
-      }
-      for (int r = 0; r < p; ++r) ps.decompress(qsum.data(), rows, cols, out[k].data(), st[k][static_cast<std::size_t>(r)]);
+      out[k] = hwtest::powersgd_step(ps, x, rows, cols, st[k]);
     }
   return out;
-}
-
-double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 }  // namespace
@@ -204,7 +185,7 @@ TEST_P(PowerSgdAllreduce, MatchesTheSerialRunStepByStep) {
     SCOPED_TRACE(::testing::Message() << kShapes[k].rows << "x" << kShapes[k].cols);
     for (int r = 0; r < p; ++r) {
       EXPECT_EQ(got[static_cast<std::size_t>(r)][k], got[0][k]) << "ranks disagree";
-      EXPECT_LT(relative_l2(got[static_cast<std::size_t>(r)][k], ref[k]), 1e-4);
+      EXPECT_LT(hwtest::relative_l2(got[static_cast<std::size_t>(r)][k], ref[k]), 1e-4);
     }
   }
   // The compressed matrices travel as their factors: fewer bytes than the floats themselves; all warm-up steps

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "collective_reference.h"
+#include "powersgd_reference.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/half.h"
 #include "hopwise/compression/codec.h"
@@ -659,31 +660,7 @@ TEST(CodecDeterminism, SameSeedSameBits) {
 
 using hc::PowerSgd;
 using hc::PowerSgdState;
-
-// One step over p ranks: allreduce-sums done here by adding the ranks' P and Q. Returns the summed output.
-std::vector<float> powersgd_step(const PowerSgd& ps, const std::vector<std::vector<float>>& grads, std::size_t rows,
-                                 std::size_t cols, std::vector<PowerSgdState>& st) {
-  const std::size_t p = grads.size();
-  std::vector<float> psum(ps.p_count(rows, cols), 0.0f), qsum(ps.q_count(rows, cols), 0.0f);
-  for (std::size_t r = 0; r < p; ++r) {
-    std::vector<float> pr(psum.size());
-    ps.compute_p(grads[r].data(), rows, cols, pr.data(), st[r]);
-    for (std::size_t i = 0; i < pr.size(); ++i) psum[i] += pr[i];
-  }
-  for (std::size_t r = 0; r < p; ++r) {
-    std::vector<float> qr(qsum.size());
-    ps.compute_q(psum.data(), rows, cols, qr.data(), st[r]);
-    for (std::size_t i = 0; i < qr.size(); ++i) qsum[i] += qr[i];
-  }
-  std::vector<float> out(rows * cols), other(rows * cols);
-  for (std::size_t r = 0; r < p; ++r) {
-    ps.decompress(qsum.data(), rows, cols, r == 0 ? out.data() : other.data(), st[r]);
-    if (r > 0) {
-      EXPECT_EQ(other, out) << "ranks decompressed different results";
-    }
-  }
-  return out;
-}
+using hwtest::powersgd_step;
 
 // A rank-2 matrix A B^T is recovered exactly (to float rounding) by rank 4, in one step, without feedback.
 TEST(PowerSgd, RecoversALowRankMatrix) {

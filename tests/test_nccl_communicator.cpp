@@ -21,6 +21,7 @@
 
 #include "collective_reference.h"
 #include "nccl_test_main.h"
+#include "powersgd_reference.h"
 #include "hopwise/comm/nccl_communicator.h"
 #include "hopwise/comm/nccl_powersgd.h"
 #include "hopwise/common/cuda_reduce.h"
@@ -493,15 +494,6 @@ Bytes float_bytes(const std::vector<float>& v) {
   return b;
 }
 
-double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, r = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    d += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    r += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(d / std::max(r, 1e-30));
-}
-
 TEST(NcclPowerSgd, MatchesTheCpuPowerSgdOverRanks) {
   hc::NcclCommunicator& c = comm();
   const int n = c.size(), me = c.rank();
@@ -534,19 +526,7 @@ TEST(NcclPowerSgd, MatchesTheCpuPowerSgdOverRanks) {
       std::vector<float> sum(count, 0.0f);
       auto& st = cpu_states[t];
       if (cpu.compressed_step(rows, cols, st[0])) {
-        const std::size_t pc = cpu.p_count(rows, cols), qc = cpu.q_count(rows, cols);
-        std::vector<float> p(pc, 0.0f), q(qc, 0.0f), part;
-        for (int r = 0; r < n; ++r) {
-          part.assign(pc, 0.0f);
-          cpu.compute_p(x[static_cast<std::size_t>(r)].data(), rows, cols, part.data(), st[static_cast<std::size_t>(r)]);
-          for (std::size_t i = 0; i < pc; ++i) p[i] += part[i];
-        }
-        for (int r = 0; r < n; ++r) {
-          part.assign(qc, 0.0f);
-          cpu.compute_q(p.data(), rows, cols, part.data(), st[static_cast<std::size_t>(r)]);
-          for (std::size_t i = 0; i < qc; ++i) q[i] += part[i];
-        }
-        for (int r = 0; r < n; ++r) cpu.decompress(q.data(), rows, cols, sum.data(), st[static_cast<std::size_t>(r)]);
+        sum = powersgd_step(cpu, x, rows, cols, st);
       } else {
         for (int r = 0; r < n; ++r) {
           for (std::size_t i = 0; i < count; ++i) sum[i] += x[static_cast<std::size_t>(r)][i];

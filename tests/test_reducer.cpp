@@ -11,6 +11,7 @@
 #include "hopwise/common/error.h"
 #include "collective_reference.h"
 #include "inproc_group.h"
+#include "powersgd_reference.h"
 
 namespace {
 
@@ -271,18 +272,7 @@ TEST(ReducerPowerSgd, MatchesTheSerialFactorsAndCountsTheirBytes) {
           for (auto& s : st) ps.skip(s);
         continue;
       }
-      std::vector<float> psum(ps.p_count(rows, cols), 0.0f), qsum(ps.q_count(rows, cols), 0.0f), tmp;
-      for (int q = 0; q < ranks; ++q) {
-        tmp.assign(psum.size(), 0.0f);
-        ps.compute_p(x[static_cast<std::size_t>(q)].data(), rows, cols, tmp.data(), st[static_cast<std::size_t>(q)]);
-        for (std::size_t i = 0; i < tmp.size(); ++i) psum[i] += tmp[i];
-      }
-      for (int q = 0; q < ranks; ++q) {
-        tmp.assign(qsum.size(), 0.0f);
-        ps.compute_q(psum.data(), rows, cols, tmp.data(), st[static_cast<std::size_t>(q)]);
-        for (std::size_t i = 0; i < tmp.size(); ++i) qsum[i] += tmp[i];
-      }
-      for (int q = 0; q < ranks; ++q) ps.decompress(qsum.data(), rows, cols, out.data(), st[static_cast<std::size_t>(q)]);
+      out = hwtest::powersgd_step(ps, x, rows, cols, st);
       for (auto& v : out) v /= ranks;
     }
     for (int q = 0; q < ranks; ++q) {
