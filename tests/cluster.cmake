@@ -16,13 +16,8 @@ function(hopwise_cluster_test name)
   if(NOT C_EXIT)
     set(C_EXIT zero)
   endif()
-  list(JOIN C_COMMAND " " command)
-  list(JOIN C_EXPECT "%%" expect)
-  list(JOIN C_REJECT "%%" reject)
-  add_test(NAME ${name}
-           COMMAND ${CMAKE_COMMAND} -DCLUSTER=1 "-DCOMMAND=${command}" -DEXIT=${C_EXIT}
-                   "-DEXPECT=${expect}" "-DREJECT=${reject}" -DMAX_SECONDS=${C_MAX_SECONDS}
-                   -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_run.cmake)
+  hopwise_expect_test(${name} CLUSTER EXIT ${C_EXIT} MAX_SECONDS ${C_MAX_SECONDS} EXPECT ${C_EXPECT}
+                      REJECT ${C_REJECT} COMMAND ${C_COMMAND})
   set_tests_properties(${name} PROPERTIES LABELS cluster TIMEOUT 180 PROCESSORS 2 RESOURCE_LOCK hopwise_cluster
                        SKIP_REGULAR_EXPRESSION "SKIPPED \\(emulated cluster\\)" ENVIRONMENT "${HOPWISE_CLUSTER_ENV}")
   if(C_FIXTURE STREQUAL "setup")

@@ -16,15 +16,9 @@ function(hopwise_fault_test name)
   if(NOT F_EXIT)
     set(F_EXIT nonzero)
   endif()
-  list(JOIN F_ARGS " " args)
-  list(JOIN F_MPI " " mpi)
-  list(JOIN F_EXPECT "%%" expect)
-  list(JOIN F_REJECT "%%" reject)
-  add_test(NAME ${name}
-           COMMAND ${CMAKE_COMMAND}
-                   "-DCOMMAND=${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe ${mpi} -np ${F_NP} -x HOPWISE_TIMEOUT_S=10 $<TARGET_FILE:fault_driver> ${args}"
-                   -DEXIT=${F_EXIT} "-DEXPECT=${expect}" "-DREJECT=${reject}" -DMAX_SECONDS=${F_MAX_SECONDS}
-                   -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_run.cmake)
+  hopwise_expect_test(${name} EXIT ${F_EXIT} MAX_SECONDS ${F_MAX_SECONDS} EXPECT ${F_EXPECT} REJECT ${F_REJECT}
+                      COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe ${F_MPI} -np ${F_NP}
+                              -x HOPWISE_TIMEOUT_S=10 $<TARGET_FILE:fault_driver> ${F_ARGS})
   # Timeouts are the point here: keep other jobs from stretching them.
   set_tests_properties(${name} PROPERTIES LABELS faults TIMEOUT 120 PROCESSORS ${F_NP} RESOURCE_LOCK hopwise_faults)
 endfunction()
