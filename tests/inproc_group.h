@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "hopwise/comm/communicator.h"
-#include "hopwise/comm/inproc_transport.h"
+#include "hopwise/comm/transports/inproc_transport.h"
 
 namespace hwtest {
 

@@ -746,8 +746,8 @@ TEST(Communicator, TypedAllreduce) {
   const std::string err = g.run([&](int r, hc::Communicator& c) { c.allreduce(std::span<double>(v[static_cast<std::size_t>(r)])); });
   ASSERT_EQ(err, "");
   for (int r = 0; r < 3; ++r) EXPECT_EQ(v[static_cast<std::size_t>(r)], (std::vector<double>{3.0, 6.0, -3.0}));
-  static_assert(hc::Communicator::dtype_of<hopwise::bfloat16>() == DataType::kBFloat16);
-  static_assert(hc::Communicator::dtype_of<std::uint8_t>() == DataType::kUInt8);
+  static_assert(hopwise::dtype_of<hopwise::bfloat16>() == DataType::kBFloat16);
+  static_assert(hopwise::dtype_of<std::uint8_t>() == DataType::kUInt8);
 }
 
 }  // namespace

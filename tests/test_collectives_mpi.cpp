@@ -20,7 +20,7 @@
 
 #include "collective_reference.h"
 #include "hopwise/comm/communicator.h"
-#include "hopwise/comm/mpi_transport.h"
+#include "hopwise/comm/transports/mpi_transport.h"
 #include "hopwise/common/error.h"
 
 // GoogleTest prints parameters (and ctest shows them) through PrintTo, found by ADL.
@@ -458,7 +458,7 @@ int main(int argc, char** argv) {
   {
     hc::Options opts = hc::Options::from_env();
     opts.timeout_s = std::min(opts.timeout_s, 60.0);  // a stuck collective fails the test instead of hanging ctest
-    auto c = std::make_unique<hc::Communicator>(MPI_COMM_WORLD, opts);  // initializes MPI
+    auto c = std::make_unique<hc::Communicator>(opts);  // initializes MPI
     g_comm = c.get();
     std::uint64_t seed = c->rank() == 0 ? base_seed() : 0;
     MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);

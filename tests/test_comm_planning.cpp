@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "hopwise/comm/communicator.h"
-#include "hopwise/comm/inproc_transport.h"
+#include "hopwise/comm/transports/inproc_transport.h"
 #include "hopwise/topology/cluster.h"
 #include "hopwise/topology/formats.h"
 #include "inproc_group.h"

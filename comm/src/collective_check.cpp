@@ -10,7 +10,7 @@
 #include <thread>
 #include <tuple>
 
-#include "algorithms/algorithm.h"
+#include "algorithms/algorithms.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 

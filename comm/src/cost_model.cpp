@@ -5,9 +5,9 @@
 #include <cmath>
 #include <vector>
 
+#include "algorithms/algorithms.h"
 #include "hopwise/comm/transport.h"
 #include "hopwise/common/reduce.h"
-#include "algorithms/algorithm.h"
 #include "workspace.h"
 
 namespace hopwise::comm {
@@ -25,81 +25,28 @@ CostParams CostParams::defaults() {
   return p;
 }
 
-namespace {
+namespace algo {
 
 double log2_ceil(int p) { return p <= 1 ? 0.0 : std::ceil(std::log2(static_cast<double>(p))); }
-bool is_pow2(int p) { return p > 0 && (p & (p - 1)) == 0; }
+double beta_for(const CostParams& c, double m) { return m <= 4096 ? 2 * c.beta : c.beta; }
+double alpha_for(const CostParams& c, double m) { return m <= 4096 ? c.alpha : c.alpha + c.alpha_rendezvous; }
 
-}  // namespace
+}  // namespace algo
 
-double CostModel::estimate(Collective c, Algorithm a, std::size_t bytes, int p, int tree_depth) const {
-  if (p <= 1) return 0.0;
-  const double n = static_cast<double>(bytes), P = p, frac = (P - 1) / P;
-  const double al = p_.alpha, ga = p_.gamma;
-  // Shared-memory MPI copies a message up to its eager limit (4 KiB) twice, in and out of a FIFO; larger ones
-  // once. be(m) is the per-byte cost for messages of m bytes.
-  auto be_for = [&](double m) { return m <= 4096 ? 2 * p_.beta : p_.beta; };
-  const double be = be_for(n / P);
-  // Messages above the eager limit first exchange a handshake (rendezvous): al_for(m) is one message's latency.
-  auto al_for = [&](double m) { return m <= 4096 ? p_.alpha : p_.alpha + p_.alpha_rendezvous; };
-  const double chunk = 256 << 10;
-  const double lg = log2_ceil(p);
-  const double d = std::max(1, tree_depth);
-  switch (c) {
-    case Collective::kAllreduce:
-      switch (a) {
-        case Algorithm::kRing: return 2 * (P - 1) * al_for(std::min(chunk, n / P)) + 2 * frac * n * be + frac * n * ga;
-        case Algorithm::kHalvingDoubling: {
-          double t = 2 * lg * al_for(std::min(chunk, n / 2)) + 2 * frac * n * be + frac * n * ga;
-          if (!is_pow2(p)) t += 2 * al_for(std::min(chunk, n)) + 2 * n * be + n * ga;  // fold and unfold
-          return t;
-        }
-        // Double binary tree: each half climbs and descends its tree; interior ranks move ~1.5x their half.
-        case Algorithm::kTree: return 2 * (d + 1) * al_for(std::min(chunk, n / 2)) + 3 * n * be + n * ga;
-        case Algorithm::kNative: return p_.alpha_native + p_.beta_native * n;
-        // One round; every rank reduces all p buffers. Through shared slots: one copy in, no messages.
-        // Else by messages: (p-1) whole buffers arrive as 2 KiB eager pieces.
-        // Copy in, reduce my n/p over p slots, copy out; two flag waits per slot-sized chunk.
-        case Algorithm::kSharedMemory:
-          if (p_.alpha_shared <= 0) return INFINITY;
-          return std::ceil(n / p_.shared_slot_bytes) * 2 * p_.alpha_shared + n * p_.beta_shared;
-        case Algorithm::kDirect:
-          if (p_.alpha_shared > 0 && n <= p_.shared_slot_bytes) return p_.alpha_shared + n * p_.beta + (P - 1) * n * ga;
-          return al + (P - 1) * n * (be_for(0) + ga);
-        default: break;
-      }
-      break;
-    case Collective::kReduceScatter:
-    case Collective::kAllgather: {
-      // bytes = the per-rank block as the benchmark reports it for these; p blocks move around the ring.
-      const double reduce = c == Collective::kReduceScatter ? frac * n * P * ga : 0.0;
-      if (a == Algorithm::kRing) return (P - 1) * al + frac * n * P * be + reduce;
-      if (a == Algorithm::kNative) return p_.alpha_native + p_.beta_native * frac * n * P / 2;
-      break;
-    }
-    case Collective::kBroadcast:
-    case Collective::kReduce: {
-      const double reduce = c == Collective::kReduce ? n * ga : 0.0;
-      if (a == Algorithm::kTree) return (d + 1) * al + 2 * n * be + reduce;
-      if (a == Algorithm::kNative) return p_.alpha_native + p_.beta_native * n / 2;
-      break;
-    }
-    case Collective::kBarrier:
-      if (a == Algorithm::kRing) return lg * al;
-      if (a == Algorithm::kNative) return p_.alpha_native;
-      break;
-    default: break;
-  }
-  return INFINITY;
+double CostModel::estimate(Algorithm a, CostQuery q) const {
+  if (q.ranks <= 1) return 0.0;
+  q.params = &p_;
+  return algorithm_info(a).estimate(q);
 }
 
-Algorithm CostModel::choose(Collective c, std::size_t bytes, int p, int tree_depth, bool has_native) const {
+// Every row of the table that implements the collective and may run here is a candidate, built-in or registered.
+Algorithm CostModel::choose(CostQuery q, bool has_native) const {
   Algorithm best = Algorithm::kRing;
   double best_t = INFINITY;
-  for (Algorithm a : {Algorithm::kNative, Algorithm::kDirect, Algorithm::kSharedMemory, Algorithm::kRing,
-                      Algorithm::kHalvingDoubling, Algorithm::kTree}) {
-    if (!implements(a, c) || (a == Algorithm::kNative && (!has_native || p_.alpha_native <= 0))) continue;
-    const double t = estimate(c, a, bytes, p, tree_depth);
+  for (Algorithm a : all_algorithms()) {
+    const AlgorithmInfo& row = algorithm_info(a);
+    if (!row.candidate || !implements(a, q.collective) || (row.needs_native && !has_native)) continue;
+    const double t = estimate(a, q);
     if (t < best_t) {
       best_t = t;
       best = a;
@@ -120,7 +67,7 @@ double time_exchange(Transport& t, char* sendbuf, char* recvbuf, std::size_t byt
   std::vector<double> times;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = Clock::now();
-    Request reqs[2] = {t.irecv(recvbuf, bytes, (r + p - 1) % p, 16300), t.isend(sendbuf, bytes, (r + 1) % p, 16300)};
+    Request reqs[2] = {t.irecv(recvbuf, bytes, (r + p - 1) % p, algo::kTagCheck), t.isend(sendbuf, bytes, (r + 1) % p, algo::kTagCheck)};
     t.wait_all(reqs);
     times.push_back(seconds_since(t0));
   }
@@ -221,7 +168,7 @@ CostParams calibrate(Transport& t, Workspace& ws) {
          in[9];
   const int n = t.size(), r = t.rank();
   for (int dist = 1; dist < n; dist *= 2) {
-    Request reqs[2] = {t.irecv(in, sizeof in, (r - dist + n) % n, 16301), t.isend(v, sizeof v, (r + dist) % n, 16301)};
+    Request reqs[2] = {t.irecv(in, sizeof in, (r - dist + n) % n, algo::kTagAlive), t.isend(v, sizeof v, (r + dist) % n, algo::kTagAlive)};
     t.wait_all(reqs);
     for (int i = 0; i < 9; ++i) v[i] = std::max(v[i], in[i]);
   }

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "hopwise/comm/communicator.h"
-#include "hopwise/comm/mpi_transport.h"
+#include "hopwise/comm/transports/mpi_transport.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/half.h"
 #include "hopwise/common/reduce.h"

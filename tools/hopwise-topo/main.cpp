@@ -488,7 +488,7 @@ std::optional<Source> gather_job() {
   hopwise::comm::Options o = hopwise::comm::Options::from_env();
   o.discover_topology = false;  // gathered once, below, whatever HOPWISE_TOPO_* say
   o.calibrate = false;          // a topology tool needs no cost model
-  hopwise::comm::Communicator comm(MPI_COMM_WORLD, o);
+  hopwise::comm::Communicator comm(o);
   Cluster c = hopwise::comm::gather_cluster(comm);
   if (comm.rank() != 0) return std::nullopt;
   return Source{std::move(c.topology), std::move(c.placement), std::move(c.views)};

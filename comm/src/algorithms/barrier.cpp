@@ -1,6 +1,6 @@
 // Dissemination barrier: in round k every rank signals rank + 2^k and waits for rank - 2^k; after
 // ceil(log2 p) rounds every rank has (transitively) heard from every other.
-#include "algorithm.h"
+#include "algorithms.h"
 
 namespace hopwise::comm::algo {
 

@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <fmt/core.h>
 
-#include "algorithm.h"
+#include "algorithms.h"
 #include "hopwise/common/error.h"
 
 namespace hopwise::comm::algo {

@@ -17,7 +17,8 @@
 #include "shared_flags.h"
 #include <functional>
 
-#include "algorithm.h"
+#include "algorithms.h"
+#include "hopwise/comm/cost_model.h"
 #include "hopwise/common/reduce.h"
 
 namespace hopwise::comm::algo {
@@ -85,6 +86,26 @@ void direct_allreduce(const Context& c, const void* in, void* out, std::size_t c
   }
   reduce_inputs(p, dt, op, out, count, [&](int r) { return r == me ? mine : others + static_cast<std::size_t>(r) * bytes; });
   if (scale != 1.0) scale_by(dt, out, count, scale);
+}
+
+
+AlgorithmInfo direct_row() {
+  AlgorithmInfo r;
+  r.name = "direct";
+  r.aliases = {"oneshot", "one-shot"};
+  r.collectives = {Collective::kAllreduce};
+  r.summary = "one-shot: every rank reads every input and reduces all p itself (shared slots, else eager messages)";
+  r.estimate = [](const CostQuery& q) {
+    const CostParams& m = *q.params;
+    const double n = static_cast<double>(q.bytes), P = q.ranks;
+    // Through shared slots: one copy in, no messages. Else (p-1) whole buffers arrive as 2 KiB eager pieces.
+    if (m.alpha_shared > 0 && n <= m.shared_slot_bytes) return m.alpha_shared + n * m.beta + (P - 1) * n * m.gamma;
+    return m.alpha + (P - 1) * n * (beta_for(m, 0) + m.gamma);
+  };
+  r.run = [](AlgorithmContext& a, const CollectiveCall& c) {
+    direct_allreduce(context_of(a), c.in, c.out, c.count, c.dt, c.op, c.scale);
+  };
+  return r;
 }
 
 }  // namespace hopwise::comm::algo

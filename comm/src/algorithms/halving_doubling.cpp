@@ -3,7 +3,8 @@
 // (even sends all to odd) before, and unfold after.
 #include <cstring>
 
-#include "algorithm.h"
+#include "algorithms.h"
+#include "hopwise/comm/cost_model.h"
 #include "hopwise/common/reduce.h"
 
 namespace hopwise::comm::algo {
@@ -116,6 +117,29 @@ void halving_doubling_allreduce(const Context& c, const void* in_v, void* out_v,
     else
       exchange(c, out, count, nullptr, 0, es, partner, tag);
   }
+}
+
+
+AlgorithmInfo halving_doubling_row() {
+  AlgorithmInfo r;
+  r.name = "hd";
+  r.aliases = {"halving-doubling", "rabenseifner"};
+  r.collectives = {Collective::kAllreduce};
+  r.summary = "Rabenseifner: recursive-halving reduce-scatter, recursive-doubling allgather";
+  r.estimate = [](const CostQuery& q) {
+    const CostParams& m = *q.params;
+    const double n = static_cast<double>(q.bytes), P = q.ranks, frac = (P - 1) / P;
+    const double be = beta_for(m, n / P);
+    double t = 2 * log2_ceil(q.ranks) * alpha_for(m, std::min(kModelChunk, n / 2)) + 2 * frac * n * be +
+               frac * n * m.gamma;
+    const bool pow2 = (q.ranks & (q.ranks - 1)) == 0;
+    if (!pow2) t += 2 * alpha_for(m, std::min(kModelChunk, n)) + 2 * n * be + n * m.gamma;  // fold and unfold
+    return t;
+  };
+  r.run = [](AlgorithmContext& a, const CollectiveCall& c) {
+    halving_doubling_allreduce(context_of(a), c.in, c.out, c.count, c.dt, c.op, c.scale, a.ring);
+  };
+  return r;
 }
 
 }  // namespace hopwise::comm::algo

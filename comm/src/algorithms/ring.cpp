@@ -9,7 +9,9 @@
 #include <exception>
 #include <thread>
 
-#include "algorithm.h"
+#include "algorithms.h"
+#include "hopwise/comm/cost_model.h"
+#include "../plan_state.h"
 #include "hopwise/common/reduce.h"
 
 namespace hopwise::comm::algo {
@@ -186,6 +188,54 @@ void ring_allgather(const Context& c, const void* in, void* out, std::size_t sen
   char* mine = o + blocks.off(t.rank()) * es;
   if (mine != in && sendcount != 0) std::memmove(mine, in, sendcount * es);
   allgather_phase(c, o, blocks, dt, order);
+}
+
+
+void planned_ring_allreduce(AlgorithmContext& a, const CollectiveCall& c) {
+  const Context ctx = context_of(a);
+  const auto& channels = a.plan->channels;
+  if (channels.size() > 1) {
+    std::vector<Workspace*> extra;
+    for (auto& w : a.plan->channel_workspaces) extra.push_back(w.get());
+    ring_allreduce_channels(ctx, extra, c.in, c.out, c.count, c.dt, c.op, c.scale, channels);
+  } else {
+    ring_allreduce(ctx, c.in, c.out, c.count, c.dt, c.op, c.scale, a.ring);
+  }
+}
+
+AlgorithmInfo ring_row() {
+  AlgorithmInfo r;
+  r.name = "ring";
+  r.collectives = {Collective::kAllreduce, Collective::kReduceScatter, Collective::kAllgather, Collective::kBarrier};
+  r.summary = "chunked, pipelined reduce-scatter + allgather along the planned ring (channels side by side)";
+  r.estimate = [](const CostQuery& q) {
+    const CostParams& m = *q.params;
+    const double n = static_cast<double>(q.bytes), P = q.ranks, frac = (P - 1) / P;
+    switch (q.collective) {
+      case Collective::kAllreduce:
+        return 2 * (P - 1) * alpha_for(m, std::min(kModelChunk, n / P)) + 2 * frac * n * beta_for(m, n / P) +
+               frac * n * m.gamma;
+      case Collective::kReduceScatter:
+      case Collective::kAllgather: {
+        // bytes = the per-rank block; p blocks move around the ring.
+        const double reduce = q.collective == Collective::kReduceScatter ? frac * n * P * m.gamma : 0.0;
+        return (P - 1) * m.alpha + frac * n * P * beta_for(m, n / P) + reduce;
+      }
+      case Collective::kBarrier: return log2_ceil(q.ranks) * m.alpha;
+      default: return static_cast<double>(INFINITY);
+    }
+  };
+  r.run = [](AlgorithmContext& a, const CollectiveCall& c) {
+    const Context ctx = context_of(a);
+    switch (c.kind) {
+      case Collective::kAllreduce: return planned_ring_allreduce(a, c);
+      case Collective::kReduceScatter:
+        return ring_reduce_scatter(ctx, c.in, c.out, c.count, c.dt, c.op, c.scale, a.ring);
+      case Collective::kAllgather: return ring_allgather(ctx, c.in, c.out, c.count, c.dt, a.ring);
+      default: return dissemination_barrier(ctx);
+    }
+  };
+  return r;
 }
 
 }  // namespace hopwise::comm::algo

@@ -6,7 +6,9 @@
 // Two buffers per slot alternate between chunks, so the next chunk's copy-in overlaps the others' reading.
 #include <cstring>
 
-#include "algorithm.h"
+#include "algorithms.h"
+#include "hopwise/comm/cost_model.h"
+#include <cmath>
 #include "hopwise/common/reduce.h"
 #include "shared_flags.h"
 
@@ -59,6 +61,28 @@ bool shared_memory_allreduce(const Context& c, const void* in_v, void* out_v, st
     }
   }
   return true;
+}
+
+
+AlgorithmInfo shared_memory_row() {
+  AlgorithmInfo r;
+  r.name = "shm";
+  r.aliases = {"shared-memory", "twoshot", "two-shot"};
+  r.collectives = {Collective::kAllreduce};
+  r.summary = "two-shot through the shared slots: reduce-scatter then allgather, no messages (one host)";
+  r.estimate = [](const CostQuery& q) {
+    const CostParams& m = *q.params;
+    if (m.alpha_shared <= 0) return static_cast<double>(INFINITY);
+    // Copy in, reduce my n/p over p slots, copy out; two flag waits per slot-sized chunk.
+    const double n = static_cast<double>(q.bytes);
+    return std::ceil(n / m.shared_slot_bytes) * 2 * m.alpha_shared + n * m.beta_shared;
+  };
+  r.run = [](AlgorithmContext& a, const CollectiveCall& c) {
+    // Where the transport has no shared slots (ranks on several hosts), the planned ring does the work.
+    if (!shared_memory_allreduce(context_of(a), c.in, c.out, c.count, c.dt, c.op, c.scale))
+      planned_ring_allreduce(a, c);
+  };
+  return r;
 }
 
 }  // namespace hopwise::comm::algo

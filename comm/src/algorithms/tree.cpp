@@ -4,7 +4,9 @@
 // a rank that is a leaf in one tree does the interior work of the other at the same time.
 #include <cstring>
 
-#include "algorithm.h"
+#include "algorithms.h"
+#include "hopwise/comm/cost_model.h"
+#include "../plan_state.h"
 #include "hopwise/common/reduce.h"
 
 namespace hopwise::comm::algo {
@@ -146,6 +148,43 @@ void tree_reduce(const Context& c, const void* in, void* out, std::size_t count,
 
 void tree_broadcast(const Context& c, void* buf, std::size_t count, DataType dt, const topology::TreeShape& tree) {
   broadcast_phase(c, static_cast<char*>(buf), dt, split_jobs(count, {&tree}));
+}
+
+
+AlgorithmInfo tree_row() {
+  AlgorithmInfo r;
+  r.name = "tree";
+  r.aliases = {"double-tree"};
+  r.collectives = {Collective::kAllreduce, Collective::kReduce, Collective::kBroadcast};
+  r.summary = "double binary tree (each tree half the data), chunks pipelined up and down";
+  r.estimate = [](const CostQuery& q) {
+    const CostParams& m = *q.params;
+    const double n = static_cast<double>(q.bytes), P = q.ranks, d = std::max(1, q.tree_depth);
+    const double be = beta_for(m, n / P);
+    switch (q.collective) {
+      // Each half climbs and descends its tree; interior ranks move ~1.5x their half.
+      case Collective::kAllreduce:
+        return 2 * (d + 1) * alpha_for(m, std::min(kModelChunk, n / 2)) + 3 * n * be + n * m.gamma;
+      case Collective::kBroadcast: return (d + 1) * m.alpha + 2 * n * be;
+      case Collective::kReduce: return (d + 1) * m.alpha + 2 * n * be + n * m.gamma;
+      default: return static_cast<double>(INFINITY);
+    }
+  };
+  r.run = [](AlgorithmContext& a, const CollectiveCall& c) {
+    const Context ctx = context_of(a);
+    detail::PlanState& plan = *a.plan;
+    switch (c.kind) {
+      case Collective::kAllreduce: {
+        std::vector<const topology::TreeShape*> trees{&plan.tree_a};
+        if (plan.two_trees && c.count >= 2) trees.push_back(&plan.tree_b);
+        return tree_allreduce(ctx, c.in, c.out, c.count, c.dt, c.op, c.scale, trees);
+      }
+      case Collective::kReduce:
+        return tree_reduce(ctx, c.in, c.out, c.count, c.dt, c.op, c.scale, plan.rooted_tree(c.root));
+      default: return tree_broadcast(ctx, c.out, c.count, c.dt, plan.rooted_tree(c.root));
+    }
+  };
+  return r;
 }
 
 }  // namespace hopwise::comm::algo

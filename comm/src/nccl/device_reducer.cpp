@@ -10,7 +10,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "hopwise/comm/mpi_transport.h"
+#include "hopwise/comm/transports/mpi_transport.h"
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/device_codec.h"

@@ -13,7 +13,7 @@
 #include <numeric>
 #include <thread>
 
-#include "hopwise/comm/mpi_transport.h"
+#include "hopwise/comm/transports/mpi_transport.h"
 #include "hopwise/common/cuda_reduce.h"
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/common/env.h"

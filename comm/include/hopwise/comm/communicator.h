@@ -4,14 +4,11 @@
 // on the caller's thread when nothing is queued (no hand-off latency), else after the queue.
 #pragma once
 
-#include <mpi.h>
-
 #include <cstddef>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "hopwise/comm/algorithm.h"
@@ -19,7 +16,6 @@
 #include "hopwise/comm/transport.h"
 #include "hopwise/comm/work.h"
 #include "hopwise/common/dtype.h"
-#include "hopwise/common/half.h"
 #include "hopwise/topology/cluster.h"
 #include "hopwise/topology/plan.h"
 
@@ -31,6 +27,10 @@ struct PowerSgdState;
 }  // namespace hopwise::compression
 
 namespace hopwise::comm {
+
+namespace detail {
+struct CommunicatorImpl;  // comm/src/communicator_impl.h
+}
 
 struct Options {
   Algorithm algorithm = Algorithm::kAuto;  // HOPWISE_ALGO
@@ -64,9 +64,10 @@ struct CollectiveStats {
 
 class Communicator {
  public:
-  // Over MPI: duplicates `comm`, initializing MPI (MPI_THREAD_MULTIPLE) if the caller has not. Collective.
-  explicit Communicator(MPI_Comm comm = MPI_COMM_WORLD, Options options = Options::from_env());
-  // Over any transport (e.g. InProcessTransport). Collective over the transport's ranks.
+  // Over MPI_COMM_WORLD, initializing MPI (MPI_THREAD_MULTIPLE) if the caller has not. Collective. For another
+  // MPI communicator: Communicator(std::make_unique<MpiTransport>(comm), options) (transports/mpi_transport.h).
+  explicit Communicator(Options options = Options::from_env());
+  // Over any transport (MpiTransport, InProcessTransport, ...). Collective over the transport's ranks.
   Communicator(std::unique_ptr<Transport> transport, Options options);
   ~Communicator();
   Communicator(const Communicator&) = delete;
@@ -150,25 +151,10 @@ class Communicator {
   const CostModel& cost_model() const;
   CollectiveStats stats() const;
 
-  template <class T>
-  static constexpr DataType dtype_of() {
-    if constexpr (std::is_same_v<T, float>) return DataType::kFloat32;
-    else if constexpr (std::is_same_v<T, double>) return DataType::kFloat64;
-    else if constexpr (std::is_same_v<T, float16>) return DataType::kFloat16;
-    else if constexpr (std::is_same_v<T, bfloat16>) return DataType::kBFloat16;
-    else if constexpr (std::is_same_v<T, std::int32_t>) return DataType::kInt32;
-    else if constexpr (std::is_same_v<T, std::int64_t>) return DataType::kInt64;
-    else {
-      static_assert(std::is_same_v<T, std::uint8_t>, "unsupported element type");
-      return DataType::kUInt8;
-    }
-  }
-
-  struct Impl;
 
  private:
   void plan_topology(const Options& options);
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::CommunicatorImpl> impl_;
 };
 
 }  // namespace hopwise::comm

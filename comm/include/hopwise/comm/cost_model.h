@@ -1,4 +1,5 @@
-// The alpha-beta-gamma model that picks an algorithm per (collective, bytes, ranks):
+// The alpha-beta-gamma model that picks an algorithm per (collective, bytes, ranks) among the algorithm table's
+// candidates, each row estimating its own cost from these parameters:
 //   alpha = seconds per message, beta = seconds per byte moved, gamma = seconds per byte reduced.
 // MPI's own collectives are a black box; they get a line alpha_native + beta_native * bytes measured from
 // MPI_Allreduce itself. All parameters come from calibrate() (a few milliseconds, collective) or, with
@@ -31,10 +32,10 @@ class CostModel {
   CostModel() = default;
   explicit CostModel(CostParams p) : p_(p) {}
   const CostParams& params() const { return p_; }
-  // Seconds for `a` to run `c` on `bytes` (per-rank buffer size as the benchmark reports it) over p ranks.
-  double estimate(Collective c, Algorithm a, std::size_t bytes, int p, int tree_depth) const;
-  // The cheapest implemented algorithm; native only when has_native.
-  Algorithm choose(Collective c, std::size_t bytes, int p, int tree_depth, bool has_native) const;
+  // Seconds for `a` to run the query (its row's estimate, with these parameters; 0 for one rank).
+  double estimate(Algorithm a, CostQuery q) const;
+  // The cheapest candidate of the algorithm table that implements q.collective; native ones only when has_native.
+  Algorithm choose(CostQuery q, bool has_native) const;
 
  private:
   CostParams p_ = CostParams::defaults();

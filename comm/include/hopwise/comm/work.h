@@ -1,5 +1,5 @@
 // The handle an async call returns: wait() blocks until done (rethrowing the error, which names the rank,
-// the collective and its sizes), test() polls.
+// the collective and its sizes), test() polls, on_complete() calls back.
 #pragma once
 
 #include <chrono>
@@ -9,8 +9,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace hopwise::comm {
+
+class CompletionThread;
 
 class Work {
  public:
@@ -25,6 +28,11 @@ class Work {
     std::function<bool(bool block)> drive;
     // When the progress thread started and finished the work (for statistics and traces).
     std::chrono::steady_clock::time_point started, finished;
+    // Callbacks not yet run, and where they run (the communicator's completion thread; gone: the finishing one).
+    std::vector<std::function<void(std::exception_ptr)>> callbacks;
+    std::weak_ptr<CompletionThread> completions;
+    bool watched = false;    // `drive` work already polled by the completion thread
+    std::mutex drive_mutex;  // one thread at a time in `drive`
     void finish(std::exception_ptr e, std::string text);
   };
 
@@ -35,6 +43,11 @@ class Work {
   void wait();
   // True once the work is complete (successfully or not); never blocks.
   bool test();
+  // Runs `fn` exactly once when the work is complete, after its result is in place, with its error (null on
+  // success); at once on this thread if it is already complete, else on the communicator's completion thread,
+  // in completion order, never while a hopwise lock is held. `fn` may issue collectives on the same communicator
+  // and wait for them. An exception thrown by `fn` is logged and dropped.
+  void on_complete(std::function<void(std::exception_ptr)> fn);
   // Empty unless the work failed.
   std::string error() const;
   bool valid() const { return state_ != nullptr; }

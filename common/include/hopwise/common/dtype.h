@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
+
+#include "hopwise/common/half.h"
 
 namespace hopwise {
 
@@ -31,5 +34,20 @@ void check_op_supported(DataType dt, ReduceOp op);
 
 // count * dtype_size with an overflow check; `what` names the call in the error.
 std::size_t checked_bytes(std::size_t count, DataType dt, std::string_view what);
+
+// The DataType of a C++ element type.
+template <class T>
+constexpr DataType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DataType::kFloat32;
+  else if constexpr (std::is_same_v<T, double>) return DataType::kFloat64;
+  else if constexpr (std::is_same_v<T, float16>) return DataType::kFloat16;
+  else if constexpr (std::is_same_v<T, bfloat16>) return DataType::kBFloat16;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return DataType::kInt32;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return DataType::kInt64;
+  else {
+    static_assert(std::is_same_v<T, std::uint8_t>, "unsupported element type");
+    return DataType::kUInt8;
+  }
+}
 
 }  // namespace hopwise

@@ -1,4 +1,4 @@
-#include "hopwise/comm/mpi_transport.h"
+#include "hopwise/comm/transports/mpi_transport.h"
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -108,7 +108,12 @@ class MpiNative final : public NativeCollectives {
                                        mpi_datatype(dt), mpi_op(dt, op), comm_),
               "MPI_Reduce_scatter_block");
   }
+  // `in` at this rank's block of `out` is the in-place form, which MPI spells MPI_IN_PLACE.
   void allgather(const void* in, void* out, std::size_t sendcount, DataType dt) override {
+    int rank = 0;
+    MPI_Comm_rank(comm_, &rank);
+    const char* mine = static_cast<const char*>(out) + static_cast<std::size_t>(rank) * sendcount * dtype_size(dt);
+    if (in == mine) in = MPI_IN_PLACE;
     check_mpi(MPI_Allgather(in, to_int_count(sendcount, "MPI_Allgather"), mpi_datatype(dt), out,
                             static_cast<int>(sendcount), mpi_datatype(dt), comm_),
               "MPI_Allgather");

@@ -1,4 +1,4 @@
-#include "hopwise/comm/inproc_transport.h"
+#include "hopwise/comm/transports/inproc_transport.h"
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>

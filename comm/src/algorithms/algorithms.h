@@ -1,12 +1,14 @@
-// What every algorithm gets: the transport, the scratch space, the chunk size and its tag range.
-// One algorithm a file (ring.cpp, halving_doubling.cpp, tree.cpp, barrier.cpp); each is written once against
-// Transport so that it runs over MPI, in-process threads and (later) NCCL alike.
+// The built-in algorithms: one a file (ring.cpp, halving_doubling.cpp, tree.cpp, ...), each written once against
+// Transport so that it runs over every transport, and each file ends with its row of the algorithm table
+// (hopwise/comm/algorithm.h; the table itself is registry.cpp).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <vector>
 
 #include "../workspace.h"
+#include "hopwise/comm/algorithm.h"
 #include "hopwise/comm/transport.h"
 #include "hopwise/common/dtype.h"
 #include "hopwise/topology/plan.h"
@@ -31,6 +33,29 @@ struct Context {
   std::size_t chunk_bytes;  // largest message; also the pipelining grain
   int tag_offset = 0;       // added to the ring's tags: channels running side by side keep their messages apart
 };
+
+// The scratch space, chunk and transport of a row's run, as the algorithm functions below take them.
+inline Context context_of(const AlgorithmContext& a) { return {a.transport, *a.workspace, a.chunk_bytes}; }
+
+// The rows of the built-in algorithms, one per file.
+AlgorithmInfo ring_row();
+AlgorithmInfo halving_doubling_row();
+AlgorithmInfo tree_row();
+AlgorithmInfo native_row();
+AlgorithmInfo direct_row();
+AlgorithmInfo shared_memory_row();
+AlgorithmInfo hierarchical_row();
+
+// Cost-model helpers the rows share (comm/src/cost_model.cpp).
+double log2_ceil(int p);
+// Per-byte cost of a message of m bytes: shared-memory MPI copies one up to its eager limit (4 KiB) twice.
+double beta_for(const CostParams& c, double m);
+// Latency of one message of m bytes: above the eager limit a handshake (rendezvous) comes first.
+double alpha_for(const CostParams& c, double m);
+inline constexpr double kModelChunk = 256 << 10;  // the pipelining grain the estimates assume
+
+// The ring allreduce along the plan: its channels side by side where there are several, else the one ring.
+void planned_ring_allreduce(AlgorithmContext& a, const CollectiveCall& c);
 
 // Tag offset of ring channel k (k = 1, 2, ...): above every other internal tag.
 inline constexpr int kRingChannelTagStride = 20000;

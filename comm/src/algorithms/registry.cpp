@@ -1,0 +1,126 @@
+// The algorithm table: the built-in rows in id order, then the rows registered from outside. Rows are written
+// once and never moved (a fixed array published by an atomic count), so lookups on every call take no lock.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <mutex>
+
+#include "algorithms.h"
+#include "hopwise/common/error.h"
+
+namespace hopwise::comm {
+
+namespace {
+
+constexpr std::size_t kMaxAlgorithms = 64;
+
+struct Table {
+  std::array<AlgorithmInfo, kMaxAlgorithms> rows;  // rows[i] has id i + 1 (id 0 is auto)
+  std::atomic<std::size_t> count{0};
+  std::mutex adding;
+
+  Table() {
+    for (AlgorithmInfo row : {algo::ring_row(), algo::halving_doubling_row(), algo::tree_row(), algo::native_row(),
+                              algo::direct_row(), algo::shared_memory_row(), algo::hierarchical_row()})
+      add(std::move(row));
+  }
+
+  bool taken(std::string_view name) const {
+    if (name == "auto") return true;
+    for (std::size_t i = 0; i < count.load(std::memory_order_acquire); ++i) {
+      const AlgorithmInfo& r = rows[i];
+      if (r.name == name || std::find(r.aliases.begin(), r.aliases.end(), name) != r.aliases.end()) return true;
+    }
+    return false;
+  }
+
+  Algorithm add(AlgorithmInfo row) {
+    std::lock_guard lock(adding);
+    if (row.name.empty()) throw InvalidArgument("register_algorithm: the row needs a name");
+    for (const std::string& n : [&] {
+           std::vector<std::string> all{row.name};
+           all.insert(all.end(), row.aliases.begin(), row.aliases.end());
+           return all;
+         }())
+      if (taken(n))
+        throw InvalidArgument(fmt::format("register_algorithm: the name '{}' is already taken; pick another", n));
+    if (!row.run || row.collectives.empty())
+      throw InvalidArgument(fmt::format("register_algorithm: '{}' needs a run function and the collectives it "
+                                        "implements", row.name));
+    const std::size_t i = count.load();
+    if (i == kMaxAlgorithms)
+      throw InvalidArgument(fmt::format("register_algorithm: the table is full ({} rows)", kMaxAlgorithms));
+    row.id = static_cast<Algorithm>(i + 1);
+    if (!row.estimate) row.estimate = [](const CostQuery&) { return static_cast<double>(INFINITY); };
+    rows[i] = std::move(row);
+    count.store(i + 1, std::memory_order_release);
+    return rows[i].id;
+  }
+};
+
+Table& table() {
+  static Table t;
+  return t;
+}
+
+}  // namespace
+
+Algorithm register_algorithm(AlgorithmInfo info) { return table().add(std::move(info)); }
+
+const AlgorithmInfo& algorithm_info(Algorithm a) {
+  Table& t = table();
+  const auto i = static_cast<std::size_t>(a);
+  if (i == 0 || i > t.count.load(std::memory_order_acquire))
+    throw InvalidArgument(fmt::format("no algorithm with id {} in the table", static_cast<int>(a)));
+  return t.rows[i - 1];
+}
+
+std::vector<Algorithm> all_algorithms() {
+  Table& t = table();
+  std::vector<Algorithm> out;
+  for (std::size_t i = 0; i < t.count.load(std::memory_order_acquire); ++i) out.push_back(t.rows[i].id);
+  return out;
+}
+
+std::string_view to_string(Algorithm a) {
+  if (a == Algorithm::kAuto) return "auto";
+  Table& t = table();
+  const auto i = static_cast<std::size_t>(a);
+  if (i == 0 || i > t.count.load(std::memory_order_acquire)) return "unknown";
+  return t.rows[i - 1].name;
+}
+
+std::string_view to_string(Collective c) {
+  switch (c) {
+    case Collective::kAllreduce: return "allreduce";
+    case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kAllgather: return "allgather";
+    case Collective::kBroadcast: return "broadcast";
+    case Collective::kReduce: return "reduce";
+    case Collective::kBarrier: return "barrier";
+    case Collective::kSend: return "send";
+    case Collective::kRecv: return "recv";
+  }
+  return "unknown";
+}
+
+Algorithm parse_algorithm(std::string_view n) {
+  if (n == "auto") return Algorithm::kAuto;
+  std::string names = "auto";
+  for (Algorithm a : all_algorithms()) {
+    const AlgorithmInfo& r = algorithm_info(a);
+    if (r.name == n || std::find(r.aliases.begin(), r.aliases.end(), n) != r.aliases.end()) return a;
+    names += ", " + r.name;
+  }
+  throw InvalidArgument(fmt::format("unknown algorithm '{}'; use one of {}", n, names));
+}
+
+bool implements(Algorithm a, Collective c) {
+  if (a == Algorithm::kAuto) return true;
+  const auto& cs = algorithm_info(a).collectives;
+  return std::find(cs.begin(), cs.end(), c) != cs.end();
+}
+
+}  // namespace hopwise::comm

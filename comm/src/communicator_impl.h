@@ -1,0 +1,83 @@
+// Inside the host Communicator: the queued call (Task), the progress queue that runs them in call order, the
+// dispatch through the algorithm table, and the plan. Split by concern: progress.cpp (queue, errors, link
+// emulation), dispatch.cpp (choosing and running an algorithm), communicator.cpp (the public methods and the
+// plan), compressed/ (composite calls built from plain collectives).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "collective_check.h"
+#include "completion_thread.h"
+#include "hopwise/comm/communicator.h"
+#include "plan_state.h"
+#include "workspace.h"
+
+namespace hopwise::comm {
+
+// One call, as queued: its arguments and the Work it completes.
+struct Task {
+  Collective kind = Collective::kBarrier;
+  const void* in = nullptr;
+  void* out = nullptr;
+  std::size_t count = 0;
+  DataType dt = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  std::shared_ptr<Work::State> state;
+  // A composite call (a compressed allreduce, PowerSGD): runs on the progress thread in call order and issues
+  // plain collectives through detail::CommunicatorImpl::run_nested. `compression` names what it compresses with (for
+  // HOPWISE_DEBUG=CHECK and errors); `extra` is added to the error's description.
+  std::function<void(detail::CommunicatorImpl&)> job;
+  std::string compression, extra;
+};
+
+struct detail::CommunicatorImpl {
+  std::unique_ptr<Transport> transport;
+  Options options;
+  Workspace workspace;
+  CostModel cost;
+  detail::PlanState plan;
+  std::atomic<Algorithm> forced{Algorithm::kAuto};
+  CollectiveCheck check;  // options.check: every rank's call compared before it runs
+
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<Task> queue;
+  bool busy = false, stopping = false;
+  std::string broken;  // the first error: later calls fail fast instead of joining a half-finished exchange
+  CollectiveStats stats;
+  std::thread progress;
+  // Runs the Work callbacks (Work::on_complete) off the progress thread, so that a callback may issue and wait
+  // for a new collective on this communicator.
+  std::shared_ptr<CompletionThread> completions = std::make_shared<CompletionThread>();
+
+  int p() const { return transport->size(); }
+
+  // ---- progress.cpp ----
+  std::string describe(const Task& t, Algorithm a) const;
+  double wire_seconds(const Task& t) const;
+  // Runs one task; returns its error (naming rank, collective, sizes and algorithm), or null.
+  std::exception_ptr execute(Task& t);
+  void progress_loop();
+  Work submit(Task t);
+  // A sync call: runs right here when nothing is queued, else queues behind the earlier async calls and waits.
+  void run_sync(Task t);
+  void add_wire_bytes(std::size_t b);
+
+  // ---- dispatch.cpp ----
+  Algorithm choose(Collective c, std::size_t bytes) const;
+  void run(Task& t, Algorithm a);
+  // Runs a plain collective right here (on the thread already executing a task: no queue).
+  void run_nested(Collective kind, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op);
+  std::vector<float> scratch_scales;  // the compressed allreduce's agreed scales
+};
+
+}  // namespace hopwise::comm
