@@ -1,0 +1,244 @@
+// MpiStore: rank 0 keeps the keys; every call (rank 0's own too) is a request message to its server thread and a
+// reply, so that every rank sees one order of sets and adds. Gets and waits for keys not yet set are parked on
+// the server and answered by the set that completes them. Replies are nonblocking sends, so a client that gave up
+// never stalls the server.
+#include "hopwise/comm/transports/mpi_store.h"
+
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "hopwise/comm/transports/mpi_transport.h"
+#include "hopwise/common/error.h"
+
+namespace hopwise::comm {
+
+namespace {
+
+enum Op : std::int32_t { kSet = 1, kGet = 2, kWait = 3, kAdd = 4, kCheck = 5 };
+// Each request names the tag of its reply (a rotating sequence), so that the late reply to a request that timed
+// out is never taken for the answer to a later one.
+constexpr int kRequestTag = 1, kFirstReplyTag = 2, kReplyTags = 16384;
+
+// StoreRequest: op, reply tag, delta, key count, then (length, bytes) per key, then (length, bytes) of the value.
+std::string pack(int op, int reply_tag, const std::vector<std::string>& keys, const std::string& value,
+                 std::int64_t delta) {
+  std::string b;
+  auto put = [&](const void* p, std::size_t n) { b.append(static_cast<const char*>(p), n); };
+  const std::int32_t o = op, t = reply_tag;
+  const auto nk = static_cast<std::uint32_t>(keys.size());
+  put(&o, 4);
+  put(&t, 4);
+  put(&delta, 8);
+  put(&nk, 4);
+  for (const auto* s : [&] {
+         std::vector<const std::string*> all;
+         for (const auto& k : keys) all.push_back(&k);
+         all.push_back(&value);
+         return all;
+       }()) {
+    const auto n = static_cast<std::uint32_t>(s->size());
+    put(&n, 4);
+    put(s->data(), s->size());
+  }
+  return b;
+}
+
+struct StoreRequest {
+  int op = 0, reply_tag = 0;
+  std::int64_t delta = 0;
+  std::vector<std::string> keys;
+  std::string value;
+};
+
+StoreRequest unpack(const std::string& b) {
+  StoreRequest r;
+  std::size_t at = 0;
+  auto get = [&](void* p, std::size_t n) {
+    if (at + n > b.size()) throw Error("store: a malformed request reached rank 0's server");
+    std::memcpy(p, b.data() + at, n);
+    at += n;
+  };
+  std::int32_t o = 0, t = 0;
+  std::uint32_t nk = 0;
+  get(&o, 4);
+  get(&t, 4);
+  get(&r.delta, 8);
+  get(&nk, 4);
+  r.op = o;
+  r.reply_tag = t;
+  for (std::uint32_t i = 0; i <= nk; ++i) {
+    std::uint32_t n = 0;
+    get(&n, 4);
+    std::string s(n, '\0');
+    get(s.data(), n);
+    if (i < nk) r.keys.push_back(std::move(s));
+    else r.value = std::move(s);
+  }
+  return r;
+}
+
+}  // namespace
+
+struct MpiStore::Server {
+  MPI_Comm comm;
+  std::atomic<bool> stop{false};
+  std::map<std::string, std::string> values;
+  std::vector<std::pair<int, StoreRequest>> parked;  // (source, get or wait) for keys not yet set
+  std::deque<std::pair<MPI_Request, std::string>> replies;  // sends in flight, with their buffers
+  std::thread thread;
+
+  void reply(int to, const StoreRequest& r, std::string bytes) {
+    replies.emplace_back(MPI_REQUEST_NULL, std::move(bytes));
+    auto& [req, buf] = replies.back();
+    check_mpi(MPI_Isend(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, to, r.reply_tag, comm, &req),
+              "MPI_Isend (store reply)");
+  }
+
+  bool ready(const StoreRequest& r) const {
+    for (const auto& k : r.keys)
+      if (!values.count(k)) return false;
+    return true;
+  }
+
+  void answer(int from, const StoreRequest& r) {
+    if (r.op == kGet) reply(from, r, values.at(r.keys.front()));
+    else reply(from, r, {});
+  }
+
+  void handle(int from, StoreRequest r) {
+    switch (r.op) {
+      case kSet:
+        values[r.keys.front()] = r.value;
+        reply(from, r, {});
+        break;
+      case kCheck:
+        reply(from, r, ready(r) ? "1" : "0");
+        return;
+      case kAdd: {
+        std::string& s = values[r.keys.front()];
+        const std::int64_t v = (s.empty() ? 0 : std::stoll(s)) + r.delta;
+        s = std::to_string(v);
+        reply(from, r, s);
+        break;
+      }
+      default:
+        if (ready(r)) answer(from, r);
+        else parked.emplace_back(from, std::move(r));
+        return;
+    }
+    for (std::size_t i = 0; i < parked.size();) {  // a set or add may complete parked requests
+      if (ready(parked[i].second)) {
+        answer(parked[i].first, parked[i].second);
+        parked.erase(parked.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+
+  void loop() {
+    auto idle = std::chrono::microseconds(20);
+    while (!stop.load()) {
+      int flag = 0;
+      MPI_Message msg;
+      MPI_Status st;
+      MPI_Improbe(MPI_ANY_SOURCE, kRequestTag, comm, &flag, &msg, &st);
+      while (!replies.empty()) {  // release finished replies, oldest first
+        int done = 0;
+        MPI_Test(&replies.front().first, &done, MPI_STATUS_IGNORE);
+        if (!done) break;
+        replies.pop_front();
+      }
+      if (!flag) {
+        std::this_thread::sleep_for(idle);
+        idle = std::min<std::chrono::microseconds>(idle * 2, std::chrono::milliseconds(1));
+        continue;
+      }
+      idle = std::chrono::microseconds(20);
+      int n = 0;
+      MPI_Get_count(&st, MPI_BYTE, &n);
+      std::string buf(static_cast<std::size_t>(n), '\0');
+      MPI_Mrecv(buf.data(), n, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+      handle(st.MPI_SOURCE, unpack(buf));
+    }
+  }
+};
+
+MpiStore::MpiStore(MPI_Comm comm) {
+  ensure_mpi_initialized();
+  check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  if (rank_ == 0) {
+    server_ = std::make_unique<Server>();
+    server_->comm = comm_;
+    server_->thread = std::thread([s = server_.get()] { s->loop(); });
+  }
+}
+
+MpiStore::~MpiStore() {
+  if (server_) {
+    server_->stop = true;
+    server_->thread.join();
+    for (auto& [req, buf] : server_->replies)
+      if (req != MPI_REQUEST_NULL) MPI_Request_free(&req);
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+std::string MpiStore::call(int op, const std::vector<std::string>& keys, const std::string& value,
+                           std::int64_t delta, Seconds timeout) {
+  const int reply_tag = kFirstReplyTag + static_cast<int>(seq_++ % kReplyTags);
+  const std::string req = pack(op, reply_tag, keys, value, delta);
+  MPI_Request send = MPI_REQUEST_NULL;
+  check_mpi(MPI_Isend(req.data(), static_cast<int>(req.size()), MPI_BYTE, 0, kRequestTag, comm_, &send),
+            "MPI_Isend (store request)");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(timeout);
+  auto idle = std::chrono::microseconds(10);
+  for (;;) {
+    int flag = 0;
+    MPI_Message msg;
+    MPI_Status st;
+    check_mpi(MPI_Improbe(0, reply_tag, comm_, &flag, &msg, &st), "MPI_Improbe (store reply)");
+    if (flag) {
+      int n = 0;
+      MPI_Get_count(&st, MPI_BYTE, &n);
+      std::string out(static_cast<std::size_t>(n), '\0');
+      check_mpi(MPI_Mrecv(out.data(), n, MPI_BYTE, &msg, MPI_STATUS_IGNORE), "MPI_Mrecv (store reply)");
+      check_mpi(MPI_Wait(&send, MPI_STATUS_IGNORE), "MPI_Wait (store request)");
+      return out;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      MPI_Request_free(&send);
+      std::string list;
+      for (const auto& k : keys) list += (list.empty() ? "'" : ", '") + k + "'";
+      throw TimeoutError(fmt::format("store (rank {} of {}): no answer for {} within {:.1f} s: the key is not set, "
+                                     "or rank 0 is gone (raise HOPWISE_TIMEOUT_S if it is only slow)",
+                                     rank_, size_, list, timeout.count()),
+                         {0});
+    }
+    std::this_thread::sleep_for(idle);
+    idle = std::min<std::chrono::microseconds>(idle * 2, std::chrono::microseconds(500));
+  }
+}
+
+void MpiStore::set(const std::string& key, const std::string& value) {
+  call(kSet, {key}, value, 0, Seconds(300));
+}
+std::string MpiStore::get(const std::string& key, Seconds timeout) { return call(kGet, {key}, {}, 0, timeout); }
+void MpiStore::wait(const std::vector<std::string>& keys, Seconds timeout) { call(kWait, keys, {}, 0, timeout); }
+bool MpiStore::check(const std::vector<std::string>& keys) { return call(kCheck, keys, {}, 0, Seconds(300)) == "1"; }
+std::int64_t MpiStore::add(const std::string& key, std::int64_t delta) {
+  return std::stoll(call(kAdd, {key}, {}, delta, Seconds(300)));
+}
+
+}  // namespace hopwise::comm
