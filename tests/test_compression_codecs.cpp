@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collective_reference.h"
@@ -191,6 +192,15 @@ TEST(CodecPayload, SizesPatternsAndDtypes) {
   EXPECT_EQ(hc::make_codec("int8:block=7")->scale_count(7), 1u);
   EXPECT_EQ(hc::make_codec("fp16")->scale_count(1000), 0u);
   EXPECT_EQ(hc::make_codec("topk:ratio=0.3")->payload_bytes(10), 8u * 3);  // 0.3 * 10 rounds to 3, not 4
+}
+
+// The address alignment a payload needs where it is read in words (DeviceCodec checks it): the payload dtype's
+// size, but 4 for topk, whose byte payload holds uint32 indices and float32 values; error feedback keeps it.
+TEST(CodecSizes, PayloadAlignment) {
+  const std::pair<const char*, std::size_t> want[] = {
+      {"none", 4}, {"fp16", 2}, {"bf16:ef=1", 2}, {"int8", 1},      {"qsgd", 1},    {"terngrad", 1},
+      {"sign", 1}, {"topk", 4}, {"topk:ef=0", 4}, {"sign:ef=0", 1}, {"randomk", 4}, {"randomk:ef=0", 4}};
+  for (const auto& [spec, align] : want) EXPECT_EQ(hc::make_codec(spec)->payload_alignment(), align) << spec;
 }
 
 // ---------------- round-trip error bounds ----------------

@@ -1,5 +1,5 @@
 // Internal to hopwise_compression_cuda: the CUDA kernels behind DeviceCodec (device_codec.cu), one launcher per
-// kernel, asynchronous on `s`. Payload layouts are those of the CPU codecs (compression/src/codecs.cpp); headers
+// kernel, asynchronous on `s`. Payload layouts are those of the CPU codecs (compression/src/codecs/); headers
 // (a float32 at the payload's first 4 bytes) are written and read byte by byte, since gathered payloads sit at any
 // offset of the gather buffer.
 #pragma once

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "codec_kernels.h"
+#include "codec_registry.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/device_codec.h"
 #include "hopwise/compression/spec.h"
@@ -17,10 +18,9 @@ using kernels::Out;
 
 namespace {
 
-enum class Kind { kNone, kFp16, kBf16, kInt8, kQsgd, kTernGrad, kSign, kTopK, kRandomK };
-
-// Stream salts of the stochastic codecs: the CPU codecs' (codecs.cpp), so that both draw the same numbers.
-constexpr std::uint64_t kInt8Salt = 0x1e78, kQsgdSalt = 0x95dd, kTernGradSalt = 0x7e44;
+// The kernels of a codec: its registry row's (codec_registry.h), with the row's stream salt, so that the device
+// codecs draw the same numbers as the CPU codecs.
+using Kind = detail::DeviceKernel;
 
 // Scratch layout in DeviceCodecState::scratch: header partial sums, topk's bad-index count, topk's workspace.
 constexpr std::size_t kPartialsBytes = k::kReducePartials * sizeof(double);
@@ -29,15 +29,12 @@ constexpr std::size_t kTopkOffset = kPartialsBytes + 16;
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
-std::string param(const CodecSpec& spec, const char* key, const char* fallback) {
-  auto it = spec.params.find(key);
-  return it == spec.params.end() ? fallback : it->second;
-}
-
 }  // namespace
 
 struct DeviceCodec::Impl {
-  Kind kind = Kind::kNone;
+  Kind kind = Kind::kHostOnly;
+  std::uint64_t salt = 0;
+  bool decode_synchronizes = false;
   bool ef = false;
   std::size_t block = 256;
   bool stochastic = false;
@@ -45,24 +42,20 @@ struct DeviceCodec::Impl {
 };
 
 DeviceCodec::DeviceCodec(std::string_view spec) : host_(make_codec(spec)), impl_(std::make_unique<Impl>()) {
-  // The CPU factory has checked every parameter; read them back from its canonical spec.
+  // The CPU factory has checked every parameter; read them back from its canonical spec through the same row.
   const CodecSpec c = parse_codec_spec(host_->name());
+  const detail::CodecRow* row = detail::find_codec_row(c.name);
+  if (row == nullptr || row->device.kernel == Kind::kHostOnly)
+    throw InvalidArgument("DeviceCodec: codec '" + c.name + "' has no CUDA kernels");
+  const detail::ParamValues v = detail::check_params(*row, c);
   Impl& m = *impl_;
-  const std::string& n = c.name;
-  m.kind = n == "none"       ? Kind::kNone
-           : n == "fp16"     ? Kind::kFp16
-           : n == "bf16"     ? Kind::kBf16
-           : n == "int8"     ? Kind::kInt8
-           : n == "qsgd"     ? Kind::kQsgd
-           : n == "terngrad" ? Kind::kTernGrad
-           : n == "sign"     ? Kind::kSign
-           : n == "topk"     ? Kind::kTopK
-           : n == "randomk"  ? Kind::kRandomK
-                             : throw InvalidArgument("DeviceCodec: codec '" + n + "' has no CUDA kernels");
-  m.ef = param(c, "ef", "0") == "1";
-  m.block = std::stoull(param(c, "block", "256"));
-  m.stochastic = param(c, "round", "nearest") == "stochastic";
-  m.levels = std::stoi(param(c, "levels", "16"));
+  m.kind = row->device.kernel;
+  m.salt = row->device.stream_salt;
+  m.decode_synchronizes = row->device.decode_synchronizes;
+  m.ef = v.has("ef") && v.flag("ef");
+  if (v.has("block")) m.block = static_cast<std::size_t>(v.integer("block"));
+  if (v.has("round")) m.stochastic = v.choice("round") == "stochastic";
+  if (v.has("levels")) m.levels = static_cast<int>(v.integer("levels"));
 }
 
 DeviceCodec::~DeviceCodec() = default;
@@ -103,8 +96,7 @@ void check_args(const Codec& c, std::size_t n, const void* floats, const void* p
   if (scales == nullptr && c.scale_count(n) > 0)
     throw InvalidArgument(where + " needs the " + std::to_string(c.scale_count(n)) +
                           " agreed scales (local_scales() max-allreduced over ranks); got none");
-  // topk's indices and values are 4-byte words even though its payload dtype is bytes.
-  const std::size_t align = c.name().rfind("topk", 0) == 0 ? 4 : dtype_size(c.payload_dtype());
+  const std::size_t align = c.payload_alignment();  // topk: 4-byte words in a byte payload
   if (payload != nullptr && reinterpret_cast<std::uintptr_t>(payload) % align != 0)
     throw InvalidArgument(where + ": the payload must be aligned to " + std::to_string(align) +
                           " bytes; place payloads at multiples of payload_bytes()");
@@ -143,20 +135,21 @@ void DeviceCodec::local_scales(const float* grad, std::size_t n, float* scales, 
 static void encode_inner(const Codec& c, const DeviceCodec::Impl& m, const float* x, std::size_t n, std::byte* p,
                          DeviceCodecState& st, const float* scales, cudaStream_t s) {
   switch (m.kind) {
-    case Kind::kNone:
+    case Kind::kHostOnly: break;  // rejected by the constructor
+    case Kind::kCopy:
       if (n) k::check(cudaMemcpyAsync(p, x, n * sizeof(float), cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
       return;
     case Kind::kFp16: return k::half_encode(false, x, n, reinterpret_cast<std::uint16_t*>(p), s);
     case Kind::kBf16: return k::half_encode(true, x, n, reinterpret_cast<std::uint16_t*>(p), s);
     case Kind::kInt8:
       return k::int8_encode(x, n, m.block, scales, int8_levels(c, st.host.world_size), m.stochastic,
-                            state_stream(st, kInt8Salt), reinterpret_cast<std::int8_t*>(p), s);
+                            state_stream(st, m.salt), reinterpret_cast<std::int8_t*>(p), s);
     case Kind::kQsgd:
       k::write_header(k::HeaderStat::kL2Norm, x, n, p, reinterpret_cast<double*>(scratch(st, n)), s);
-      return k::qsgd_encode(x, n, p, m.levels, state_stream(st, kQsgdSalt), s);
+      return k::qsgd_encode(x, n, p, m.levels, state_stream(st, m.salt), s);
     case Kind::kTernGrad:
       k::write_header(k::HeaderStat::kMaxAbs, x, n, p, reinterpret_cast<double*>(scratch(st, n)), s);
-      return k::terngrad_encode(x, n, p, state_stream(st, kTernGradSalt), s);
+      return k::terngrad_encode(x, n, p, state_stream(st, m.salt), s);
     case Kind::kSign:
       k::write_header(k::HeaderStat::kMeanAbs, x, n, p, reinterpret_cast<double*>(scratch(st, n)), s);
       return k::sign_encode(x, n, p, s);
@@ -177,7 +170,8 @@ static void encode_inner(const Codec& c, const DeviceCodec::Impl& m, const float
 static void decode_inner(const Codec& c, const DeviceCodec::Impl& m, const std::byte* p, std::size_t n, float* out,
                          Out mode, DeviceCodecState& st, const float* scales, cudaStream_t s, bool check_indices) {
   switch (m.kind) {
-    case Kind::kNone: return k::floats_into(reinterpret_cast<const float*>(p), n, out, mode, s);
+    case Kind::kHostOnly: break;  // rejected by the constructor
+    case Kind::kCopy: return k::floats_into(reinterpret_cast<const float*>(p), n, out, mode, s);
     case Kind::kFp16: return k::half_decode(false, reinterpret_cast<const std::uint16_t*>(p), n, out, mode, s);
     case Kind::kBf16: return k::half_decode(true, reinterpret_cast<const std::uint16_t*>(p), n, out, mode, s);
     case Kind::kInt8:
@@ -240,7 +234,7 @@ void DeviceCodec::encode(const float* grad, std::size_t n, std::byte* payload, D
   }
 }
 
-bool DeviceCodec::decode_synchronizes() const { return impl_->kind == Kind::kTopK; }
+bool DeviceCodec::decode_synchronizes() const { return impl_->decode_synchronizes; }
 
 void DeviceCodec::decode(const std::byte* payload, std::size_t n, float* out, DeviceCodecState& state,
                          const float* scales, void* stream) const {

@@ -1,4 +1,4 @@
-// Arithmetic the CPU codecs (codecs.cpp) and the CUDA codecs (cuda/*.cu) share, so that both round and draw
+// Arithmetic the CPU codecs (codecs/*.cpp) and the CUDA codecs (cuda/*.cu) share, so that both round and draw
 // alike: counter-based random streams (uniform(i) depends only on a key and i, no state carried between elements),
 // the roundings, and randomk's index draw. Compiled as host code by g++ and as host and device code by nvcc.
 #pragma once

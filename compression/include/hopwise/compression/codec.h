@@ -17,26 +17,10 @@
 // Per-tensor state lives in a CodecState that the caller keeps between steps: the error-feedback residual, the
 // seed of the random streams and the step counter (advanced by every encode()).
 //
-// Codecs (spec string, see make_codec; parameters in brackets are optional, shown with their defaults):
-//   none                                   aggregatable, float32 payload (4 bytes/element), exact
-//   fp16[:ef=0]                            aggregatable, float16 payload (2 B/elt), relative error <= 2^-11
-//   bf16[:ef=0]                            aggregatable, bfloat16 payload (2 B/elt), relative error <= 2^-8
-//   int8[:block=256,round=nearest,ef=0]    aggregatable, 1 B/elt + an agreed max-allreduce of n/block floats.
-//          Every rank quantizes x to round(x / s * q) with s = the block's max |x| over ALL ranks and
-//          q = floor(127 / p) (p = world size), so the sum of p payloads stays in [-127, 127] and is summed exactly
-//          as two's-complement bytes (payload dtype kUInt8; its wrap-around addition is int8 addition while the sum
-//          fits). decode: sum * s / q. Error of one rank's value: <= s / (2q) (nearest), < s / q (stochastic,
-//          unbiased); of the decoded sum of p ranks: <= p * s / (2q) (nearest). q shrinks with p: 127 (p=1),
-//          63 (p=2), 31 (p=4), 15 (p=8), 1 (p=64..127); more than 127 ranks is an InvalidArgument.
-//   qsgd[:levels=16,ef=0]                  gather, 4 B norm + 1 B/elt: x ~ ||x||_2 / s * l, l in [-s, s] stochastic,
-//                                          unbiased; variance per element <= (||x||_2 / s)^2 / 4
-//   terngrad[:ef=0]                        gather, 4 B scale + 2 bits/elt: x ~ max|x| * {-1, 0, 1}, unbiased
-//   sign[:ef=1]                            gather, 4 B scale + 1 bit/elt: x ~ mean|x| * sign(x) (0 encodes as +)
-//   topk[:ratio=0.01,ef=1]                 gather, 8 B per kept element (uint32 index + float32 value); keeps
-//                                          exactly k = ceil(ratio * n) largest |x| (ties: lower index first)
-//   randomk[:ratio=0.01,ef=1]              aggregatable, float32 payload of k = ceil(ratio * n) values at indices
-//                                          drawn from (seed, step) only, identical on every rank: one index
-//                                          uniformly inside each of k equal strata of [0, n). Not rescaled.
+// Codecs: known_codecs() lists them. Each is one file, compression/src/codecs/<codec>.cpp (fp16 and bf16: half.cpp),
+// whose comment says what it does, its error and its payload layout, and which defines the codec's registry row
+// (compression/src/codec_registry.h): its spec name, its parameters with their defaults, ranges and help, its
+// pattern, its factory and its CUDA kernels. make_codec's errors list the codecs and the parameters each takes.
 // ef=1 wraps any lossy codec in error feedback: residual += grad; encode(residual); residual -= decode(own payload).
 // PowerSGD needs a matrix shape and two allreduces with an orthogonalization in between: it is not a Codec, see
 // hopwise/compression/powersgd.h (make_codec("powersgd") says so).
@@ -85,6 +69,9 @@ class Codec {
   // Elements of payload_dtype() in the payload of n floats (== payload_bytes(n) / dtype_size(payload_dtype())).
   virtual std::size_t payload_count(std::size_t n) const = 0;
   std::size_t payload_bytes(std::size_t n) const;
+  // The alignment a payload's address needs where it is read in words (the device codecs check it): by default the
+  // size of payload_dtype(); topk's byte payload holds 4-byte indices and values.
+  virtual std::size_t payload_alignment() const { return dtype_size(payload_dtype()); }
 
   // Values to agree on before encode (max-allreduce over ranks); 0 for codecs that need none.
   virtual std::size_t scale_count(std::size_t n) const { return 0; }

@@ -1,4 +1,5 @@
-// Codec base class, the error-feedback wrapper and the make_codec factory with its parameter checks.
+// Codec base class, the error-feedback wrapper and the make_codec factory (its rows, parameter defaults and checks:
+// codec_registry.h).
 #include "hopwise/compression/codec.h"
 
 #include <fmt/core.h>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "codec_internal.h"
+#include "codec_registry.h"
 #include "spec_params.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
@@ -86,6 +88,7 @@ class ErrorFeedbackCodec final : public Codec {
   DataType payload_dtype() const override { return inner_->payload_dtype(); }
   std::size_t payload_count(std::size_t n) const override { return inner_->payload_count(n); }
   std::size_t scale_count(std::size_t n) const override { return inner_->scale_count(n); }
+  std::size_t payload_alignment() const override { return inner_->payload_alignment(); }
 
   void local_scales(const float* grad, std::size_t n, float* scales, const CodecState& state) const override {
     if (state.residual.empty()) return inner_->local_scales(grad, n, scales, state);
@@ -126,11 +129,6 @@ class ErrorFeedbackCodec final : public Codec {
 
 namespace {
 
-using detail::join;
-using detail::Params;
-
-const std::vector<std::string> kKnown = {"none", "fp16", "bf16", "int8", "qsgd", "terngrad", "sign", "topk", "randomk"};
-
 std::unique_ptr<Codec> with_ef(std::unique_ptr<Codec> c, bool ef) {
   if (!ef) return c;
   return std::make_unique<ErrorFeedbackCodec>(std::move(c));
@@ -138,54 +136,27 @@ std::unique_ptr<Codec> with_ef(std::unique_ptr<Codec> c, bool ef) {
 
 }  // namespace
 
-const std::vector<std::string>& known_codecs() { return kKnown; }
+const std::vector<std::string>& known_codecs() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const detail::CodecRow* row : detail::codec_rows()) v.emplace_back(row->name);
+    return v;
+  }();
+  return names;
+}
 
 std::unique_ptr<Codec> make_codec(const CodecSpec& spec) {
-  const std::string& n = spec.name;
-  if (n == "none") {
-    Params p(spec, {});
-    return detail::make_none(p.canonical());
+  if (const detail::CodecRow* row = detail::find_codec_row(spec.name)) {
+    const detail::ParamValues v = detail::check_params(*row, spec);
+    return with_ef(row->make(*row, v.canonical(), v), v.has("ef") && v.flag("ef"));
   }
-  if (n == "fp16" || n == "bf16" || n == "terngrad") {
-    Params p(spec, {{"ef", "0"}});
-    const bool ef = p.get_flag("ef");
-    auto c = n == "fp16" ? detail::make_fp16(p.canonical())
-             : n == "bf16" ? detail::make_bf16(p.canonical())
-                           : detail::make_terngrad(p.canonical());
-    return with_ef(std::move(c), ef);
-  }
-  if (n == "int8") {
-    Params p(spec, {{"block", "256"}, {"round", "nearest"}, {"ef", "0"}});
-    const auto block = static_cast<std::size_t>(p.get_int("block", 1, 1 << 24));
-    const bool stochastic = p.get_choice("round", {"nearest", "stochastic"}) == "stochastic";
-    const bool ef = p.get_flag("ef");
-    return with_ef(detail::make_int8(p.canonical(), block, stochastic), ef);
-  }
-  if (n == "qsgd") {
-    Params p(spec, {{"levels", "16"}, {"ef", "0"}});
-    const int levels = static_cast<int>(p.get_int("levels", 1, 127));
-    const bool ef = p.get_flag("ef");
-    return with_ef(detail::make_qsgd(p.canonical(), levels), ef);
-  }
-  if (n == "sign") {
-    Params p(spec, {{"ef", "1"}});
-    const bool ef = p.get_flag("ef");
-    return with_ef(detail::make_sign(p.canonical()), ef);
-  }
-  if (n == "topk" || n == "randomk") {
-    Params p(spec, {{"ratio", "0.01"}, {"ef", "1"}});
-    const double ratio = p.get_ratio("ratio");
-    const bool ef = p.get_flag("ef");
-    return with_ef(n == "topk" ? detail::make_topk(p.canonical(), ratio) : detail::make_randomk(p.canonical(), ratio),
-                   ef);
-  }
-  if (n == "powersgd")
+  if (spec.name == "powersgd")
     throw InvalidArgument(fmt::format("codec spec '{}': powersgd needs two allreduces per step and a matrix shape, "
                                       "so it is not a Codec; build it with PowerSgd::from_spec "
                                       "(hopwise/compression/powersgd.h)",
                                       spec.to_string()));
-  throw InvalidArgument(fmt::format("codec spec '{}': unknown codec '{}'; known codecs: {}", spec.to_string(), n,
-                                    join(kKnown)));
+  throw InvalidArgument(fmt::format("codec spec '{}': unknown codec '{}'; known codecs: {}", spec.to_string(),
+                                    spec.name, detail::join(known_codecs())));
 }
 
 std::unique_ptr<Codec> make_codec(std::string_view spec) { return make_codec(parse_codec_spec(spec)); }
