@@ -55,19 +55,19 @@ hopwise_cluster_test(cluster_hosts_4x2 MAX_SECONDS 60
                      EXPECT "8 ranks on 4 hosts" "rank   7: host @HOST@3 .* host id  3, local rank 1 of 2"
                      REJECT "PROBLEM")
 
-# Every collective and algorithm, checked against references (test_collectives_mpi): all of it but the
+# Every collective and algorithm, checked against references (test_collectives_suite): all of it but the
 # million-element cases and the overlap timing on 2 hosts; on 3 and 4 hosts the chunked allreduces, allgather,
 # broadcast, send/recv and the communicator's basics (hopwise-bench below checks the rest there).
-set(skip_slow "--gtest_filter=-*MillionElements*:MpiAsync.AllreduceOverlapsComputation")
-set(subset "--gtest_filter=Mpi/PerAlgorithm.AllreduceAcrossChunks/*:Mpi/RingOrNative.Allgather/*:Mpi/TreeOrNative.BroadcastFromEveryRoot/*:MpiP2P.*:MpiComm.*")
+set(skip_slow "--gtest_filter=-*MillionElements*:Async.AllreduceOverlapsComputation")
+set(subset "--gtest_filter=Table/PerAlgorithm.AllreduceAcrossChunks/*:Table/RingOrNative.Allgather/*:Table/TreeOrNative.BroadcastFromEveryRoot/*:P2P.*:MpiComm.*")
 hopwise_cluster_test(cluster_collectives_2x2 MAX_SECONDS 120
-                     COMMAND ${run} ${hosts2} $<TARGET_FILE:test_collectives_mpi> ${skip_slow}
+                     COMMAND ${run} ${hosts2} $<TARGET_FILE:test_collectives_suite> ${skip_slow}
                      EXPECT "PASSED")
 hopwise_cluster_test(cluster_collectives_3x2_bynode MAX_SECONDS 120
-                     COMMAND ${run} ${hosts3} --map-by node $<TARGET_FILE:test_collectives_mpi> ${subset}
+                     COMMAND ${run} ${hosts3} --map-by node $<TARGET_FILE:test_collectives_suite> ${subset}
                      EXPECT "PASSED")
 hopwise_cluster_test(cluster_collectives_4x2 MAX_SECONDS 120
-                     COMMAND ${run} ${hosts4} $<TARGET_FILE:test_collectives_mpi> ${subset}
+                     COMMAND ${run} ${hosts4} $<TARGET_FILE:test_collectives_suite> ${subset}
                      EXPECT "PASSED")
 
 # hopwise-bench -c 1: every collective, each row bit for bit against a serial reference, on 4 hosts.

@@ -40,18 +40,24 @@ double CostModel::estimate(Algorithm a, CostQuery q) const {
 }
 
 // Every row of the table that implements the collective and may run here is a candidate, built-in or registered.
-Algorithm CostModel::choose(CostQuery q, bool has_native) const {
-  Algorithm best = Algorithm::kRing;
-  double best_t = INFINITY;
+std::vector<std::pair<Algorithm, double>> CostModel::candidates(CostQuery q, bool has_native) const {
+  std::vector<std::pair<Algorithm, double>> out;
   for (Algorithm a : all_algorithms()) {
     const AlgorithmInfo& row = algorithm_info(a);
     if (!row.candidate || !implements(a, q.collective) || (row.needs_native && !has_native)) continue;
-    const double t = estimate(a, q);
+    out.emplace_back(a, estimate(a, q));
+  }
+  return out;
+}
+
+Algorithm CostModel::choose(CostQuery q, bool has_native) const {
+  Algorithm best = Algorithm::kRing;
+  double best_t = INFINITY;
+  for (const auto& [a, t] : candidates(q, has_native))
     if (t < best_t) {
       best_t = t;
       best = a;
     }
-  }
   return best;
 }
 

@@ -79,15 +79,12 @@ void Work::on_complete(std::function<void(std::exception_ptr)> fn) {
   }
   if (!watch) return;
   auto c = state_->completions.lock();
-  std::weak_ptr<State> weak = state_;
-  auto done = [weak] {
-    auto s = weak.lock();
-    return !s || s->drive(false);
-  };
-  auto abandon = [weak] {
-    if (auto s = weak.lock())
-      s->finish(std::make_exception_ptr(Error("the communicator was destroyed before this work completed")),
-                "the communicator was destroyed before this work completed");
+  // The poll keeps the work alive: the caller may drop its handle and rely on the callback alone.
+  std::shared_ptr<State> s = state_;
+  auto done = [s] { return s->drive(false); };
+  auto abandon = [s] {
+    s->finish(std::make_exception_ptr(Error("the communicator was destroyed before this work completed")),
+              "the communicator was destroyed before this work completed");
   };
   if (c) c->watch(done, [] {}, abandon);
   else state_->drive(true);  // no communicator to poll for it: finish it here

@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hopwise/comm/algorithm.h"
 
@@ -34,7 +36,10 @@ class CostModel {
   const CostParams& params() const { return p_; }
   // Seconds for `a` to run the query (its row's estimate, with these parameters; 0 for one rank).
   double estimate(Algorithm a, CostQuery q) const;
-  // The cheapest candidate of the algorithm table that implements q.collective; native ones only when has_native.
+  // Every candidate of the algorithm table that implements q.collective (native ones only when has_native),
+  // with its estimate, in table order.
+  std::vector<std::pair<Algorithm, double>> candidates(CostQuery q, bool has_native) const;
+  // The cheapest of the candidates.
   Algorithm choose(CostQuery q, bool has_native) const;
 
  private:
