@@ -108,8 +108,9 @@ void Communicator::plan_topology(const Options& options) {
   else
     set_ring_order(plan.ring);
   if (size() > 1) set_trees(plan.trees.first, plan.trees.second);
-  impl_->plan.host_of.clear();
-  for (const auto& r : plan.placement) impl_->plan.host_of.push_back(r.host);
+  std::vector<int> hosts;
+  for (const auto& r : plan.placement) hosts.push_back(r.host);
+  impl_->plan.set_hosts(std::move(hosts));
   impl_->plan.text = fmt::format("from {}\n{}", from, plan.describe());
   // Uncalibrated across hosts, the built-in figures (measured within one machine) are far too fast for the
   // network: the plan's bottleneck bandwidth and worst latency bound them.

@@ -18,11 +18,13 @@ void PlanState::set_ring(std::vector<int> order) {
   two_trees = true;
 }
 
-int PlanState::hosts() const {
-  if (host_of.empty()) return 1;
+void PlanState::set_hosts(std::vector<int> hosts) {
+  host_of = std::move(hosts);
   std::vector<int> seen(host_of);
   std::sort(seen.begin(), seen.end());
-  return static_cast<int>(std::unique(seen.begin(), seen.end()) - seen.begin());
+  host_count_ = std::max(1, static_cast<int>(std::unique(seen.begin(), seen.end()) - seen.begin()));
+  host_group.reset();  // the hierarchical groups follow the hosts
+  leader_group.reset();
 }
 
 void PlanState::make_groups(Transport& t) {

@@ -19,7 +19,7 @@ struct PlanState {
   std::vector<int> ring;
   std::string text;                          // the planner's description; empty for rank order
   std::optional<topology::Cluster> cluster;  // what discovery found
-  std::vector<int> host_of;                  // per rank, from the plan (empty: all on one host)
+  std::vector<int> host_of;                  // per rank, from the plan (empty: all on one host); set_hosts()
   // Rings run side by side by a large allreduce (channels[0] is `ring`), and a workspace for each extra one.
   std::vector<std::vector<int>> channels;
   std::vector<std::unique_ptr<Workspace>> channel_workspaces;
@@ -32,8 +32,10 @@ struct PlanState {
 
   // A new ring: one channel, a double binary tree over it, groups made again on next use.
   void set_ring(std::vector<int> order);
-  // Number of hosts the plan spans (1 without a plan).
-  int hosts() const;
+  // The host of every rank, from the plan.
+  void set_hosts(std::vector<int> hosts);
+  // Number of hosts the plan spans (1 without a plan); counted once, asked on every call.
+  int hosts() const { return host_count_; }
   // The groups for the hierarchical allreduce: the ranks of each host in ring order (the first is the host's
   // leader) and the leaders in ring order. Made on first use after the plan or the ring changed.
   void make_groups(Transport& t);
@@ -42,6 +44,7 @@ struct PlanState {
 
  private:
   topology::TreeShape rooted_cache_;
+  int host_count_ = 1;
 };
 
 }  // namespace hopwise::comm::detail
