@@ -1,3 +1,8 @@
+// The host GradientReducer (reducer.h): buckets planned by bucket_plan.h, each a view of the caller's gradient
+// memory where its gradients lie back to back, else a bucket buffer they are gathered into and scattered back
+// from; a bucket is all-reduced (averaged, through a codec or PowerSGD where asked) on the communicator's progress
+// thread as soon as its last gradient is marked ready. Fingerprints and the observed order travel over the
+// communicator itself.
 #include "hopwise/comm/reducer.h"
 
 #include <fmt/core.h>
@@ -7,6 +12,7 @@
 #include <cstring>
 #include <functional>
 
+#include "bucket_plan.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
@@ -87,18 +93,20 @@ struct GradientReducer::Impl {
     return comm.allreduce_powersgd_async(ts, *powersgd, ReduceOp::kAvg);
   }
 
-  // Buckets in `order` (first element goes first), the first capped at first_bucket_mb, the rest at bucket_mb.
+  std::vector<bucket_plan::Gradient> gradients() const {
+    std::vector<bucket_plan::Gradient> g;
+    for (const Param& p : params) g.push_back({p.name, p.count, p.rows});
+    return g;
+  }
+
+  // Buckets in `order` (bucket_plan::assign), each a view or a buffer of its own.
   void assign(const std::vector<int>& order) {
     buckets.clear();
-    const std::size_t first_cap = static_cast<std::size_t>(options.first_bucket_mb * (1 << 20) / sizeof(float));
-    const std::size_t cap = static_cast<std::size_t>(options.bucket_mb * (1 << 20) / sizeof(float));
-    for (int i : order) {
-      const std::size_t limit = buckets.size() <= 1 ? first_cap : cap;
-      if (buckets.empty() || (buckets.back().count > 0 && buckets.back().count + params[i].count > limit))
-        buckets.emplace_back();
-      buckets.back().params.push_back(i);
-      buckets.back().count += params[i].count;
-      params[i].bucket = static_cast<int>(buckets.size()) - 1;
+    for (bucket_plan::Planned& planned : bucket_plan::assign(gradients(), order, options)) {
+      Bucket& b = buckets.emplace_back();
+      b.params = std::move(planned.members);
+      b.count = planned.count;
+      for (int i : b.params) params[static_cast<std::size_t>(i)].bucket = static_cast<int>(buckets.size()) - 1;
     }
     for (Bucket& b : buckets) {
       // A view when the members lie back to back in memory (in either direction).
@@ -114,30 +122,14 @@ struct GradientReducer::Impl {
       buckets[k].codec_state = compression::CodecState(0x6e75 + k, comm.rank(), comm.size());
   }
 
-  // One 64-bit fingerprint of the layout; every rank's is gathered and compared with rank 0's.
+  // The layout's fingerprint, gathered over the communicator and compared with rank 0's.
   void check_layout() {
-    std::uint64_t h = 1469598103934665603ull;
-    auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-    mix(params.size());
-    for (const Param& p : params) {
-      mix(p.count);
-      mix(p.rows);
-      for (char ch : p.name) mix(static_cast<unsigned char>(ch));
-    }
-    for (char ch : options.compression) mix(static_cast<unsigned char>(ch));
-    mix(buckets.size());
-    for (const Bucket& b : buckets) mix(b.count);
-    std::vector<std::int64_t> all(static_cast<std::size_t>(comm.size()));
-    const auto mine = static_cast<std::int64_t>(h);
+    std::vector<bucket_plan::Planned> planned;
+    for (const Bucket& b : buckets) planned.push_back({b.params, b.count});
+    const std::uint64_t mine = bucket_plan::fingerprint(gradients(), options.compression, planned);
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(comm.size()));
     comm.allgather(&mine, all.data(), 1, DataType::kInt64);
-    std::vector<int> differ;
-    for (int r = 0; r < comm.size(); ++r)
-      if (all[static_cast<std::size_t>(r)] != all[0]) differ.push_back(r);
-    if (!differ.empty())
-      throw InvalidArgument(fmt::format("rank {}: gradient bucket layout differs from rank 0's on rank(s) {}; every "
-                                        "rank must register the same parameters (names, sizes, order) with the "
-                                        "same bucket options",
-                                        comm.rank(), fmt::join(differ, ",")));
+    bucket_plan::check_same_layout(all, comm.rank(), "gradient");
   }
 
   void launch_ready() {
@@ -207,9 +199,7 @@ int GradientReducer::add_parameter(std::string name, float* grad, std::size_t ro
 void GradientReducer::finalize() {
   Impl& m = *impl_;
   if (m.finalized) return;
-  std::vector<int> order(m.params.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(order.size() - 1 - i);
-  m.assign(order);
+  m.assign(bucket_plan::reverse_order(m.params.size()));
   m.check_layout();
   m.finalized = true;
   m.start_step();
@@ -269,9 +259,8 @@ StepStats GradientReducer::finish() {
   if (m.steps == 1 && m.options.rebuild) {
     std::vector<std::int32_t> order(m.ready_order.begin(), m.ready_order.end());
     m.comm.broadcast(order.data(), order.size(), DataType::kInt32, 0);
-    std::vector<int> expected(m.params.size());
-    for (std::size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<int>(expected.size() - 1 - i);
-    if (std::vector<int>(order.begin(), order.end()) != expected) m.assign(std::vector<int>(order.begin(), order.end()));
+    const std::vector<int> observed(order.begin(), order.end());
+    if (const auto rebuilt = bucket_plan::rebuild_order(observed, m.params.size())) m.assign(*rebuilt);
   }
   m.start_step();
   return s;
