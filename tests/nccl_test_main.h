@@ -1,6 +1,6 @@
 // The main of the MPI programs that test the NCCL path (test_nccl_communicator, test_device_reducer): every rank
 // skips (exit 77, ctest's SKIP_RETURN_CODE) when any rank has no GPU, so that nobody waits in a collective; the
-// tests share one NcclCommunicator (g_comm) and a seed rank 0 picks (g_seed); ranks other than 0 print only their
+// tests share one DeviceCommunicator (g_comm) and a seed rank 0 picks (g_seed); ranks other than 0 print only their
 // failures, prefixed with the rank. Also the small CUDA helpers both tests use.
 #pragma once
 
@@ -16,15 +16,15 @@
 #include <string>
 
 #include "collective_reference.h"
-#include "hopwise/comm/nccl_communicator.h"
+#include "hopwise/comm/device_communicator.h"
 #include "hopwise/common/cuda_reduce.h"
 
 namespace hwtest {
 
-inline hopwise::comm::NcclCommunicator* g_comm = nullptr;
+inline hopwise::comm::DeviceCommunicator* g_comm = nullptr;
 inline std::uint64_t g_seed = 0;
 
-inline hopwise::comm::NcclCommunicator& comm() { return *g_comm; }
+inline hopwise::comm::DeviceCommunicator& comm() { return *g_comm; }
 
 inline void cuda_ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(e));
@@ -71,9 +71,9 @@ inline int run_nccl_tests(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   int any_failed = 0;
   {
-    hopwise::comm::NcclOptions opts = hopwise::comm::NcclOptions::from_env();
+    hopwise::comm::DeviceOptions opts = hopwise::comm::DeviceOptions::from_env();
     opts.timeout_s = std::min(opts.timeout_s, 120.0);  // a stuck collective fails the test instead of hanging ctest
-    auto c = std::make_unique<hopwise::comm::NcclCommunicator>(MPI_COMM_WORLD, opts);
+    auto c = std::make_unique<hopwise::comm::DeviceCommunicator>(MPI_COMM_WORLD, opts);
     g_comm = c.get();
     std::uint64_t seed = rank == 0 ? base_seed() : 0;
     MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);

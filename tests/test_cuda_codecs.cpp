@@ -19,8 +19,7 @@
 namespace {
 
 namespace hc = hopwise::compression;
-namespace hcc = hopwise::compression::cuda;
-using hopwise::cuda::DeviceBuffer;
+using hopwise::DeviceBuffer;
 
 unsigned test_seed() {
   if (const char* s = std::getenv("HOPWISE_TEST_SEED")) return static_cast<unsigned>(std::stoul(s));
@@ -70,7 +69,7 @@ TEST_P(CudaCodec, MatchesTheCpuCodecOnAwkwardSizesOverSteps) {
   SCOPED_TRACE("spec " + spec + ", seed " + std::to_string(seed) + " (HOPWISE_TEST_SEED replays it)");
   std::mt19937 rng(seed);
   const auto cpu = hc::make_codec(spec);
-  const hcc::DeviceCodec gpu(spec);
+  const hc::DeviceCodec gpu(spec);
   ASSERT_EQ(gpu.name(), cpu->name());
 
   for (int world : {1, 4}) {
@@ -80,7 +79,7 @@ TEST_P(CudaCodec, MatchesTheCpuCodecOnAwkwardSizesOverSteps) {
         SCOPED_TRACE("world " + std::to_string(world) + ", n " + std::to_string(n) + (ties ? ", ties" : ""));
         const int rank = world - 1;
         hc::CodecState cs(seed + n, rank, world);
-        hcc::DeviceCodecState gs(seed + n, rank, world);
+        hc::DeviceCodecState gs(seed + n, rank, world);
         const std::size_t bytes = cpu->payload_bytes(n), scales_n = cpu->scale_count(n);
         for (int step = 0; step < 3; ++step) {
           SCOPED_TRACE("step " + std::to_string(step));
@@ -171,8 +170,8 @@ INSTANTIATE_TEST_SUITE_P(EveryCodec, CudaCodec,
 TEST(CudaCodecErrors, BadBuffersNameTheProblem) {
   std::string why;
   if (!have_gpu(why)) GTEST_SKIP() << "needs a CUDA GPU: " << why;
-  const hcc::DeviceCodec fp16("fp16");
-  hcc::DeviceCodecState st(1, 0, 1);
+  const hc::DeviceCodec fp16("fp16");
+  hc::DeviceCodecState st(1, 0, 1);
   std::vector<float> host(16, 1.0f);
   DeviceBuffer dx(64), dp(64);
   // A host pointer where device memory belongs.
@@ -182,18 +181,18 @@ TEST(CudaCodecErrors, BadBuffersNameTheProblem) {
   // Null buffers with elements.
   EXPECT_THROW(fp16.encode(nullptr, 4, dp.as<std::byte>(), st, nullptr, nullptr), hopwise::InvalidArgument);
   // int8 without its agreed scales.
-  const hcc::DeviceCodec int8("int8");
+  const hc::DeviceCodec int8("int8");
   EXPECT_THROW(int8.encode(dx.as<float>(), 4, dp.as<std::byte>(), st, nullptr, nullptr), hopwise::InvalidArgument);
   EXPECT_EQ(st.host.step, 0u) << "rejected calls are not steps";
   // An unknown codec, as on the CPU.
-  EXPECT_THROW(hcc::DeviceCodec("zip"), hopwise::InvalidArgument);
+  EXPECT_THROW(hc::DeviceCodec("zip"), hopwise::InvalidArgument);
 }
 
 TEST(CudaCodecErrors, TopkRejectsACorruptPayloadAndAResidualOfAnotherSize) {
   std::string why;
   if (!have_gpu(why)) GTEST_SKIP() << "needs a CUDA GPU: " << why;
-  const hcc::DeviceCodec topk("topk:ratio=0.5");
-  hcc::DeviceCodecState st(1, 0, 1);
+  const hc::DeviceCodec topk("topk:ratio=0.5");
+  hc::DeviceCodecState st(1, 0, 1);
   const std::vector<float> x = {1, -5, 3, 2};
   DeviceBuffer dx = to_device(x), dp(64), dout(64);
   topk.encode(dx.as<float>(), 4, dp.as<std::byte>(), st, nullptr, nullptr);

@@ -25,8 +25,7 @@
 namespace {
 
 namespace hc = hopwise::compression;
-namespace hd = hopwise::compression::cuda;
-using hopwise::cuda::DeviceBuffer;
+using hopwise::DeviceBuffer;
 
 #define HOPWISE_NEEDS_GPU()                                                  \
   do {                                                                       \
@@ -97,7 +96,7 @@ TEST_P(DevicePowerSgdMatchesCpu, StepByStep) {
   HOPWISE_NEEDS_GPU();
   const auto [rank, ef, world] = GetParam();
   const hc::PowerSgd cpu(rank, ef);
-  const hd::DevicePowerSgd dev(cpu);
+  const hc::DevicePowerSgd dev(cpu);
   const std::size_t steps = 3;
   for (std::size_t si = 0; si < kShapes.size(); ++si) {
     const std::size_t rows = kShapes[si].rows, cols = kShapes[si].cols, n = rows * cols;
@@ -106,7 +105,7 @@ TEST_P(DevicePowerSgdMatchesCpu, StepByStep) {
     SCOPED_TRACE(cpu.name() + " " + std::to_string(rows) + " x " + std::to_string(cols) + ", " +
                  std::to_string(world) + " ranks, state seed " + std::to_string(state_seed));
     std::vector<hc::PowerSgdState> cs;
-    std::vector<hd::DevicePowerSgdState> ds;
+    std::vector<hc::DevicePowerSgdState> ds;
     for (int w = 0; w < world; ++w) {
       cs.emplace_back(state_seed);
       ds.emplace_back(state_seed);
@@ -207,11 +206,11 @@ TEST(DevicePowerSgd, InitialQIsTheCpuDraw) {
   HOPWISE_NEEDS_GPU();
   const std::size_t rows = 40, cols = 40;
   const hc::PowerSgd cpu(4, false);
-  const hd::DevicePowerSgd dev(cpu);
+  const hc::DevicePowerSgd dev(cpu);
   std::vector<float> eye(rows * cols, 0.0f);
   for (std::size_t i = 0; i < rows; ++i) eye[i * cols + i] = 1.0f;
   hc::PowerSgdState cs(99);
-  hd::DevicePowerSgdState ds(99);
+  hc::DevicePowerSgdState ds(99);
   std::vector<float> cp(cpu.p_count(rows, cols));
   cpu.compute_p(eye.data(), rows, cols, cp.data(), cs);
   const auto dg = upload(eye);
@@ -223,12 +222,12 @@ TEST(DevicePowerSgd, InitialQIsTheCpuDraw) {
 
 TEST(DevicePowerSgd, CallOrderAndShapeAreChecked) {
   HOPWISE_NEEDS_GPU();
-  const auto dev = hd::DevicePowerSgd::from_spec("powersgd:rank=2");
+  const auto dev = hc::DevicePowerSgd::from_spec("powersgd:rank=2");
   EXPECT_EQ(dev.host().name(), "powersgd:ef=1,rank=2");
   const std::size_t rows = 8, cols = 6;
   const auto g = upload(gaussian(rows * cols, kSeed));
   DeviceBuffer p(rows * 2 * sizeof(float)), q(cols * 2 * sizeof(float)), out(rows * cols * sizeof(float));
-  hd::DevicePowerSgdState st(3);
+  hc::DevicePowerSgdState st(3);
   EXPECT_THROW(dev.compute_q(p.as<float>(), rows, cols, q.as<float>(), st, nullptr), hopwise::InvalidArgument);
   EXPECT_THROW(dev.decompress(q.as<float>(), rows, cols, out.as<float>(), st, nullptr), hopwise::InvalidArgument);
   EXPECT_THROW(dev.compute_p(nullptr, rows, cols, p.as<float>(), st, nullptr), hopwise::InvalidArgument);
@@ -243,8 +242,8 @@ TEST(DevicePowerSgd, CallOrderAndShapeAreChecked) {
   // A state keeps its tensor's shape.
   EXPECT_THROW(dev.compute_p(g.as<float>(), cols, rows, p.as<float>(), st, nullptr), hopwise::InvalidArgument);
   EXPECT_TRUE(dev.residual(st, nullptr).size() == rows * cols);
-  EXPECT_THROW(hd::DevicePowerSgd::from_spec("powersgd:rank=0"), hopwise::InvalidArgument);
-  EXPECT_THROW(hd::DevicePowerSgd::from_spec("topk"), hopwise::InvalidArgument);
+  EXPECT_THROW(hc::DevicePowerSgd::from_spec("powersgd:rank=0"), hopwise::InvalidArgument);
+  EXPECT_THROW(hc::DevicePowerSgd::from_spec("topk"), hopwise::InvalidArgument);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@
 #include "collective_reference.h"
 #include "nccl_test_main.h"
 #include "hopwise/comm/device_reducer.h"
-#include "hopwise/comm/nccl_communicator.h"
+#include "hopwise/comm/device_communicator.h"
 #include "hopwise/common/cuda_reduce.h"
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/common/error.h"
@@ -30,7 +30,7 @@ namespace {
 
 using namespace hwtest;
 namespace hc = hopwise::comm;
-using hopwise::cuda::DeviceBuffer;
+using hopwise::DeviceBuffer;
 
 // Pinned host memory, so that cudaMemcpyAsync really is asynchronous (the reducer must wait for it).
 struct Pinned {

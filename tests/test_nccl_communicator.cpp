@@ -1,4 +1,4 @@
-// NcclCommunicator on one GPU per rank (mpirun -np N; -np 1 on a one-GPU machine): every collective, sync and
+// DeviceCommunicator on one GPU per rank (mpirun -np N; -np 1 on a one-GPU machine): every collective, sync and
 // async, every dtype and op, awkward sizes (0, 1, fewer elements than ranks, primes, 1000003), against host
 // references that every rank computes locally (each rank regenerates every rank's input from a seed that rank 0
 // picks and broadcasts). Floating results: exact with one rank, within the rounding bound of
@@ -22,8 +22,9 @@
 #include "collective_reference.h"
 #include "nccl_test_main.h"
 #include "powersgd_reference.h"
-#include "hopwise/comm/nccl_communicator.h"
-#include "hopwise/comm/nccl_powersgd.h"
+#include "hopwise/comm/device_communicator.h"
+#include "hopwise/comm/device_powersgd_allreduce.h"
+#include "hopwise/comm/transports/mpi_store.h"
 #include "hopwise/common/cuda_reduce.h"
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/common/error.h"
@@ -36,8 +37,8 @@ namespace {
 using namespace hwtest;
 namespace hc = hopwise::comm;
 namespace hcc = hopwise::compression;
-using hc::NcclAlgorithm;
-using hopwise::cuda::DeviceBuffer;
+using hc::DeviceAlgorithm;
+using hopwise::DeviceBuffer;
 
 // Device copy of host bytes (at least one byte, so that data() is never null).
 DeviceBuffer to_device(const Bytes& h) {
@@ -81,9 +82,9 @@ std::uint64_t u(DataType dt) { return static_cast<std::uint64_t>(dt); }
 std::uint64_t u(ReduceOp op) { return static_cast<std::uint64_t>(op); }
 
 // ---- allreduce (native and ring) ----
-void allreduce_case(NcclAlgorithm algo, DataType dt, ReduceOp op, std::size_t count,
-                    hc::NcclCommunicator* other = nullptr) {
-  hc::NcclCommunicator& c = other ? *other : comm();
+void allreduce_case(DeviceAlgorithm algo, DataType dt, ReduceOp op, std::size_t count,
+                    hc::DeviceCommunicator* other = nullptr) {
+  hc::DeviceCommunicator& c = other ? *other : comm();
   const int me = c.rank();
   c.set_algorithm(algo);
   const std::uint64_t cs = mix_seed(g_seed, {10, u(dt), u(op), count, static_cast<std::uint64_t>(algo)});
@@ -113,23 +114,23 @@ void allreduce_case(NcclAlgorithm algo, DataType dt, ReduceOp op, std::size_t co
   EXPECT_TRUE(w.test());
   EXPECT_GE(w.elapsed_ms(), 0.0);
   EXPECT_EQ(compare(e, got.data(), 0, count), "") << "async, in place";
-  c.set_algorithm(NcclAlgorithm::kNative);
+  c.set_algorithm(DeviceAlgorithm::kNative);
 }
 
-TEST(NcclAllreduce, NativeEveryDtypeOpAndSize) {
+TEST(DeviceAllreduce, NativeEveryDtypeOpAndSize) {
   for (DataType dt : hopwise::kAllDataTypes)
     for (ReduceOp op : ops_for(dt))
-      for (std::size_t n : counts()) allreduce_case(NcclAlgorithm::kNative, dt, op, n);
+      for (std::size_t n : counts()) allreduce_case(DeviceAlgorithm::kNative, dt, op, n);
 }
 
-TEST(NcclAllreduce, RingEveryDtypeOpAndSize) {
+TEST(DeviceAllreduce, RingEveryDtypeOpAndSize) {
   for (DataType dt : hopwise::kAllDataTypes)
     for (ReduceOp op : ops_for(dt))
-      for (std::size_t n : counts()) allreduce_case(NcclAlgorithm::kRing, dt, op, n);
+      for (std::size_t n : counts()) allreduce_case(DeviceAlgorithm::kRing, dt, op, n);
 }
 
-TEST(NcclAllreduce, RingFollowsAPlannedOrderAndSmallChunks) {
-  hc::NcclCommunicator& c = comm();
+TEST(DeviceAllreduce, RingFollowsAPlannedOrderAndSmallChunks) {
+  hc::DeviceCommunicator& c = comm();
   // A shuffled ring, the same on every rank (drawn from the shared seed).
   std::vector<int> order(static_cast<std::size_t>(c.size()));
   std::iota(order.begin(), order.end(), 0);
@@ -138,24 +139,24 @@ TEST(NcclAllreduce, RingFollowsAPlannedOrderAndSmallChunks) {
   EXPECT_EQ(c.ring_order(), order);
   for (DataType dt : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64})
     for (std::size_t n : {std::size_t{3}, std::size_t{65537}, std::size_t{1000003}})
-      allreduce_case(NcclAlgorithm::kRing, dt, hopwise::is_floating(dt) ? ReduceOp::kAvg : ReduceOp::kSum, n);
+      allreduce_case(DeviceAlgorithm::kRing, dt, hopwise::is_floating(dt) ? ReduceOp::kAvg : ReduceOp::kSum, n);
   std::vector<int> identity(order.size());
   std::iota(identity.begin(), identity.end(), 0);
   c.set_ring_order(identity);
 
   // Chunks of 24 bytes (3 int64, 6 float32, 12 bfloat16): every ring step runs many chunks, some empty.
-  hc::NcclOptions o = hc::NcclOptions::from_env();
+  hc::DeviceOptions o = hc::DeviceOptions::from_env();
   o.ring_chunk_bytes = 24;
-  hc::NcclCommunicator small(MPI_COMM_WORLD, o);
+  hc::DeviceCommunicator small(MPI_COMM_WORLD, o);
   small.set_ring_order(order);
   for (DataType dt : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64})
     for (std::size_t n : {std::size_t{1}, std::size_t{5}, std::size_t{13}, std::size_t{4099}})
-      allreduce_case(NcclAlgorithm::kRing, dt, hopwise::is_floating(dt) ? ReduceOp::kAvg : ReduceOp::kSum, n, &small);
+      allreduce_case(DeviceAlgorithm::kRing, dt, hopwise::is_floating(dt) ? ReduceOp::kAvg : ReduceOp::kSum, n, &small);
 }
 
 // ---- reduce_scatter ----
-TEST(NcclCollectives, ReduceScatter) {
-  hc::NcclCommunicator& c = comm();
+TEST(DeviceCollectives, ReduceScatter) {
+  hc::DeviceCommunicator& c = comm();
   const int n = c.size(), me = c.rank();
   for (DataType dt : hopwise::kAllDataTypes)
     for (ReduceOp op : ops_for(dt))
@@ -186,8 +187,8 @@ TEST(NcclCollectives, ReduceScatter) {
 }
 
 // ---- allgather ----
-TEST(NcclCollectives, Allgather) {
-  hc::NcclCommunicator& c = comm();
+TEST(DeviceCollectives, Allgather) {
+  hc::DeviceCommunicator& c = comm();
   const int n = c.size(), me = c.rank();
   for (DataType dt : hopwise::kAllDataTypes)
     for (std::size_t count : counts()) {
@@ -219,8 +220,8 @@ TEST(NcclCollectives, Allgather) {
 }
 
 // ---- broadcast and reduce (every root would be slow at many ranks: first and last) ----
-TEST(NcclCollectives, Broadcast) {
-  hc::NcclCommunicator& c = comm();
+TEST(DeviceCollectives, Broadcast) {
+  hc::DeviceCommunicator& c = comm();
   const int n = c.size(), me = c.rank();
   for (int root : {0, n - 1})
     for (DataType dt : hopwise::kAllDataTypes)
@@ -239,8 +240,8 @@ TEST(NcclCollectives, Broadcast) {
       }
 }
 
-TEST(NcclCollectives, Reduce) {
-  hc::NcclCommunicator& c = comm();
+TEST(DeviceCollectives, Reduce) {
+  hc::DeviceCommunicator& c = comm();
   const int n = c.size(), me = c.rank();
   for (int root : {0, n - 1})
     for (DataType dt : hopwise::kAllDataTypes)
@@ -269,8 +270,8 @@ TEST(NcclCollectives, Reduce) {
 }
 
 // ---- point-to-point ----
-TEST(NcclPointToPoint, SendRecvAlongTheRing) {
-  hc::NcclCommunicator& c = comm();
+TEST(DevicePointToPoint, SendRecvAlongTheRing) {
+  hc::DeviceCommunicator& c = comm();
   const int n = c.size(), me = c.rank();
   const int to = (me + 1) % n, from = (me + n - 1) % n;  // with one rank: itself
   for (DataType dt : hopwise::kAllDataTypes)
@@ -290,8 +291,8 @@ TEST(NcclPointToPoint, SendRecvAlongTheRing) {
     }
 }
 
-TEST(NcclPointToPoint, SendAndRecvBetweenPairs) {
-  hc::NcclCommunicator& c = comm();
+TEST(DevicePointToPoint, SendAndRecvBetweenPairs) {
+  hc::DeviceCommunicator& c = comm();
   const int n = c.size(), me = c.rank();
   if (n < 2) GTEST_SKIP() << "needs two ranks (send/recv with oneself is send_recv, tested above)";
   const int partner = me % 2 == 0 ? me + 1 : me - 1;
@@ -314,8 +315,8 @@ TEST(NcclPointToPoint, SendAndRecvBetweenPairs) {
   }
 }
 
-TEST(NcclCollectives, BarrierAndStats) {
-  hc::NcclCommunicator& c = comm();
+TEST(DeviceCollectives, BarrierAndStats) {
+  hc::DeviceCommunicator& c = comm();
   const auto before = c.stats();
   c.barrier();
   hc::DeviceWork w = c.barrier_async();
@@ -325,8 +326,8 @@ TEST(NcclCollectives, BarrierAndStats) {
   EXPECT_FALSE(c.aborted());
 }
 
-TEST(NcclCollectives, ManagedMemoryWorks) {
-  hc::NcclCommunicator& c = comm();
+TEST(DeviceCollectives, ManagedMemoryWorks) {
+  hc::DeviceCommunicator& c = comm();
   const std::size_t count = 4099;
   float* m = nullptr;
   cuda_ok(cudaMallocManaged(&m, count * sizeof(float)), "cudaMallocManaged");
@@ -337,8 +338,8 @@ TEST(NcclCollectives, ManagedMemoryWorks) {
 }
 
 // ---- bad arguments: InvalidArgument naming the argument; the communicator stays usable ----
-TEST(NcclErrors, BadArgumentsAreInvalidArgument) {
-  hc::NcclCommunicator& c = comm();
+TEST(DeviceErrors, BadArgumentsAreInvalidArgument) {
+  hc::DeviceCommunicator& c = comm();
   const int n = c.size();
   DeviceBuffer d(64 * sizeof(float));
   std::vector<float> host(64, 1.0f);
@@ -374,7 +375,7 @@ TEST(NcclErrors, BadArgumentsAreInvalidArgument) {
   std::vector<int> too_many(static_cast<std::size_t>(n) + 1);
   std::iota(too_many.begin(), too_many.end(), 0);
   EXPECT_THROW(c.set_ring_order(too_many), InvalidArgument);
-  EXPECT_THROW(hc::parse_nccl_algorithm("tree"), InvalidArgument);
+  EXPECT_THROW(hc::parse_device_algorithm("tree"), InvalidArgument);
   EXPECT_THROW(hc::DeviceWork().wait(), InvalidArgument);
   // Still usable.
   const std::vector<float> ones(64, 1.0f);
@@ -387,16 +388,16 @@ TEST(NcclErrors, BadArgumentsAreInvalidArgument) {
 
 // ---- compressed allreduce against the CPU codec of the same spec on the same data ----
 void compressed_case(const std::string& spec, std::size_t count, ReduceOp op, bool async) {
-  hc::NcclCommunicator& c = comm();
+  hc::DeviceCommunicator& c = comm();
   const int n = c.size(), me = c.rank();
   SCOPED_TRACE(fmt::format("allreduce_compressed('{}', count={}, {}) over {} ranks{}", spec, count,
                            hopwise::to_string(op), n, async ? ", async" : ""));
   const std::uint64_t cs = mix_seed(g_seed, {70, std::hash<std::string>{}(spec), count, u(op)});
   const std::uint64_t state_seed = cs ^ 0x5eed;
   auto cpu = hcc::make_codec(spec);
-  hcc::cuda::DeviceCodec dev(spec);
+  hcc::DeviceCodec dev(spec);
   if (count == 0) {  // nothing to encode: a no-op that must not fail (null buffers are fine)
-    hcc::cuda::DeviceCodecState ds(state_seed, me, n);
+    hcc::DeviceCodecState ds(state_seed, me, n);
     EXPECT_NO_THROW(c.allreduce_compressed(nullptr, nullptr, 0, dev, ds, op));
     return;
   }
@@ -440,7 +441,7 @@ void compressed_case(const std::string& spec, std::size_t count, ReduceOp op, bo
     for (float& v : want) v *= static_cast<float>(1.0 / n);  // as the device scales: x * float(1/n)
 
   // The device: the same data, a state with the same seed and rank.
-  hcc::cuda::DeviceCodecState ds(state_seed, me, n);
+  hcc::DeviceCodecState ds(state_seed, me, n);
   const std::size_t bytes = count * sizeof(float);
   Bytes xin(bytes);
   if (bytes > 0) std::memcpy(xin.data(), x[static_cast<std::size_t>(me)].data(), bytes);
@@ -468,20 +469,20 @@ void compressed_case(const std::string& spec, std::size_t count, ReduceOp op, bo
                      << (count ? want[first] : 0.0f);
 }
 
-TEST(NcclCompressed, MatchesTheCpuCodec) {
+TEST(DeviceCompressed, MatchesTheCpuCodec) {
   for (const std::string spec : {"none", "fp16", "int8", "topk:ratio=0.1"})
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{13}, std::size_t{1000},
                               std::size_t{100003}})
       compressed_case(spec, count, ReduceOp::kSum, false);
 }
 
-TEST(NcclCompressed, AverageAndAsync) {
+TEST(DeviceCompressed, AverageAndAsync) {
   for (const std::string spec : {"none", "fp16", "int8", "topk:ratio=0.1"}) {
     compressed_case(spec, 4099, ReduceOp::kAvg, false);
     compressed_case(spec, 4099, ReduceOp::kSum, true);
   }
-  hcc::cuda::DeviceCodec dev("fp16");
-  hcc::cuda::DeviceCodecState ds(1, comm().rank(), comm().size());
+  hcc::DeviceCodec dev("fp16");
+  hcc::DeviceCodecState ds(1, comm().rank(), comm().size());
   DeviceBuffer d(64);
   EXPECT_THROW(comm().allreduce_compressed(d.as<float>(), d.as<float>(), 8, dev, ds, ReduceOp::kMax),
                hopwise::InvalidArgument);
@@ -494,16 +495,16 @@ Bytes float_bytes(const std::vector<float>& v) {
   return b;
 }
 
-TEST(NcclPowerSgd, MatchesTheCpuPowerSgdOverRanks) {
-  hc::NcclCommunicator& c = comm();
+TEST(DevicePowerSgdAllreduce, MatchesTheCpuPowerSgdOverRanks) {
+  hc::DeviceCommunicator& c = comm();
   const int n = c.size(), me = c.rank();
   const std::string spec = "powersgd:rank=4,warmup=1";
   const auto cpu = hcc::PowerSgd::from_spec(spec);
-  hc::NcclPowerSgd dev(c, spec);
+  hc::DevicePowerSgdAllreduce dev(c, spec);
   // Compressed matrices, one that compresses() rejects (plain) and a 1-row one.
   const std::vector<std::pair<std::size_t, std::size_t>> shapes = {{64, 48}, {257, 33}, {6, 5}, {1, 7}};
   std::vector<std::vector<hcc::PowerSgdState>> cpu_states(shapes.size());  // [tensor][rank]
-  std::vector<hcc::cuda::DevicePowerSgdState> dev_states;
+  std::vector<hcc::DevicePowerSgdState> dev_states;
   for (std::size_t t = 0; t < shapes.size(); ++t) {
     for (int r = 0; r < n; ++r) cpu_states[t].emplace_back(100 + t);
     dev_states.emplace_back(100 + t);
@@ -553,13 +554,34 @@ TEST(NcclPowerSgd, MatchesTheCpuPowerSgdOverRanks) {
   EXPECT_THROW(dev.allreduce({}, hopwise::ReduceOp::kMax), hopwise::InvalidArgument);
 }
 
+// ---- meeting through a Store instead of MPI, and the small host-side agreements ----
+TEST(DeviceRendezvous, AStoreOfTheLaunchersAndHostAgreements) {
+  hc::DeviceCommunicator& c = comm();
+  const auto all = c.host_allgather("test_ranks", std::to_string(c.rank()));
+  ASSERT_EQ(all.size(), static_cast<std::size_t>(c.size()));
+  for (int r = 0; r < c.size(); ++r) EXPECT_EQ(all[static_cast<std::size_t>(r)], std::to_string(r));
+  EXPECT_EQ(c.host_broadcast("test_root", c.rank() == 0 ? "from rank 0" : ""), "from rank 0");
+  EXPECT_THROW(c.host_broadcast("test_bad_root", "", c.size()), hopwise::InvalidArgument);
+
+  auto store = std::make_shared<hc::MpiStore>(MPI_COMM_WORLD);
+  {
+    hc::DeviceCommunicator s(store, c.rank(), c.size(), c.local_rank(), hc::DeviceOptions::from_env());
+    EXPECT_EQ(s.rank(), c.rank());
+    EXPECT_EQ(s.device(), c.device());
+    allreduce_case(DeviceAlgorithm::kNative, DataType::kFloat32, ReduceOp::kSum, 4099, &s);
+  }
+  EXPECT_THROW(hc::DeviceCommunicator(nullptr, 0, 1, 0), hopwise::InvalidArgument);
+  EXPECT_THROW(hc::DeviceCommunicator(store, c.size(), c.size(), 0), hopwise::InvalidArgument);
+  MPI_Barrier(MPI_COMM_WORLD);  // no rank's store calls are left when rank 0's store goes
+}
+
 // ---- timeouts (need a peer that does not show up: more than one rank). Last: it aborts a communicator. ----
-TEST(NcclErrors, TimeoutAbortsAndNamesTheCollective) {
+TEST(DeviceErrors, TimeoutAbortsAndNamesTheCollective) {
   if (comm().size() < 2) GTEST_SKIP() << "needs two ranks (a peer that never joins the collective)";
-  hc::NcclOptions o = hc::NcclOptions::from_env();
+  hc::DeviceOptions o = hc::DeviceOptions::from_env();
   o.timeout_s = 5;
   {
-    hc::NcclCommunicator c(MPI_COMM_WORLD, o);
+    hc::DeviceCommunicator c(MPI_COMM_WORLD, o);
     if (c.rank() == 0) {
       DeviceBuffer d(4194304 * sizeof(float));
       try {
@@ -582,12 +604,12 @@ TEST(NcclErrors, TimeoutAbortsAndNamesTheCollective) {
 }
 
 // An abort ends NCCL's kernels, so the events of work queued before it fire: that work must not count as done.
-TEST(NcclErrors, EarlierWorkAfterAbortIsNotReportedDone) {
+TEST(DeviceErrors, EarlierWorkAfterAbortIsNotReportedDone) {
   if (comm().size() < 2) GTEST_SKIP() << "needs two ranks (a peer that never joins the collective)";
-  hc::NcclOptions o = hc::NcclOptions::from_env();
+  hc::DeviceOptions o = hc::DeviceOptions::from_env();
   o.timeout_s = 2;
   {
-    hc::NcclCommunicator c(MPI_COMM_WORLD, o);
+    hc::DeviceCommunicator c(MPI_COMM_WORLD, o);
     if (c.rank() == 0) {
       DeviceBuffer d(1024 * sizeof(float)), e(1024 * sizeof(float));
       hc::DeviceWork w1 = c.allreduce_async(d.data(), d.data(), 1024, DataType::kFloat32);

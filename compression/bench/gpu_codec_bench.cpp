@@ -25,8 +25,8 @@
 
 namespace {
 
-namespace hcc = hopwise::compression::cuda;
-using hopwise::cuda::DeviceBuffer;
+namespace hc = hopwise::compression;
+using hopwise::DeviceBuffer;
 
 using hopwise::cuda::check;
 
@@ -136,8 +136,8 @@ int main(int argc, char** argv) try {
                                                  grad.data(), other.data(), bytes / 2, s);
                     }), copy_us});
     for (const std::string& spec : codecs) {
-      const hcc::DeviceCodec codec(spec);
-      hcc::DeviceCodecState st(7, 0, 1);
+      const hc::DeviceCodec codec(spec);
+      hc::DeviceCodecState st(7, 0, 1);
       const bool scaled = codec.host().scale_count(n) > 0;
       auto encode = [&] {
         if (scaled) codec.local_scales(grad.as<float>(), n, scales.as<float>(), st, s);
@@ -153,8 +153,8 @@ int main(int argc, char** argv) try {
     // PowerSGD on a 4096-row matrix of the same bytes: one step's three calls (one rank: the sums are the factors).
     if (n >= 4096 * 8) {
       const std::size_t r = 4096, c = n / 4096;
-      const auto ps = hcc::DevicePowerSgd::from_spec("powersgd:rank=4");
-      hcc::DevicePowerSgdState st(7);
+      const auto ps = hc::DevicePowerSgd::from_spec("powersgd:rank=4");
+      hc::DevicePowerSgdState st(7);
       const std::size_t pn = ps.host().p_count(r, c);
       const double us = median_us(s, reps, [&] {
         ps.compute_p(grad.as<float>(), r, c, payload.as<float>(), st, s);

@@ -7,14 +7,15 @@
 
 #include "codec_kernels.h"
 #include "codec_registry.h"
+#include "hopwise/common/cuda_check.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/device_codec.h"
 #include "hopwise/compression/spec.h"
 
-namespace hopwise::compression::cuda {
+namespace hopwise::compression {
 
-namespace k = kernels;
-using kernels::Out;
+namespace k = cuda::kernels;
+using cuda::kernels::Out;
 
 namespace {
 
@@ -72,19 +73,6 @@ int int8_levels(const Codec& c, int world_size) {
   return 127 / (world_size < 1 ? 1 : world_size);
 }
 
-void check_device_pointer(const Codec& c, const void* p, const char* what, const char* call) {
-  if (p == nullptr) return;
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky-free error of a failed query
-    throw InvalidArgument(std::string(call) + " of device codec '" + c.name() + "': cannot query " + what +
-                          " (not a CUDA pointer?); pass device memory");
-  }
-  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
-    throw InvalidArgument(std::string(call) + " of device codec '" + c.name() + "': " + what +
-                          " is host memory; DeviceCodec takes device pointers (use Codec for host buffers)");
-}
-
 // Null buffers only where no bytes are needed; device memory; payloads aligned for their element type.
 void check_args(const Codec& c, std::size_t n, const void* floats, const void* payload, const float* scales,
                 const char* call, bool needs_payload = true) {
@@ -103,9 +91,11 @@ void check_args(const Codec& c, std::size_t n, const void* floats, const void* p
   for (const void* f : {floats, static_cast<const void*>(scales)})
     if (f != nullptr && reinterpret_cast<std::uintptr_t>(f) % alignof(float) != 0)
       throw InvalidArgument(where + ": float buffers must be aligned to 4 bytes");
-  check_device_pointer(c, floats, "the float buffer", call);
-  check_device_pointer(c, payload, "the payload", call);
-  check_device_pointer(c, scales, "the scales", call);
+  // Device memory of any device (the kernels run on the current one).
+  hopwise::cuda::check_device_pointer(floats, n, where, "the float buffer", -1, "Codec");
+  hopwise::cuda::check_device_pointer(payload, needs_payload ? c.payload_bytes(n) : 0, where, "the payload", -1,
+                                      "Codec");
+  hopwise::cuda::check_device_pointer(scales, c.scale_count(n), where, "the scales", -1, "Codec");
 }
 
 detail::Stream state_stream(const DeviceCodecState& st, std::uint64_t salt) {
@@ -258,4 +248,4 @@ std::vector<float> DeviceCodec::residual(const DeviceCodecState& state, void* st
   return r;
 }
 
-}  // namespace hopwise::compression::cuda
+}  // namespace hopwise::compression

@@ -16,7 +16,7 @@
 #include "hopwise/common/error.h"
 #include "hopwise/compression/device_powersgd.h"
 
-namespace hopwise::compression::cuda {
+namespace hopwise::compression {
 
 namespace {
 
@@ -182,7 +182,7 @@ void DevicePowerSgd::compute_p(const float* grad, std::size_t rows, std::size_t 
       if (state.q_local_count > 0)  // M' -= Q_local' P^' : M minus P^ q_local, the residual of the last step
         gemm(s, CUBLAS_OP_N, CUBLAS_OP_N, cols, rows, r, -1.0f, state.q_local.as<float>(), cols,
              state.p_hat.as<float>(), r, 1.0f, mm, cols, "cublasSgemm (residual)");
-      kernels::add_into(mm, grad, n, s);  // m += g, in the CPU's order
+      cuda::kernels::add_into(mm, grad, n, s);  // m += g, in the CPU's order
       m = mm;
     }
     // P' (r x rows) = Q'^T M' : P = M Q^T.
@@ -238,7 +238,7 @@ std::vector<float> DevicePowerSgd::residual(const DevicePowerSgdState& state, vo
   if (!ef_ || state.q_local_count == 0) return {};
   const std::size_t rows = state.rows, cols = state.cols, n = rows * cols, r = state.q_local_count / cols;
   const auto s = static_cast<cudaStream_t>(stream);
-  hopwise::cuda::DeviceBuffer res(n * sizeof(float));
+  DeviceBuffer res(n * sizeof(float));
   check(cudaMemcpyAsync(res.data(), state.m.data(), n * sizeof(float), cudaMemcpyDeviceToDevice, s), "copying M");
   gemm(s, CUBLAS_OP_N, CUBLAS_OP_N, cols, rows, r, -1.0f, state.q_local.as<float>(), cols, state.p_hat.as<float>(),
        r, 1.0f, res.as<float>(), cols, "cublasSgemm (residual)");
@@ -248,4 +248,4 @@ std::vector<float> DevicePowerSgd::residual(const DevicePowerSgdState& state, vo
   return host;
 }
 
-}  // namespace hopwise::compression::cuda
+}  // namespace hopwise::compression

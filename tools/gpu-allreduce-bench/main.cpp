@@ -1,8 +1,8 @@
 // gpu-allreduce-bench: allreduce of device buffers, one GPU per rank, beside its peers in the same run:
-//   nccl       NCCL's own allreduce (NcclAlgorithm::kNative)
+//   nccl       NCCL's own allreduce (DeviceAlgorithm::kNative)
 //   ring       hopwise's ring of grouped ncclSend/ncclRecv along the planned ring order (kRing)
 //   fp16, int8 compressed allreduce with the device codecs (payload allreduce + encode/decode kernels)
-//   psgd       PowerSGD rank 4 on the buffer as a 4096-row matrix (NcclPowerSgd: two factor allreduces)
+//   psgd       PowerSGD rank 4 on the buffer as a 4096-row matrix (DevicePowerSgdAllreduce: two factor allreduces)
 //   mpi        MPI_Allreduce of the same bytes staged through host memory (copy down, allreduce, copy up)
 //   copy       a device-to-device copy of the same bytes (the limit of one pass over the data)
 // Times are medians of --iters sync calls after --warmup; busbw = bytes/time * 2(n-1)/n (nccl-tests' convention).
@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "hopwise/comm/nccl_communicator.h"
-#include "hopwise/comm/nccl_powersgd.h"
+#include "hopwise/comm/device_communicator.h"
+#include "hopwise/comm/device_powersgd_allreduce.h"
 #include "hopwise/common/cuda_check.h"
 #include "hopwise/common/cuda_reduce.h"
 #include "hopwise/common/env.h"
@@ -29,7 +29,7 @@
 namespace {
 
 namespace hc = hopwise::comm;
-namespace hcc = hopwise::compression::cuda;
+namespace hcc = hopwise::compression;
 
 using hopwise::cuda::check;
 
@@ -53,7 +53,8 @@ double median_us(MPI_Comm comm, int warmup, int iters, F f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = 0;  // the DeviceCommunicator's store serves from a thread on rank 0
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rc = 0;
   try {
     std::size_t begin = 1 << 20, end = 256 << 20;
@@ -80,19 +81,19 @@ int main(int argc, char** argv) {
       MPI_Finalize();
       return 2;
     }
-    hc::NcclCommunicator nccl(MPI_COMM_WORLD);
-    const int n = nccl.size();
-    cudaStream_t s = static_cast<cudaStream_t>(nccl.stream());
-    hopwise::cuda::DeviceBuffer buf(end), copy(end);
+    hc::DeviceCommunicator dev(MPI_COMM_WORLD);
+    const int n = dev.size();
+    cudaStream_t s = static_cast<cudaStream_t>(dev.stream());
+    hopwise::DeviceBuffer buf(end), copy(end);
     std::vector<char> host(end);
     check(cudaMemset(buf.data(), 0, end), "cudaMemset");
     const hcc::DeviceCodec fp16("fp16"), int8("int8");
-    hcc::DeviceCodecState fp16_state(1, nccl.rank(), n), int8_state(1, nccl.rank(), n);
-    hc::NcclPowerSgd psgd(nccl, "powersgd:rank=4");
+    hcc::DeviceCodecState fp16_state(1, dev.rank(), n), int8_state(1, dev.rank(), n);
+    hc::DevicePowerSgdAllreduce psgd(dev, "powersgd:rank=4");
 
-    if (nccl.rank() == 0) {
+    if (dev.rank() == 0) {
       cudaDeviceProp prop{};
-      check(cudaGetDeviceProperties(&prop, nccl.device()), "cudaGetDeviceProperties");
+      check(cudaGetDeviceProperties(&prop, dev.device()), "cudaGetDeviceProperties");
       fmt::print("gpu-allreduce-bench: {} ranks, rank 0 on {}; float32 sum; median of {} calls; busbw GB/s\n\n", n,
                  prop.name, iters);
       fmt::print("| bytes | nccl µs | ring µs | fp16 µs | int8 µs | psgd r4 µs | mpi (host-staged) µs | copy µs | "
@@ -101,20 +102,20 @@ int main(int argc, char** argv) {
     for (std::size_t bytes = begin; bytes <= end; bytes *= static_cast<std::size_t>(factor)) {
       const std::size_t count = bytes / sizeof(float);
       auto* d = buf.as<float>();
-      nccl.set_algorithm(hc::NcclAlgorithm::kNative);
+      dev.set_algorithm(hc::DeviceAlgorithm::kNative);
       const double t_nccl = median_us(MPI_COMM_WORLD, warmup, iters, [&] {
-        nccl.allreduce(d, d, count, hopwise::DataType::kFloat32, hopwise::ReduceOp::kSum);
+        dev.allreduce(d, d, count, hopwise::DataType::kFloat32, hopwise::ReduceOp::kSum);
       });
-      nccl.set_algorithm(hc::NcclAlgorithm::kRing);
+      dev.set_algorithm(hc::DeviceAlgorithm::kRing);
       const double t_ring = median_us(MPI_COMM_WORLD, warmup, iters, [&] {
-        nccl.allreduce(d, d, count, hopwise::DataType::kFloat32, hopwise::ReduceOp::kSum);
+        dev.allreduce(d, d, count, hopwise::DataType::kFloat32, hopwise::ReduceOp::kSum);
       });
-      nccl.set_algorithm(hc::NcclAlgorithm::kNative);
+      dev.set_algorithm(hc::DeviceAlgorithm::kNative);
       const double t_fp16 = median_us(MPI_COMM_WORLD, warmup, iters, [&] {
-        nccl.allreduce_compressed(d, d, count, fp16, fp16_state);
+        dev.allreduce_compressed(d, d, count, fp16, fp16_state);
       });
       const double t_int8 = median_us(MPI_COMM_WORLD, warmup, iters, [&] {
-        nccl.allreduce_compressed(d, d, count, int8, int8_state);
+        dev.allreduce_compressed(d, d, count, int8, int8_state);
       });
       // A fresh state per size (the matrix shape changes); its first call allocates, inside the warm-up.
       hcc::DevicePowerSgdState psgd_state(3);
@@ -133,7 +134,7 @@ int main(int argc, char** argv) {
         check(cudaMemcpyAsync(copy.data(), d, bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
         check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
       });
-      if (nccl.rank() == 0) {
+      if (dev.rank() == 0) {
         const double busbw = static_cast<double>(bytes) / t_nccl / 1e3 * (n > 1 ? 2.0 * (n - 1) / n : 1.0);
         fmt::print("| {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {:.2f} |\n",
                    bytes, t_nccl, t_ring, t_fp16, t_int8, t_psgd, t_mpi, t_copy, busbw, t_ring / t_nccl,

@@ -1,4 +1,4 @@
-// The bucketed gradient reducer on device gradients (the host GradientReducer's design over NcclCommunicator):
+// The bucketed gradient reducer on device gradients (the host GradientReducer's design over DeviceCommunicator):
 // float32 gradients registered in forward order are grouped into buckets in reverse order (backward produces them
 // that way), each bucket one contiguous device buffer. mark_ready(p, stream) records an event on the stream that
 // produced gradient p; the reducer's copy stream waits on it and copies the gradient into its bucket; when a bucket
@@ -17,14 +17,14 @@
 #include <string_view>
 #include <vector>
 
-#include "hopwise/comm/nccl_communicator.h"
+#include "hopwise/comm/device_communicator.h"
 #include "hopwise/comm/reducer.h"  // ReducerOptions, StepStats
 
 namespace hopwise::comm {
 
 class DeviceGradientReducer {
  public:
-  explicit DeviceGradientReducer(NcclCommunicator& comm, ReducerOptions options = ReducerOptions::from_env());
+  explicit DeviceGradientReducer(DeviceCommunicator& comm, ReducerOptions options = ReducerOptions::from_env());
   // Waits (up to the timeout) for buckets still in flight.
   ~DeviceGradientReducer();
   DeviceGradientReducer(const DeviceGradientReducer&) = delete;

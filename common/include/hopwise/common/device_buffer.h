@@ -7,7 +7,7 @@
 
 #include "hopwise/common/cuda_reduce.h"
 
-namespace hopwise::cuda {
+namespace hopwise {
 
 class DeviceBuffer {
  public:
@@ -30,7 +30,7 @@ class DeviceBuffer {
   void reserve(std::size_t bytes) {
     if (bytes <= bytes_ && data_ != nullptr) return;
     release();
-    data_ = device_alloc(bytes);
+    data_ = cuda::device_alloc(bytes);
     bytes_ = bytes;
   }
   void* data() const { return data_; }
@@ -42,7 +42,7 @@ class DeviceBuffer {
 
  private:
   void release() {
-    if (data_ != nullptr) device_free(data_);
+    if (data_ != nullptr) cuda::device_free(data_);
     data_ = nullptr;
     bytes_ = 0;
   }
@@ -50,4 +50,4 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
-}  // namespace hopwise::cuda
+}  // namespace hopwise

@@ -21,16 +21,16 @@
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/compression/codec.h"
 
-namespace hopwise::compression::cuda {
+namespace hopwise::compression {
 
 // Per-tensor state of a device codec; keep one per (tensor, codec) across steps, as CodecState.
 struct DeviceCodecState {
   DeviceCodecState() = default;
   DeviceCodecState(std::uint64_t seed, int rank, int world_size) : host(seed, rank, world_size) {}
   CodecState host;                    // seed, rank, world size and step, as on the CPU (its vectors stay empty)
-  hopwise::cuda::DeviceBuffer residual;  // ef=1: n floats, zeroed at the first encode
-  std::size_t residual_n = 0;            // elements of the residual (0 until the first ef=1 encode)
-  hopwise::cuda::DeviceBuffer scratch;   // working memory of the kernels (grown once, kept)
+  DeviceBuffer residual;              // ef=1: n floats, zeroed at the first encode
+  std::size_t residual_n = 0;         // elements of the residual (0 until the first ef=1 encode)
+  DeviceBuffer scratch;               // working memory of the kernels (grown once, kept)
 };
 
 class DeviceCodec {
@@ -66,4 +66,4 @@ class DeviceCodec {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace hopwise::compression::cuda
+}  // namespace hopwise::compression

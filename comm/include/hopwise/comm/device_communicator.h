@@ -1,14 +1,15 @@
-// The communicator for device memory: collectives and point-to-point over NCCL, on one GPU per rank, with the
+// The communicator for device memory: collectives and point-to-point on one GPU per rank (over NCCL), with the
 // names of the host Communicator (communicator.h). Every call is enqueued on the communicator's own CUDA stream
 // after the caller's `stream` (the producer of the data: cudaStream_t as void*, nullptr = the legacy default
 // stream), so async calls overlap the caller's compute; sync calls block the host until the result is there.
 //
-// Nothing hangs forever: waits poll the CUDA event of the work and ncclCommGetAsyncError, and after
+// Nothing hangs forever: waits poll the CUDA event of the work and NCCL's asynchronous error, and after
 // HOPWISE_TIMEOUT_S (or on an NCCL error) the NCCL communicator is aborted and the call throws an error naming this
-// rank, the collective and its size; every later call then throws as well (create a new NcclCommunicator).
+// rank, the collective and its size; every later call then throws as well (create a new DeviceCommunicator).
 // Initialization is nonblocking too (ncclCommInitRankConfig with blocking = 0), so a missing peer times out there.
 //
-// Not thread-safe: call one communicator from one thread at a time (like NCCL itself).
+// Ranks meet through a Store (store.h): the MPI constructor makes an MpiStore of its own, the other takes the
+// launcher's. Not thread-safe: call one communicator from one thread at a time (like NCCL itself).
 #pragma once
 
 #include <mpi.h>
@@ -21,28 +22,33 @@
 #include <vector>
 
 #include "hopwise/comm/communicator.h"  // Options, CollectiveStats
+#include "hopwise/comm/store.h"
 #include "hopwise/common/dtype.h"
 
-namespace hopwise::compression::cuda {
+namespace hopwise::compression {
 class DeviceCodec;
 struct DeviceCodecState;
-}  // namespace hopwise::compression::cuda
+}  // namespace hopwise::compression
 
 namespace hopwise::comm {
 
+namespace detail {
+struct DeviceCommunicatorImpl;  // comm/src/nccl/device_impl.h
+}  // namespace detail
+
 // How allreduce runs: NCCL's own collective (default), or a ring of grouped ncclSend/ncclRecv along
 // ring_order() (reduce-scatter then allgather, reductions by hopwise::cuda::reduce_into): the planner's ring.
-enum class NcclAlgorithm : std::uint8_t { kNative, kRing };
-std::string_view to_string(NcclAlgorithm a);
-// "native" or "ring"; throws InvalidArgument listing the choices.
-NcclAlgorithm parse_nccl_algorithm(std::string_view name);
+enum class DeviceAlgorithm : std::uint8_t { kNative, kRing };
+std::string_view to_string(DeviceAlgorithm a);
+// "native" (or "nccl") or "ring"; throws InvalidArgument listing the choices.
+DeviceAlgorithm parse_device_algorithm(std::string_view name);
 
-struct NcclOptions {
-  double timeout_s = 300;                            // HOPWISE_TIMEOUT_S (through Options::from_env)
-  NcclAlgorithm algorithm = NcclAlgorithm::kNative;  // HOPWISE_NCCL_ALGO=native|ring (allreduce only)
-  int device = -1;                                   // -1: local rank (on its host) modulo the visible GPUs
-  std::size_t ring_chunk_bytes = 8 << 20;            // largest message of the ring allreduce (bounds its workspace)
-  static NcclOptions from_env();
+struct DeviceOptions {
+  double timeout_s = 300;                                // HOPWISE_TIMEOUT_S (through Options::from_env)
+  DeviceAlgorithm algorithm = DeviceAlgorithm::kNative;  // HOPWISE_NCCL_ALGO=native|ring (allreduce only)
+  int device = -1;                                       // -1: local rank (on its host) modulo the visible GPUs
+  std::size_t ring_chunk_bytes = 8 << 20;  // largest message of the ring allreduce (bounds its workspace)
+  static DeviceOptions from_env();
 };
 
 // The handle of an async call. The buffers must stay valid (and unmodified) until the work is complete.
@@ -70,24 +76,36 @@ class DeviceWork {
   std::shared_ptr<State> state_;
 };
 
-class NcclCommunicator {
+class DeviceCommunicator {
  public:
-  // Collective over `comm` (duplicated; MPI is initialized if the caller has not): picks and sets the device,
-  // creates the NCCL communicator (rank 0's ncclUniqueId, broadcast over MPI) and a nonblocking stream.
-  explicit NcclCommunicator(MPI_Comm comm = MPI_COMM_WORLD, NcclOptions options = NcclOptions::from_env());
+  // Collective over `comm` (duplicated; MPI is initialized if the caller has not, and must provide
+  // MPI_THREAD_MULTIPLE: rank 0's store serves from a thread): picks and sets the device, creates the NCCL
+  // communicator (rank 0's ncclUniqueId, shared through an MpiStore on the duplicate) and a nonblocking stream.
+  explicit DeviceCommunicator(MPI_Comm comm = MPI_COMM_WORLD, DeviceOptions options = DeviceOptions::from_env());
+  // The same without MPI: `size` ranks meet through `store` (every rank passes the same store, its own `rank`
+  // and its rank among the ranks of its host, `local_rank`). Ranks that create several communicators on one
+  // store create them in the same order.
+  DeviceCommunicator(std::shared_ptr<Store> store, int rank, int size, int local_rank,
+                     DeviceOptions options = DeviceOptions::from_env());
   // Waits (up to the timeout) for the enqueued work, then finalizes the NCCL communicator (aborts it on failure).
-  ~NcclCommunicator();
-  NcclCommunicator(const NcclCommunicator&) = delete;
-  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+  ~DeviceCommunicator();
+  DeviceCommunicator(const DeviceCommunicator&) = delete;
+  DeviceCommunicator& operator=(const DeviceCommunicator&) = delete;
 
   int rank() const;
   int size() const;
   int local_rank() const;  // rank among the ranks of this host
   int device() const;      // the CUDA device this rank uses
   void* stream() const;    // the communicator's cudaStream_t
-  MPI_Comm mpi_comm() const;  // the duplicated MPI communicator (for small host-side agreements)
   double timeout_s() const;
   bool aborted() const;
+
+  // ---- small host-side agreements, through the store the ranks met in (collective, in call order) ----
+  Store& store();
+  // Every rank's `mine`, in rank order. `what` names the step in keys and errors.
+  std::vector<std::string> host_allgather(std::string_view what, const std::string& mine);
+  // `root`'s `value` on every rank (read at the root only).
+  std::string host_broadcast(std::string_view what, const std::string& value, int root = 0);
 
   // ---- collectives (sync: the host returns when the result is in place); device or managed memory ----
   // `in` may equal `out`. `stream`: the stream that produced the inputs (its earlier work runs first).
@@ -129,27 +147,24 @@ class NcclCommunicator {
   // their payloads (after a max-allreduce of the agreed scales where the codec needs them), gather codecs
   // all-gather them and every rank decodes each. op: sum or avg. `in` may equal `out`; codec and state must
   // outlive the work. ----
-  void allreduce_compressed(const float* in, float* out, std::size_t count,
-                            const compression::cuda::DeviceCodec& codec, compression::cuda::DeviceCodecState& state,
-                            ReduceOp op = ReduceOp::kSum, void* stream = nullptr);
+  void allreduce_compressed(const float* in, float* out, std::size_t count, const compression::DeviceCodec& codec,
+                            compression::DeviceCodecState& state, ReduceOp op = ReduceOp::kSum,
+                            void* stream = nullptr);
   DeviceWork allreduce_compressed_async(const float* in, float* out, std::size_t count,
-                                        const compression::cuda::DeviceCodec& codec,
-                                        compression::cuda::DeviceCodecState& state, ReduceOp op = ReduceOp::kSum,
-                                        void* stream = nullptr);
+                                        const compression::DeviceCodec& codec, compression::DeviceCodecState& state,
+                                        ReduceOp op = ReduceOp::kSum, void* stream = nullptr);
 
   // ---- plan and algorithm ----
   // The ring the kRing allreduce follows (a permutation of 0..size()-1; rank order by default). Every rank must
   // set the same order.
   void set_ring_order(std::vector<int> order);
   const std::vector<int>& ring_order() const;
-  void set_algorithm(NcclAlgorithm a);
-  NcclAlgorithm algorithm() const;
+  void set_algorithm(DeviceAlgorithm a);
+  DeviceAlgorithm algorithm() const;
   CollectiveStats stats() const;
 
-  struct Impl;
-
  private:
-  std::shared_ptr<Impl> impl_;  // shared with the DeviceWork handles (they may outlive the communicator)
+  std::shared_ptr<detail::DeviceCommunicatorImpl> impl_;  // shared with the DeviceWork handles (they may outlive it)
 };
 
 }  // namespace hopwise::comm

@@ -1,3 +1,7 @@
+// The DeviceGradientReducer (device_reducer.h): buckets planned by bucket_plan.h (as the host reducer's) and laid
+// out back to back in one device buffer; gradients copied in on a copy stream after their producers, each bucket
+// averaged on the DeviceCommunicator's stream once complete, and copied back on finish()'s stream. Fingerprints
+// and the observed order travel through the communicator's store. Built into hopwise_comm_nccl.
 #include "hopwise/comm/device_reducer.h"
 
 #include <cuda_runtime.h>
@@ -7,21 +11,20 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <thread>
 #include <unordered_map>
 
-#include "hopwise/comm/transports/mpi_transport.h"
+#include "bucket_plan.h"
+#include "hopwise/common/cuda_check.h"
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/device_codec.h"
 #include "hopwise/compression/spec.h"
-#include "nccl_util.h"
 
 namespace hopwise::comm {
 
-using nccl_detail::check_cuda;
-using nccl_detail::check_device_pointer;
-using nccl_detail::DeviceGuard;
+using cuda::CurrentGuard;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -46,29 +49,29 @@ struct Bucket {
   bool launched = false;
   std::size_t wire_bytes = 0;
   DeviceWork work;
-  std::unique_ptr<compression::cuda::DeviceCodecState> codec_state;  // per bucket: residual and step
+  std::unique_ptr<compression::DeviceCodecState> codec_state;  // per bucket: residual and step
 };
 
 }  // namespace
 
 struct DeviceGradientReducer::Impl {
-  NcclCommunicator& comm;
+  DeviceCommunicator& comm;
   ReducerOptions options;
   int rank = 0, size = 1, device = 0;
   std::vector<Param> params;
   std::unordered_map<std::string, int> by_name;
   std::vector<Bucket> buckets;
-  cuda::DeviceBuffer flat;  // every bucket, back to back
+  DeviceBuffer flat;  // every bucket, back to back
   cudaStream_t copy_stream = nullptr;  // copies gradients into buckets, after their producers
   cudaEvent_t copied_out = nullptr;    // finish()'s copy-out done: the next copy-in may overwrite the buckets
   int next_launch = 0;
   bool finalized = false;
   int steps = 0;                 // finish() calls that completed
   std::vector<int> ready_order;  // this step's mark_ready order (for the rebuild after step 1)
-  std::unique_ptr<compression::cuda::DeviceCodec> codec;  // null: plain average
-  std::vector<DeviceWork> previous;                       // last step's buckets, host-waited at the next finish
+  std::unique_ptr<compression::DeviceCodec> codec;  // null: plain average
+  std::vector<DeviceWork> previous;                 // last step's buckets, host-waited at the next finish
 
-  Impl(NcclCommunicator& c, ReducerOptions o)
+  Impl(DeviceCommunicator& c, ReducerOptions o)
       : comm(c), options(std::move(o)), rank(c.rank()), size(c.size()), device(c.device()) {
     if (!(options.bucket_mb > 0) || !(options.first_bucket_mb > 0))
       throw InvalidArgument("DeviceGradientReducer: bucket_mb and first_bucket_mb must be positive (HOPWISE_BUCKET_MB)");
@@ -76,18 +79,18 @@ struct DeviceGradientReducer::Impl {
     if (spec.name == "powersgd")
       throw InvalidArgument("DeviceGradientReducer: PowerSGD is not available on device gradients; use a codec "
                             "(HOPWISE_COMPRESSION=fp16, int8, topk:ratio=..., ...) or none");
-    if (spec.name != "none") codec = std::make_unique<compression::cuda::DeviceCodec>(options.compression);
-    DeviceGuard guard(device);
-    check_cuda(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", rank);
+    if (spec.name != "none") codec = std::make_unique<compression::DeviceCodec>(options.compression);
+    CurrentGuard guard(device);
+    cuda::check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", rank);
     const cudaError_t e = cudaEventCreateWithFlags(&copied_out, cudaEventDisableTiming);
     if (e != cudaSuccess) {
       cudaStreamDestroy(copy_stream);
-      check_cuda(e, "cudaEventCreate", rank);
+      cuda::check(e, "cudaEventCreate", rank);
     }
   }
 
   ~Impl() {
-    DeviceGuard guard(device);
+    CurrentGuard guard(device);
     // Never free buffers that queued work still uses.
     for (DeviceWork& w : previous) try {
         w.wait();
@@ -107,63 +110,49 @@ struct DeviceGradientReducer::Impl {
 
   float* bucket_data(const Bucket& b) const { return flat.as<float>() + b.offset; }
 
-  // Reverse registration order: the order backward normally produces gradients in.
-  std::vector<int> reverse_order() const {
-    std::vector<int> order(params.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(order.size() - 1 - i);
-    return order;
+  std::vector<bucket_plan::Gradient> gradients() const {
+    std::vector<bucket_plan::Gradient> g;
+    for (const Param& p : params) g.push_back({p.name, p.count, 1});
+    return g;
   }
 
-  // Buckets in `order` (the order gradients become ready): the first capped at first_bucket_mb (communication
-  // starts early), the rest at bucket_mb.
+  // Buckets in `order` (bucket_plan::assign), back to back in the flat buffer, each 256-byte aligned.
   void assign(const std::vector<int>& order) {
     buckets.clear();
-    const auto first_cap = static_cast<std::size_t>(options.first_bucket_mb * (1 << 20) / sizeof(float));
-    const auto cap = static_cast<std::size_t>(options.bucket_mb * (1 << 20) / sizeof(float));
-    for (int i : order) {
-      Param& p = params[static_cast<std::size_t>(i)];
-      const std::size_t limit = buckets.size() <= 1 ? first_cap : cap;
-      if (buckets.empty() || (buckets.back().count > 0 && buckets.back().count + p.count > limit)) buckets.emplace_back();
-      Bucket& b = buckets.back();
-      p.bucket = static_cast<int>(buckets.size()) - 1;
-      p.offset = b.count;
-      b.params.push_back(i);
-      b.count += p.count;
+    for (bucket_plan::Planned& planned : bucket_plan::assign(gradients(), order, options)) {
+      Bucket& b = buckets.emplace_back();
+      b.params = std::move(planned.members);
+      b.count = planned.count;
+      std::size_t at = 0;
+      for (int i : b.params) {
+        Param& p = params[static_cast<std::size_t>(i)];
+        p.bucket = static_cast<int>(buckets.size()) - 1;
+        p.offset = at;
+        at += p.count;
+      }
     }
     std::size_t total = 0;
     for (std::size_t k = 0; k < buckets.size(); ++k) {
       Bucket& b = buckets[k];
       b.offset = total;
       total += (b.count + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
-      if (codec) b.codec_state = std::make_unique<compression::cuda::DeviceCodecState>(0x6e75 + k, rank, size);
+      if (codec) b.codec_state = std::make_unique<compression::DeviceCodecState>(0x6e75 + k, rank, size);
     }
-    DeviceGuard guard(device);
+    CurrentGuard guard(device);
     flat.reserve(std::max<std::size_t>(total, 1) * sizeof(float));
   }
 
-  // One 64-bit fingerprint of the layout; every rank's is gathered and compared with rank 0's.
+  // The layout's fingerprint, gathered through the communicator's store and compared with rank 0's.
   void check_layout() {
-    std::uint64_t h = 1469598103934665603ull;
-    auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-    mix(params.size());
-    for (const Param& p : params) {
-      mix(p.count);
-      for (char ch : p.name) mix(static_cast<unsigned char>(ch));
-    }
-    for (char ch : options.compression) mix(static_cast<unsigned char>(ch));
-    mix(buckets.size());
-    for (const Bucket& b : buckets) mix(b.count);
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(size));
-    check_mpi(MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm.mpi_comm()),
-              "MPI_Allgather (gradient layout check)");
-    std::vector<int> differ;
-    for (int r = 0; r < size; ++r)
-      if (all[static_cast<std::size_t>(r)] != all[0]) differ.push_back(r);
-    if (!differ.empty())
-      throw InvalidArgument(fmt::format("rank {}: device gradient bucket layout differs from rank 0's on rank(s) {}; "
-                                        "every rank must register the same parameters (names, sizes, order) with "
-                                        "the same bucket and compression options",
-                                        rank, fmt::join(differ, ",")));
+    std::vector<bucket_plan::Planned> planned;
+    for (const Bucket& b : buckets) planned.push_back({b.params, b.count});
+    const std::uint64_t mine = bucket_plan::fingerprint(gradients(), options.compression, planned);
+    const std::vector<std::string> got =
+        comm.host_allgather("reducer_layout", std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)));
+    std::vector<std::uint64_t> all(got.size(), 0);
+    for (std::size_t r = 0; r < got.size(); ++r)
+      if (got[r].size() == sizeof(std::uint64_t)) std::memcpy(&all[r], got[r].data(), sizeof(std::uint64_t));
+    bucket_plan::check_same_layout(all, rank, "device gradient");
   }
 
   void launch_ready() {
@@ -197,7 +186,7 @@ struct DeviceGradientReducer::Impl {
   }
 };
 
-DeviceGradientReducer::DeviceGradientReducer(NcclCommunicator& comm, ReducerOptions options)
+DeviceGradientReducer::DeviceGradientReducer(DeviceCommunicator& comm, ReducerOptions options)
     : impl_(std::make_unique<Impl>(comm, std::move(options))) {}
 
 DeviceGradientReducer::~DeviceGradientReducer() = default;
@@ -211,7 +200,8 @@ int DeviceGradientReducer::add_parameter(std::string name, float* grad, std::siz
     throw InvalidArgument(fmt::format("rank {}: add_parameter('{}'): a parameter of that name is already registered; "
                                       "names must be unique",
                                       m.rank, name));
-  check_device_pointer(grad, count, fmt::format("add_parameter('{}')", name), "gradient", m.rank, m.device);
+  cuda::check_device_pointer(grad, count, fmt::format("rank {}: add_parameter('{}')", m.rank, name), "gradient",
+                             m.device, "GradientReducer");
   Param p;
   p.name = name;
   p.grad = grad;
@@ -226,12 +216,12 @@ void DeviceGradientReducer::finalize() {
   Impl& m = *impl_;
   if (m.finalized) return;
   {
-    DeviceGuard guard(m.device);
+    CurrentGuard guard(m.device);
     for (Param& p : m.params)
       if (!p.produced)
-        check_cuda(cudaEventCreateWithFlags(&p.produced, cudaEventDisableTiming), "cudaEventCreate", m.rank);
+        cuda::check(cudaEventCreateWithFlags(&p.produced, cudaEventDisableTiming), "cudaEventCreate", m.rank);
   }
-  m.assign(m.reverse_order());
+  m.assign(bucket_plan::reverse_order(m.params.size()));
   m.check_layout();
   m.finalized = true;
   m.start_step();
@@ -251,14 +241,14 @@ void DeviceGradientReducer::mark_ready(int index, void* stream) {
                                       m.rank, p.name));
   Bucket& b = m.buckets[static_cast<std::size_t>(p.bucket)];
   {
-    DeviceGuard guard(m.device);
-    check_cuda(cudaEventRecord(p.produced, static_cast<cudaStream_t>(stream)),
+    CurrentGuard guard(m.device);
+    cuda::check(cudaEventRecord(p.produced, static_cast<cudaStream_t>(stream)),
                fmt::format("cudaEventRecord on the stream that produced gradient '{}' (a valid stream of device {}?)",
                            p.name, m.device),
                m.rank);
-    check_cuda(cudaStreamWaitEvent(m.copy_stream, p.produced, 0), "cudaStreamWaitEvent", m.rank);
+    cuda::check(cudaStreamWaitEvent(m.copy_stream, p.produced, 0), "cudaStreamWaitEvent", m.rank);
     if (p.count > 0)
-      check_cuda(cudaMemcpyAsync(m.bucket_data(b) + p.offset, p.grad, p.count * sizeof(float),
+      cuda::check(cudaMemcpyAsync(m.bucket_data(b) + p.offset, p.grad, p.count * sizeof(float),
                                  cudaMemcpyDeviceToDevice, m.copy_stream),
                  fmt::format("cudaMemcpyAsync (gradient '{}' into its bucket)", p.name), m.rank);
   }
@@ -295,21 +285,21 @@ StepStats DeviceGradientReducer::finish(void* stream, bool synchronize) {
   StepStats s;
   auto st = static_cast<cudaStream_t>(stream);
   {
-    DeviceGuard guard(m.device);
+    CurrentGuard guard(m.device);
     for (Bucket& b : m.buckets) {
       b.work.wait_on_stream(stream);
       for (int i : b.params) {
         const Param& p = m.params[static_cast<std::size_t>(i)];
         if (p.count > 0)
-          check_cuda(cudaMemcpyAsync(p.grad, m.bucket_data(b) + p.offset, p.count * sizeof(float),
+          cuda::check(cudaMemcpyAsync(p.grad, m.bucket_data(b) + p.offset, p.count * sizeof(float),
                                      cudaMemcpyDeviceToDevice, st),
                      fmt::format("cudaMemcpyAsync (averaged gradient '{}' back)", p.name), m.rank);
       }
       s.bytes += b.wire_bytes;
     }
     // The next step's copy-ins (copy stream) must not overwrite a bucket before it is copied out.
-    check_cuda(cudaEventRecord(m.copied_out, st), "cudaEventRecord on finish()'s stream", m.rank);
-    check_cuda(cudaStreamWaitEvent(m.copy_stream, m.copied_out, 0), "cudaStreamWaitEvent", m.rank);
+    cuda::check(cudaEventRecord(m.copied_out, st), "cudaEventRecord on finish()'s stream", m.rank);
+    cuda::check(cudaStreamWaitEvent(m.copy_stream, m.copied_out, 0), "cudaStreamWaitEvent", m.rank);
   }
   s.buckets = static_cast<int>(m.buckets.size());
   if (synchronize) {
@@ -318,10 +308,10 @@ StepStats DeviceGradientReducer::finish(void* stream, bool synchronize) {
       b.work.wait();
       s.comm_ms += b.work.elapsed_ms();
     }
-    DeviceGuard guard(m.device);
+    CurrentGuard guard(m.device);
     cudaError_t e;
     while ((e = cudaEventQuery(m.copied_out)) == cudaErrorNotReady) std::this_thread::yield();
-    check_cuda(e, "copying the averaged gradients back", m.rank);
+    cuda::check(e, "copying the averaged gradients back", m.rank);
     s.exposed_comm_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     s.overlap_pct = s.comm_ms > 0 ? std::clamp(100.0 * (1.0 - s.exposed_comm_ms / s.comm_ms), 0.0, 100.0) : 100.0;
   } else {
@@ -332,13 +322,19 @@ StepStats DeviceGradientReducer::finish(void* stream, bool synchronize) {
   // buffer, and cudaFree waits for the device.
   if (++m.steps == 1 && m.options.rebuild) {
     std::vector<std::int32_t> order(m.ready_order.begin(), m.ready_order.end());
-    check_mpi(MPI_Bcast(order.data(), static_cast<int>(order.size()), MPI_INT32_T, 0, m.comm.mpi_comm()),
-              "MPI_Bcast (observed gradient order)");
+    const std::string got = m.comm.host_broadcast(
+        "reducer_order", std::string(reinterpret_cast<const char*>(order.data()), order.size() * sizeof(std::int32_t)),
+        0);
+    if (got.size() != order.size() * sizeof(std::int32_t))
+      throw InvalidArgument(fmt::format("rank {}: rank 0 observed {} gradients ready but this rank registered {}; "
+                                        "every rank must register the same parameters",
+                                        m.rank, got.size() / sizeof(std::int32_t), order.size()));
+    if (!order.empty()) std::memcpy(order.data(), got.data(), got.size());
     const std::vector<int> observed(order.begin(), order.end());
-    if (observed != m.reverse_order()) {
+    if (const auto rebuilt = bucket_plan::rebuild_order(observed, m.params.size())) {
       for (DeviceWork& w : m.previous) w.wait();
       m.previous.clear();
-      m.assign(observed);
+      m.assign(*rebuilt);
     }
   }
   m.start_step();
