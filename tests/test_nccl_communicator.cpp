@@ -9,14 +9,18 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collective_reference.h"
@@ -552,6 +556,74 @@ TEST(DevicePowerSgdAllreduce, MatchesTheCpuPowerSgdOverRanks) {
     }
   }
   EXPECT_THROW(dev.allreduce({}, hopwise::ReduceOp::kMax), hopwise::InvalidArgument);
+}
+
+// ---- DeviceWork::on_complete: once, after the result is in place, off the caller's thread unless complete ----
+TEST(DeviceWorkCallbacks, RunOnceAfterTheResultIsInPlace) {
+  hc::DeviceCommunicator& c = comm();
+  const int n = c.size();
+  const std::size_t count = 1 << 20;
+  const std::vector<float> ones(count, 1.0f);
+  DeviceBuffer d(count * sizeof(float));
+  hopwise::cuda::copy_to_device(d.data(), ones.data(), count * sizeof(float));
+  std::atomic<int> calls{0};
+  std::promise<std::vector<float>> seen;
+  auto result = seen.get_future();
+  const auto caller = std::this_thread::get_id();
+  hc::DeviceWork w = c.allreduce_async(d.data(), d.data(), count, DataType::kFloat32, ReduceOp::kSum);
+  w.on_complete([&](std::exception_ptr e) {
+    ++calls;
+    std::vector<float> got(count, 0.0f);
+    if (!e) hopwise::cuda::copy_to_host(got.data(), d.data(), count * sizeof(float));  // the result is in place
+    seen.set_value(std::move(got));
+  });
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "the callback never ran";
+  const std::vector<float> got = result.get();
+  EXPECT_EQ(std::count(got.begin(), got.end(), static_cast<float>(n)), static_cast<std::ptrdiff_t>(count));
+  w.wait();
+  EXPECT_EQ(calls.load(), 1);
+
+  // Already complete: at once, on this thread.
+  std::thread::id here;
+  w.on_complete([&](std::exception_ptr e) {
+    EXPECT_FALSE(e);
+    here = std::this_thread::get_id();
+  });
+  EXPECT_EQ(here, caller);
+
+  // A dropped handle still calls back; an empty handle and an empty callback are InvalidArgument.
+  std::promise<void> dropped;
+  c.barrier_async().on_complete([&](std::exception_ptr) { dropped.set_value(); });
+  EXPECT_EQ(dropped.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_THROW(hc::DeviceWork().on_complete([](std::exception_ptr) {}), hopwise::InvalidArgument);
+  EXPECT_THROW(c.barrier_async().on_complete(nullptr), hopwise::InvalidArgument);
+  c.barrier();  // every rank issued the same barriers above
+}
+
+TEST(DeviceWorkCallbacks, ACallbackMayIssueAndWaitForANewCall) {
+  hc::DeviceCommunicator& c = comm();
+  const int n = c.size();
+  DeviceBuffer a(64 * sizeof(float)), b(64 * sizeof(float));
+  const std::vector<float> ones(64, 1.0f);
+  hopwise::cuda::copy_to_device(a.data(), ones.data(), 64 * sizeof(float));
+  hopwise::cuda::copy_to_device(b.data(), ones.data(), 64 * sizeof(float));
+  std::promise<std::string> inner;
+  auto done = inner.get_future();
+  c.allreduce_async(a.data(), a.data(), 64, DataType::kFloat32, ReduceOp::kSum).on_complete([&](std::exception_ptr e) {
+    if (e) return inner.set_value("the first allreduce failed");
+    try {
+      c.allreduce(b.data(), b.data(), 64, DataType::kFloat32, ReduceOp::kSum);  // same communicator, waited for
+      inner.set_value("");
+    } catch (const std::exception& x) {
+      inner.set_value(x.what());
+    }
+  });
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(120)), std::future_status::ready)
+      << "a callback that waits for a new call on the same communicator deadlocked";
+  EXPECT_EQ(done.get(), "");
+  std::vector<float> got(64);
+  hopwise::cuda::copy_to_host(got.data(), b.data(), 64 * sizeof(float));
+  for (float v : got) EXPECT_EQ(v, static_cast<float>(n));
 }
 
 // ---- meeting through a Store instead of MPI, and the small host-side agreements ----

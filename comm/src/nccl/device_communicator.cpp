@@ -1,7 +1,7 @@
 // The DeviceCommunicator's life: options, the two ways ranks meet (an MpiStore made from a duplicate of the
 // caller's MPI communicator, or the launcher's Store), the rendezvous through the store (every rank got its GPU,
 // rank 0's NCCL unique id), the nonblocking NCCL setup, the small host-side agreements later calls make through
-// the same store, and the teardown (its own waits, then NCCL's finalize).
+// the same store, and the teardown (its own waits, then the callbacks still due, then NCCL's finalize).
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
@@ -292,7 +292,12 @@ DeviceCommunicator::DeviceCommunicator(std::shared_ptr<Store> store, int rank, i
   }
 }
 
-DeviceCommunicator::~DeviceCommunicator() { impl_->close(); }
+DeviceCommunicator::~DeviceCommunicator() {
+  impl_->drain_for_close();
+  // Every enqueued call has finished: run the callbacks still due (they may still call this communicator).
+  if (!impl_->completions->on_this_thread()) impl_->completions->shutdown();
+  impl_->close();
+}
 
 int DeviceCommunicator::rank() const { return impl_->rank; }
 int DeviceCommunicator::size() const { return impl_->size; }

@@ -1,8 +1,8 @@
 // Inside the DeviceCommunicator: its state (the NCCL communicator, the stream, the workspaces, the store the ranks
-// met in) and the state of one DeviceWork. Split by concern: device_errors.cpp (aborts,
+// met in, the completion thread) and the state of one DeviceWork. Split by concern: device_errors.cpp (aborts,
 // failures, polling, workspaces), device_ring.cpp (the ring of grouped send/recv), device_compressed.cpp (the
 // compressed allreduce on the shared recipe), device_collectives.cpp (the public calls), device_work.cpp (the
-// handle), device_communicator.cpp (setup, rendezvous, teardown).
+// handle and its callbacks), device_communicator.cpp (setup, rendezvous, teardown).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,12 +12,14 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "../completion_thread.h"
 #include "hopwise/comm/device_communicator.h"
 #include "hopwise/common/cuda_check.h"
 #include "hopwise/common/device_buffer.h"
@@ -37,16 +39,20 @@ struct DeviceWork::State {
   cudaEvent_t start = nullptr, done = nullptr;
   std::string what;
 
-  std::mutex mutex;  // the outcome
+  std::mutex mutex;  // the outcome and the callbacks (the caller's thread and the completion thread)
   bool settled = false;
   std::exception_ptr error;  // settled without an error: complete
+  std::vector<std::function<void(std::exception_ptr)>> callbacks;
+  bool watched = false;  // the completion thread polls it
 
   ~State();
   bool complete();
-  // Records the outcome once (later outcomes change nothing).
+  // Records the outcome once (later outcomes change nothing) and hands the callbacks to the completion thread.
   void settle(std::exception_ptr e);
-  // One look at the event, settling the outcome when the work completed or failed; true once settled.
-  bool poll_once();
+  // One look at the event, settling the outcome when the work completed or failed (or `deadline` passed: the
+  // communicator is aborted); true once settled. `give_way`: false at once while another thread holds the
+  // communicator's lock.
+  bool poll_once(bool give_way, DeviceClock::time_point deadline);
   // The settled error rethrown; nothing on success.
   void rethrow();
 };
@@ -71,9 +77,11 @@ struct detail::DeviceCommunicatorImpl : std::enable_shared_from_this<detail::Dev
   CollectiveStats stats;
   // Workspaces (grown, never shrunk; growing first drains the stream, whose queued work may still use them).
   DeviceBuffer ring_tmp, stage, barrier_buf, payload, gathered, scales;
-  // One thread at a time in NCCL and in the error state (recursive: an enqueue that grows a workspace drains the
-  // stream under it).
+  // One thread at a time in NCCL and in the error state: the caller's thread and the completion thread's polls
+  // (recursive: an enqueue that grows a workspace drains the stream under it).
   std::recursive_mutex mutex;
+  // Runs DeviceWork callbacks, so that a callback may issue and wait for a new call on this communicator.
+  std::shared_ptr<CompletionThread> completions = std::make_shared<CompletionThread>();
 
   ~DeviceCommunicatorImpl() { close(); }
 

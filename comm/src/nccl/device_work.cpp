@@ -1,11 +1,31 @@
-// DeviceWork: the handle of one enqueued call. Its outcome is settled once, by the first wait() or test() that sees
-// the work's CUDA event fire (or fail), and kept: later calls return or rethrow it.
+// DeviceWork: the handle of one enqueued call. Its outcome is settled once, by whoever sees the work's CUDA event
+// fire (or fail) first: the caller's wait() or test(), or the communicator's completion thread, which polls the
+// work that has callbacks (DeviceWork::on_complete) and runs them, never under a hopwise lock.
 #include <fmt/core.h>
 
 #include "device_impl.h"
 #include "hopwise/common/error.h"
+#include "hopwise/common/log.h"
 
 namespace hopwise::comm {
+
+namespace {
+
+using Callbacks = std::vector<std::function<void(std::exception_ptr)>>;
+
+void run_callbacks(const Callbacks& cbs, const std::exception_ptr& e) {
+  for (const auto& cb : cbs) {
+    try {
+      cb(e);
+    } catch (const std::exception& x) {
+      log::warn("a DeviceWork callback threw (ignored): {}", x.what());
+    } catch (...) {
+      log::warn("a DeviceWork callback threw a non-standard exception (ignored)");
+    }
+  }
+}
+
+}  // namespace
 
 DeviceWork::State::~State() {
   if (start) cudaEventDestroy(start);
@@ -18,10 +38,15 @@ bool DeviceWork::State::complete() {
 }
 
 void DeviceWork::State::settle(std::exception_ptr e) {
-  std::lock_guard lock(mutex);
-  if (settled) return;
-  settled = true;
-  error = e;
+  Callbacks cbs;
+  {
+    std::lock_guard lock(mutex);
+    if (settled) return;
+    settled = true;
+    error = e;
+    cbs.swap(callbacks);
+  }
+  if (!cbs.empty()) impl->completions->post([cbs = std::move(cbs), e] { run_callbacks(cbs, e); });
 }
 
 void DeviceWork::State::rethrow() {
@@ -33,21 +58,25 @@ void DeviceWork::State::rethrow() {
   if (e) std::rethrow_exception(e);
 }
 
-bool DeviceWork::State::poll_once() {
+bool DeviceWork::State::poll_once(bool give_way, DeviceClock::time_point deadline) {
   {
     std::lock_guard lock(mutex);
     if (settled) return true;
   }
+  std::unique_lock lock(impl->mutex, std::defer_lock);
+  if (!give_way)
+    lock.lock();
+  else if (!lock.try_lock())
+    return false;
   std::exception_ptr failure;
   bool fired = false;
-  {
-    std::lock_guard lock(impl->mutex);
-    try {
-      fired = impl->query(done, what);
-    } catch (...) {
-      failure = std::current_exception();
-    }
+  try {
+    fired = impl->query(done, what);
+    if (!fired && DeviceClock::now() > deadline) impl->fail_timeout(what);
+  } catch (...) {
+    failure = std::current_exception();
   }
+  lock.unlock();  // callbacks never run under the communicator's lock
   if (!fired && !failure) return false;
   settle(failure);
   return true;
@@ -67,13 +96,13 @@ void DeviceWork::wait() {
   } catch (...) {
     s.settle(std::current_exception());
   }
-  s.rethrow();
+  s.rethrow();  // the first outcome (the completion thread may have settled it before this wait did)
 }
 
 bool DeviceWork::test() {
   if (!state_) throw InvalidArgument("DeviceWork::test() on an empty handle (default-constructed)");
   State& s = *state_;
-  const bool settled = s.poll_once();
+  const bool settled = s.poll_once(false, DeviceClock::time_point::max());
   s.rethrow();
   return settled;
 }
@@ -83,6 +112,44 @@ void DeviceWork::wait_on_stream(void* stream) {
   cuda::CurrentGuard guard(state_->impl->device);
   cuda::check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), state_->done, 0),
               fmt::format("cudaStreamWaitEvent (a stream waiting for NCCL {})", state_->what), state_->impl->rank);
+}
+
+void DeviceWork::on_complete(std::function<void(std::exception_ptr)> fn) {
+  if (!state_) throw InvalidArgument("DeviceWork::on_complete() on an empty handle (default-constructed)");
+  if (!fn) throw InvalidArgument("DeviceWork::on_complete() needs a callback");
+  State& s = *state_;
+  s.poll_once(false, DeviceClock::time_point::max());  // work already complete calls back right here
+  bool now = false, watch = false;
+  std::exception_ptr error;
+  {
+    std::lock_guard lock(s.mutex);
+    if (s.settled) {
+      now = true;
+      error = s.error;
+    } else {
+      s.callbacks.push_back(std::move(fn));
+      watch = !s.watched;
+      s.watched = true;
+    }
+  }
+  if (now) {
+    run_callbacks({fn}, error);
+    return;
+  }
+  if (!watch) return;
+  // The completion thread keeps the state alive until it settles: the caller may drop its handle.
+  const auto deadline = DeviceClock::now() + std::chrono::duration_cast<DeviceClock::duration>(
+                                                 std::chrono::duration<double>(s.impl->options.timeout_s));
+  auto state = state_;
+  // It gives way to the caller's thread while on the completion thread, and waits its turn at shutdown.
+  s.impl->completions->watch(
+      [state, deadline] { return state->poll_once(state->impl->completions->on_this_thread(), deadline); }, [] {},
+                             [state] {
+                               state->settle(std::make_exception_ptr(
+                                   Error(fmt::format("rank {}: NCCL {}: the communicator was destroyed before this "
+                                                     "work completed",
+                                                     state->impl->rank, state->what))));
+                             });
 }
 
 double DeviceWork::elapsed_ms() const {

@@ -9,13 +9,16 @@
 // Initialization is nonblocking too (ncclCommInitRankConfig with blocking = 0), so a missing peer times out there.
 //
 // Ranks meet through a Store (store.h): the MPI constructor makes an MpiStore of its own, the other takes the
-// launcher's. Not thread-safe: call one communicator from one thread at a time (like NCCL itself).
+// launcher's. Not thread-safe: call one communicator from one thread at a time (like NCCL itself); a DeviceWork
+// callback that calls the communicator counts as that thread.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -65,6 +68,13 @@ class DeviceWork {
   bool test();
   // Makes `stream` wait for the work without blocking the host (cudaStreamWaitEvent).
   void wait_on_stream(void* stream);
+  // Runs `fn` exactly once after the work's CUDA event has fired (its result in place), with its error (null on
+  // success): at once on this thread if the work is already complete, else on the communicator's completion
+  // thread, in completion order, never while a hopwise lock is held. `fn` may issue calls on the same
+  // communicator and wait for them. Work nobody waits for is watched with the communicator's timeout, counted
+  // from this call (then the communicator is aborted, as by wait()); work the communicator's destruction leaves
+  // unfinished calls back with an error. An exception thrown by `fn` is logged and dropped.
+  void on_complete(std::function<void(std::exception_ptr)> fn);
   bool valid() const { return state_ != nullptr; }
   // Milliseconds the work spent on the communicator's stream (from when its inputs were ready). Needs a complete
   // work (wait() or test() == true).
@@ -87,7 +97,8 @@ class DeviceCommunicator {
   // store create them in the same order.
   DeviceCommunicator(std::shared_ptr<Store> store, int rank, int size, int local_rank,
                      DeviceOptions options = DeviceOptions::from_env());
-  // Waits (up to the timeout) for the enqueued work, then finalizes the NCCL communicator (aborts it on failure).
+  // Waits (up to the timeout) for the enqueued work, runs the callbacks still due, then finalizes the NCCL
+  // communicator (aborts it on failure).
   ~DeviceCommunicator();
   DeviceCommunicator(const DeviceCommunicator&) = delete;
   DeviceCommunicator& operator=(const DeviceCommunicator&) = delete;
