@@ -102,7 +102,7 @@ CostParams calibrate(Transport& t, Workspace& ws) {
     std::vector<double> times;
     for (int i = 0; i < 21; ++i) {
       const auto t0 = Clock::now();
-      algo::direct_allreduce_shared(ctx, &x, &y, 1, DataType::kFloat32, ReduceOp::kSum, 1.0);
+      algo::one_shot_allreduce_shared(ctx, &x, &y, 1, DataType::kFloat32, ReduceOp::kSum, 1.0);
       times.push_back(seconds_since(t0));
     }
     std::sort(times.begin(), times.end());
@@ -113,7 +113,7 @@ CostParams calibrate(Transport& t, Workspace& ws) {
     times.clear();
     for (int i = 0; i < 7; ++i) {
       const auto t0 = Clock::now();
-      algo::shared_memory_allreduce(ctx, a, a, n / 4, DataType::kFloat32, ReduceOp::kSum, 1.0);
+      algo::two_shot_allreduce(ctx, a, a, n / 4, DataType::kFloat32, ReduceOp::kSum, 1.0);
       times.push_back(seconds_since(t0));
     }
     std::sort(times.begin(), times.end());

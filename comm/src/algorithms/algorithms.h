@@ -42,8 +42,8 @@ AlgorithmInfo ring_row();
 AlgorithmInfo halving_doubling_row();
 AlgorithmInfo tree_row();
 AlgorithmInfo native_row();
-AlgorithmInfo direct_row();
-AlgorithmInfo shared_memory_row();
+AlgorithmInfo one_shot_row();
+AlgorithmInfo two_shot_row();
 AlgorithmInfo hierarchical_row();
 
 // Cost-model helpers the rows share (comm/src/cost_model.cpp).
@@ -103,15 +103,15 @@ void tree_broadcast(const Context& c, void* buf, std::size_t count, DataType dt,
 
 // One shot: everyone sends everything to everyone, then reduces locally in rank order (small messages).
 // Uses the transport's shared slots when it has them and the data fits (no messages at all).
-void direct_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
+void one_shot_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
                       double scale);
 // The shared-slot path alone; false (nothing done) where the transport has no slots or the data does not fit.
-bool direct_allreduce_shared(const Context& c, const void* in, void* out, std::size_t count, DataType dt,
+bool one_shot_allreduce_shared(const Context& c, const void* in, void* out, std::size_t count, DataType dt,
                              ReduceOp op, double scale);
 
 // Reduce-scatter + allgather through the shared slots (one host, no messages), chunked by the slot size.
 // False (nothing done) where the transport has no shared slots.
-bool shared_memory_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt,
+bool two_shot_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt,
                              ReduceOp op, double scale);
 
 // Reduce within a host to its leader (local rank 0), ring allreduce among the leaders, broadcast within the host.

@@ -23,7 +23,7 @@ struct Table {
 
   Table() {
     for (AlgorithmInfo row : {algo::ring_row(), algo::halving_doubling_row(), algo::tree_row(), algo::native_row(),
-                              algo::direct_row(), algo::shared_memory_row(), algo::hierarchical_row()})
+                              algo::one_shot_row(), algo::two_shot_row(), algo::hierarchical_row()})
       add(std::move(row));
   }
 

@@ -1,5 +1,7 @@
-// The point-to-point interface every algorithm is written against (ring, halving-doubling, tree, barrier).
-// Implementations: MpiTransport (real processes), InProcessTransport (ranks as threads), NCCL later.
+// The point-to-point contract every algorithm is written against (ring, halving-doubling, tree, barrier), for
+// host memory. Implementations, one folder each under comm/src/transports/: MpiTransport (real processes),
+// InProcessTransport (ranks as threads), GroupTransport (a subset of another transport's ranks). The contract is
+// checked over each of them by tests/test_transport_contract.cpp.
 #pragma once
 
 #include <chrono>
@@ -27,6 +29,7 @@ class NativeCollectives {
   virtual ~NativeCollectives() = default;
   virtual void allreduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) = 0;
   virtual void reduce_scatter(const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op) = 0;
+  // `in` may be this rank's block of `out` (in place).
   virtual void allgather(const void* in, void* out, std::size_t sendcount, DataType dt) = 0;
   virtual void broadcast(void* buf, std::size_t count, DataType dt, int root) = 0;
   virtual void reduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, int root) = 0;

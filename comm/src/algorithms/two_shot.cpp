@@ -1,4 +1,4 @@
-// Allreduce through the shared slots of ranks on one host, with no messages: chunk by chunk, every rank copies
+// Two-shot allreduce ("shm") through the shared slots of ranks on one host, with no messages: chunk by chunk, every rank copies
 // its input into its slot and raises its ready flag; rank j reduces block j of the chunk across all slots (in
 // rank order) and leaves the result in block j of its own slot, then raises its done flag; every rank copies the
 // p result blocks out. Each rank moves about 3n bytes (copy in, reduce its n/p over p inputs, copy out) against
@@ -14,7 +14,7 @@
 
 namespace hopwise::comm::algo {
 
-bool shared_memory_allreduce(const Context& c, const void* in_v, void* out_v, std::size_t count, DataType dt,
+bool two_shot_allreduce(const Context& c, const void* in_v, void* out_v, std::size_t count, DataType dt,
                              ReduceOp op, double scale) {
   Transport& t = c.transport;
   SharedSlots* sh = t.shared_slots();
@@ -64,7 +64,7 @@ bool shared_memory_allreduce(const Context& c, const void* in_v, void* out_v, st
 }
 
 
-AlgorithmInfo shared_memory_row() {
+AlgorithmInfo two_shot_row() {
   AlgorithmInfo r;
   r.name = "shm";
   r.aliases = {"shared-memory", "twoshot", "two-shot"};
@@ -79,7 +79,7 @@ AlgorithmInfo shared_memory_row() {
   };
   r.run = [](AlgorithmContext& a, const CollectiveCall& c) {
     // Where the transport has no shared slots (ranks on several hosts), the planned ring does the work.
-    if (!shared_memory_allreduce(context_of(a), c.in, c.out, c.count, c.dt, c.op, c.scale))
+    if (!two_shot_allreduce(context_of(a), c.in, c.out, c.count, c.dt, c.op, c.scale))
       planned_ring_allreduce(a, c);
   };
   return r;

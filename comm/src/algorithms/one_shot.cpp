@@ -1,4 +1,4 @@
-// One-shot allreduce for small messages: every rank makes its whole buffer available to every other rank and
+// One-shot allreduce ("direct") for small messages: every rank makes its whole buffer available to every other rank and
 // reduces all p inputs itself. One round of latency instead of the ring's 2(p-1) or halving-doubling's 2 log p,
 // at the price of (p-1)·n bytes per rank, so the cost model picks it only for small n. Every rank reduces in rank
 // order, so every rank ends with the same bits.
@@ -37,7 +37,7 @@ void reduce_inputs(int p, DataType dt, ReduceOp op, void* out, std::size_t count
 
 }  // namespace
 
-bool direct_allreduce_shared(const Context& c, const void* in, void* out, std::size_t count, DataType dt,
+bool one_shot_allreduce_shared(const Context& c, const void* in, void* out, std::size_t count, DataType dt,
                              ReduceOp op, double scale) {
   Transport& t = c.transport;
   SharedSlots* sh = t.shared_slots();
@@ -56,9 +56,9 @@ bool direct_allreduce_shared(const Context& c, const void* in, void* out, std::s
   return true;
 }
 
-void direct_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
+void one_shot_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
                       double scale) {
-  if (direct_allreduce_shared(c, in, out, count, dt, op, scale)) return;
+  if (one_shot_allreduce_shared(c, in, out, count, dt, op, scale)) return;
   Transport& t = c.transport;
   const int p = t.size(), me = t.rank();
   const std::size_t es = dtype_size(dt), bytes = count * es;
@@ -89,7 +89,7 @@ void direct_allreduce(const Context& c, const void* in, void* out, std::size_t c
 }
 
 
-AlgorithmInfo direct_row() {
+AlgorithmInfo one_shot_row() {
   AlgorithmInfo r;
   r.name = "direct";
   r.aliases = {"oneshot", "one-shot"};
@@ -103,7 +103,7 @@ AlgorithmInfo direct_row() {
     return m.alpha + (P - 1) * n * (beta_for(m, 0) + m.gamma);
   };
   r.run = [](AlgorithmContext& a, const CollectiveCall& c) {
-    direct_allreduce(context_of(a), c.in, c.out, c.count, c.dt, c.op, c.scale);
+    one_shot_allreduce(context_of(a), c.in, c.out, c.count, c.dt, c.op, c.scale);
   };
   return r;
 }
