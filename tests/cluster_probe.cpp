@@ -29,8 +29,10 @@ int main(int argc, char** argv) {
   int want_hosts = 0;
   std::string map = "slot";
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--hosts") == 0) want_hosts = std::atoi(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--map") == 0) map = argv[i + 1];
+    if (std::strcmp(argv[i], "--hosts") == 0)
+      want_hosts = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--map") == 0)
+      map = argv[i + 1];
   }
   hopwise::comm::Communicator comm;
   const int p = comm.size(), rank = comm.rank();
@@ -62,9 +64,11 @@ int main(int argc, char** argv) {
     for (int r = 0; r < p; ++r) {
       const Where& w = all[static_cast<std::size_t>(r)];
       const int expect = map == "node" ? r % want_hosts : r / per_host;
-      if (w.host_id != expect) problems.push_back(fmt::format("rank {} has host id {}, expected {}", r, w.host_id, expect));
+      if (w.host_id != expect)
+        problems.push_back(fmt::format("rank {} has host id {}, expected {}", r, w.host_id, expect));
       if (w.local_size != per_host)
-        problems.push_back(fmt::format("rank {} shares its host with {} ranks, expected {}", r, w.local_size, per_host));
+        problems.push_back(
+            fmt::format("rank {} shares its host with {} ranks, expected {}", r, w.local_size, per_host));
       if (std::strcmp(w.host, w.processor) != 0)
         problems.push_back(fmt::format("rank {}: host name {} but MPI processor name {}", r, w.host, w.processor));
     }
@@ -72,8 +76,8 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     for (int r = 0; r < p; ++r) {
       const Where& w = all[static_cast<std::size_t>(r)];
-      fmt::print("rank {:>3}: host {:<10} processor {:<10} host id {:>2}, local rank {} of {}\n", r, w.host, w.processor,
-                 w.host_id, w.local_rank, w.local_size);
+      fmt::print("rank {:>3}: host {:<10} processor {:<10} host id {:>2}, local rank {} of {}\n", r, w.host,
+                 w.processor, w.host_id, w.local_rank, w.local_size);
     }
     fmt::print("{} ranks on {} hosts\n", p, hosts);
     for (const auto& s : problems) fmt::print("PROBLEM: {}\n", s);

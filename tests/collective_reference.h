@@ -99,10 +99,26 @@ inline std::vector<ReduceOp> ops_for(DataType dt) {
 // ---- element access ----
 inline double load_f(DataType dt, const void* p, std::size_t i) {
   switch (dt) {
-    case DataType::kFloat32: { float v; std::memcpy(&v, static_cast<const char*>(p) + 4 * i, 4); return v; }
-    case DataType::kFloat64: { double v; std::memcpy(&v, static_cast<const char*>(p) + 8 * i, 8); return v; }
-    case DataType::kFloat16: { std::uint16_t h; std::memcpy(&h, static_cast<const char*>(p) + 2 * i, 2); return hopwise::fp16_to_float(h); }
-    case DataType::kBFloat16: { std::uint16_t h; std::memcpy(&h, static_cast<const char*>(p) + 2 * i, 2); return hopwise::bf16_to_float(h); }
+    case DataType::kFloat32: {
+      float v;
+      std::memcpy(&v, static_cast<const char*>(p) + 4 * i, 4);
+      return v;
+    }
+    case DataType::kFloat64: {
+      double v;
+      std::memcpy(&v, static_cast<const char*>(p) + 8 * i, 8);
+      return v;
+    }
+    case DataType::kFloat16: {
+      std::uint16_t h;
+      std::memcpy(&h, static_cast<const char*>(p) + 2 * i, 2);
+      return hopwise::fp16_to_float(h);
+    }
+    case DataType::kBFloat16: {
+      std::uint16_t h;
+      std::memcpy(&h, static_cast<const char*>(p) + 2 * i, 2);
+      return hopwise::bf16_to_float(h);
+    }
     default: break;
   }
   std::abort();
@@ -111,10 +127,22 @@ inline double load_f(DataType dt, const void* p, std::size_t i) {
 // Stores a value that is exactly representable in dt (the generators only make such values).
 inline void store_f(DataType dt, void* p, std::size_t i, double v) {
   switch (dt) {
-    case DataType::kFloat32: { float f = static_cast<float>(v); std::memcpy(static_cast<char*>(p) + 4 * i, &f, 4); return; }
+    case DataType::kFloat32: {
+      float f = static_cast<float>(v);
+      std::memcpy(static_cast<char*>(p) + 4 * i, &f, 4);
+      return;
+    }
     case DataType::kFloat64: std::memcpy(static_cast<char*>(p) + 8 * i, &v, 8); return;
-    case DataType::kFloat16: { std::uint16_t h = hopwise::float_to_fp16(static_cast<float>(v)); std::memcpy(static_cast<char*>(p) + 2 * i, &h, 2); return; }
-    case DataType::kBFloat16: { std::uint16_t h = hopwise::float_to_bf16(static_cast<float>(v)); std::memcpy(static_cast<char*>(p) + 2 * i, &h, 2); return; }
+    case DataType::kFloat16: {
+      std::uint16_t h = hopwise::float_to_fp16(static_cast<float>(v));
+      std::memcpy(static_cast<char*>(p) + 2 * i, &h, 2);
+      return;
+    }
+    case DataType::kBFloat16: {
+      std::uint16_t h = hopwise::float_to_bf16(static_cast<float>(v));
+      std::memcpy(static_cast<char*>(p) + 2 * i, &h, 2);
+      return;
+    }
     default: break;
   }
   std::abort();
@@ -143,9 +171,11 @@ inline void store_u(DataType dt, void* p, std::size_t i, std::uint64_t v) {
 inline std::string show(DataType dt, const void* p, std::size_t i) {
   if (hopwise::is_floating(dt)) {
     const std::size_t es = hopwise::dtype_size(dt);
-    return fmt::format("{:.17g} (bits 0x{:x})", load_f(dt, p, i), load_u(es == 2 ? DataType::kFloat16 : es == 4
-                                                                                ? DataType::kInt32 : DataType::kInt64,
-                                                                      p, i));
+    return fmt::format("{:.17g} (bits 0x{:x})", load_f(dt, p, i),
+                       load_u(es == 2   ? DataType::kFloat16
+                              : es == 4 ? DataType::kInt32
+                                        : DataType::kInt64,
+                              p, i));
   }
   return fmt::format("{}", load_i(dt, p, i));
 }
@@ -263,8 +293,18 @@ inline Expected reference(DataType dt, ReduceOp op, const std::vector<const void
         switch (op) {
           case ReduceOp::kSum: acc += x; break;
           case ReduceOp::kProd: acc *= x; break;
-          case ReduceOp::kMin: if (sx < sacc) { sacc = sx; acc = x; } break;
-          case ReduceOp::kMax: if (sx > sacc) { sacc = sx; acc = x; } break;
+          case ReduceOp::kMin:
+            if (sx < sacc) {
+              sacc = sx;
+              acc = x;
+            }
+            break;
+          case ReduceOp::kMax:
+            if (sx > sacc) {
+              sacc = sx;
+              acc = x;
+            }
+            break;
           case ReduceOp::kAvg: std::abort();
         }
       }
@@ -321,8 +361,7 @@ inline std::string compare(const Expected& e, const void* got, std::size_t offse
       if (!ok) want = fmt::format("{:.17g} +- {:.3g}", w, t);
     }
     if (!ok) {
-      if (bad == 0)
-        first = fmt::format("element {}: got {}, expected {}", offset + i, show(e.dt, got, i), want);
+      if (bad == 0) first = fmt::format("element {}: got {}, expected {}", offset + i, show(e.dt, got, i), want);
       ++bad;
     }
   }

@@ -49,15 +49,24 @@ Args parse(int argc, char** argv) {
     const std::string k = argv[i];
     if (i + 1 >= argc) usage("missing value after " + k);
     const std::string v = argv[++i];
-    if (k == "--iters") a.iters = std::stoi(v);
-    else if (k == "--count") a.count = std::stoul(v);
-    else if (k == "--coll") a.coll = v;
-    else if (k == "--algo") a.algo = v;
-    else if (k == "--fault") a.fault = v;
-    else if (k == "--rank") a.rank = std::stoi(v);
-    else if (k == "--at") a.at = std::stoi(v);
-    else if (k == "--what") a.what = v;
-    else usage("unknown flag " + k);
+    if (k == "--iters")
+      a.iters = std::stoi(v);
+    else if (k == "--count")
+      a.count = std::stoul(v);
+    else if (k == "--coll")
+      a.coll = v;
+    else if (k == "--algo")
+      a.algo = v;
+    else if (k == "--fault")
+      a.fault = v;
+    else if (k == "--rank")
+      a.rank = std::stoi(v);
+    else if (k == "--at")
+      a.at = std::stoi(v);
+    else if (k == "--what")
+      a.what = v;
+    else
+      usage("unknown flag " + k);
   }
   if (a.coll != "allreduce" && a.coll != "broadcast") usage("--coll must be allreduce or broadcast");
   if (a.fault != "none" && a.fault != "stop" && a.fault != "kill" && a.fault != "skip" && a.fault != "mismatch")
@@ -80,10 +89,14 @@ void iteration(hc::Communicator& comm, const Args& a, int i, std::vector<double>
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
   if (misbehave) {
-    if (a.what == "count") count = a.count / 2;
-    else if (a.what == "dtype") dt = DataType::kFloat32;
-    else if (a.what == "op") op = ReduceOp::kMax;
-    else root = (root + 1) % p;
+    if (a.what == "count")
+      count = a.count / 2;
+    else if (a.what == "dtype")
+      dt = DataType::kFloat32;
+    else if (a.what == "op")
+      op = ReduceOp::kMax;
+    else
+      root = (root + 1) % p;
   }
   if (a.coll == "allreduce") {
     buf.assign(a.count, r + 1 + i);
@@ -91,13 +104,15 @@ void iteration(hc::Communicator& comm, const Args& a, int i, std::vector<double>
     const double want = p * (p + 1) / 2.0 + static_cast<double>(p) * i;
     for (std::size_t k = 0; k < a.count; ++k)
       if (buf[k] != want)
-        throw hopwise::Error(fmt::format("iteration {}: element {} is {}, expected {} (wrong data)", i, k, buf[k], want));
+        throw hopwise::Error(
+            fmt::format("iteration {}: element {} is {}, expected {} (wrong data)", i, k, buf[k], want));
   } else {
     buf.assign(a.count, r == 0 ? 1000.0 + i : -1.0);
     comm.broadcast(buf.data(), count, dt, root);
     for (std::size_t k = 0; k < a.count; ++k)
       if (buf[k] != 1000.0 + i)
-        throw hopwise::Error(fmt::format("iteration {}: element {} is {}, expected {} (wrong data)", i, k, buf[k], 1000.0 + i));
+        throw hopwise::Error(
+            fmt::format("iteration {}: element {} is {}, expected {} (wrong data)", i, k, buf[k], 1000.0 + i));
   }
 }
 

@@ -41,7 +41,8 @@ std::string run_threads(int n, const std::function<void(int)>& fn) {
   for (auto& t : threads) t.join();
   std::string all;
   for (int r = 0; r < n; ++r)
-    if (!errors[static_cast<std::size_t>(r)].empty()) all += fmt::format("rank {}: {}\n", r, errors[static_cast<std::size_t>(r)]);
+    if (!errors[static_cast<std::size_t>(r)].empty())
+      all += fmt::format("rank {}: {}\n", r, errors[static_cast<std::size_t>(r)]);
   return all;
 }
 
@@ -74,8 +75,8 @@ struct AllreduceData {
 TEST(Async, AllreduceThenWait) {
   const std::uint64_t seed = base_seed();
   SCOPED_TRACE(seed_note(seed));
-  for (Algorithm a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree, Algorithm::kDirect,
-                      Algorithm::kSharedMemory}) {
+  for (Algorithm a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree,
+                      Algorithm::kDirect, Algorithm::kSharedMemory}) {
     SCOPED_TRACE(std::string(hc::to_string(a)));
     Group g(4, test_options(a));
     AllreduceData d(4, DataType::kFloat32, ReduceOp::kSum, 100003, seed);
@@ -98,7 +99,7 @@ void back_to_back(int n, bool reverse_wait, std::uint64_t seed) {
   AllreduceData a1(n, DataType::kFloat32, ReduceOp::kSum, 1000, seed + 1);
   AllreduceData a2(n, DataType::kFloat64, ReduceOp::kAvg, 100003, seed + 2);  // in place
   AllreduceData a3(n, DataType::kFloat16, ReduceOp::kMax, 7, seed + 3);
-  AllreduceData a4(n, DataType::kInt64, ReduceOp::kProd, 3001, seed + 4);      // sync, queued behind the rest
+  AllreduceData a4(n, DataType::kInt64, ReduceOp::kProd, 3001, seed + 4);  // sync, queued behind the rest
   const std::size_t rc = 77;
   std::vector<Bytes> rs_in, rs_out, ag_in, ag_out, bc, red_in;
   Bytes red_out = make_garbage(333 * 2, seed);
@@ -112,7 +113,8 @@ void back_to_back(int n, bool reverse_wait, std::uint64_t seed) {
   }
   const int bc_root = n - 1, red_root = 1 % n;
   const Bytes bc_want = bc[static_cast<std::size_t>(bc_root)];
-  const Expected rs_want = reference(DataType::kInt32, ReduceOp::kSum, ptrs(rs_in), 0, rc * static_cast<std::size_t>(n));
+  const Expected rs_want =
+      reference(DataType::kInt32, ReduceOp::kSum, ptrs(rs_in), 0, rc * static_cast<std::size_t>(n));
   const Expected red_want = reference(DataType::kBFloat16, ReduceOp::kMax, ptrs(red_in), 0, 333);
   Bytes ag_want;
   for (const auto& b : ag_in) ag_want.insert(ag_want.end(), b.begin(), b.end());
@@ -175,10 +177,10 @@ TEST(Async, TwoCommunicatorsFromTheSameThreads) {
   SCOPED_TRACE(seed_note(seed));
   const int n = 4;
   Group ga(n, test_options(Algorithm::kRing, 1024)), gb(n, test_options(Algorithm::kTree, 512));
-  AllreduceData x(n, DataType::kFloat32, ReduceOp::kSum, 50001, seed + 1);    // on A
-  AllreduceData y(n, DataType::kInt32, ReduceOp::kMax, 50001, seed + 2);      // on B
-  AllreduceData z(n, DataType::kFloat64, ReduceOp::kMin, 999, seed + 3);      // on B, sync
-  AllreduceData u(n, DataType::kBFloat16, ReduceOp::kSum, 4097, seed + 4);    // on A, sync
+  AllreduceData x(n, DataType::kFloat32, ReduceOp::kSum, 50001, seed + 1);  // on A
+  AllreduceData y(n, DataType::kInt32, ReduceOp::kMax, 50001, seed + 2);    // on B
+  AllreduceData z(n, DataType::kFloat64, ReduceOp::kMin, 999, seed + 3);    // on B, sync
+  AllreduceData u(n, DataType::kBFloat16, ReduceOp::kSum, 4097, seed + 4);  // on A, sync
   const std::string err = run_threads(n, [&](int r) {
     hc::Communicator& a = ga.comm(r);
     hc::Communicator& b = gb.comm(r);
@@ -269,13 +271,16 @@ TEST(Async, SetRingOrderRightAfterWait) {
     hc::Work w = c.allreduce_async(&x, &x, 1, DataType::kFloat32);
     w.wait();
     try {
-      if (i % 2 == 0) c.set_ring_order({0});
-      else c.set_trees(hopwise::topology::binary_tree({0}));
+      if (i % 2 == 0)
+        c.set_ring_order({0});
+      else
+        c.set_trees(hopwise::topology::binary_tree({0}));
     } catch (const hopwise::InvalidArgument& e) {
       if (refused++ == 0) first = e.what();
     }
   }
-  EXPECT_EQ(refused, 0) << refused << " of " << kRounds << " plan changes right after wait() were refused; first: " << first;
+  EXPECT_EQ(refused, 0) << refused << " of " << kRounds
+                        << " plan changes right after wait() were refused; first: " << first;
 }
 
 TEST(Async, EmptyWorkHandle) {
@@ -303,7 +308,8 @@ TEST(Errors, NullBuffersAreRejectedNamingNull) {
       {"broadcast_async null", [&] { c.broadcast_async(nullptr, 3, DataType::kFloat32, 1); }},
       {"reduce null in", [&] { c.reduce(nullptr, buf, 3, DataType::kFloat32, ReduceOp::kSum, 0); }},
       {"reduce null out at the root", [&] { c.reduce(buf, nullptr, 3, DataType::kFloat32, ReduceOp::kSum, 0); }},
-      {"reduce_async null out at the root", [&] { c.reduce_async(buf, nullptr, 3, DataType::kFloat32, ReduceOp::kSum, 0); }},
+      {"reduce_async null out at the root",
+       [&] { c.reduce_async(buf, nullptr, 3, DataType::kFloat32, ReduceOp::kSum, 0); }},
       {"send null", [&] { c.send(nullptr, 3, DataType::kFloat32, 1); }},
       {"recv_async null", [&] { c.recv_async(nullptr, 3, DataType::kFloat32, 1); }},
   };
@@ -415,7 +421,8 @@ TEST(Timeout, MissingRankIsNamed) {
       }
       // Later calls fail fast rather than joining a half-finished exchange.
       const auto t1 = Clock::now();
-      const std::string again = message_of([&] { g.comm(0).allreduce(in.data(), out.data(), in.size(), DataType::kFloat32); });
+      const std::string again =
+          message_of([&] { g.comm(0).allreduce(in.data(), out.data(), in.size(), DataType::kFloat32); });
       EXPECT_NE(again.find("unusable"), std::string::npos) << again;
       EXPECT_LT(std::chrono::duration<double>(Clock::now() - t1).count(), 0.5);
     }
@@ -468,8 +475,10 @@ void late_peer_case(bool broadcast) {
   const std::string err = g.run([&](int r, hc::Communicator& c) {
     if (r == 1) {
       try {
-        if (broadcast) c.broadcast(buf.data(), count, DataType::kFloat32, 0);
-        else c.allgather(src.data() + count, buf.data(), count, DataType::kFloat32);
+        if (broadcast)
+          c.broadcast(buf.data(), count, DataType::kFloat32, 0);
+        else
+          c.allgather(src.data() + count, buf.data(), count, DataType::kFloat32);
       } catch (const hopwise::TimeoutError&) {
         rank1_timed_out = true;
       }
@@ -480,8 +489,10 @@ void late_peer_case(bool broadcast) {
     } else {
       gave_up.get_future().wait();
       try {
-        if (broadcast) c.broadcast(src.data(), count, DataType::kFloat32, 0);
-        else c.allgather(src.data(), src.data(), count, DataType::kFloat32);
+        if (broadcast)
+          c.broadcast(src.data(), count, DataType::kFloat32, 0);
+        else
+          c.allgather(src.data(), src.data(), count, DataType::kFloat32);
       } catch (const hopwise::Error&) {
         // rank 1 is gone: rank 0 may time out too
       }

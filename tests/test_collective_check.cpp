@@ -54,7 +54,8 @@ Outcome run4(const std::function<void(int, hc::Communicator&)>& fn, double timeo
 void expect_every_rank_reports(const Outcome& o, const std::vector<std::string>& parts) {
   for (std::size_t r = 0; r < o.what.size(); ++r) {
     EXPECT_TRUE(o.invalid_argument[r]) << "rank " << r << ": " << o.what[r];
-    for (const auto& p : parts) EXPECT_NE(o.what[r].find(p), std::string::npos) << "rank " << r << " lacks '" << p << "': " << o.what[r];
+    for (const auto& p : parts)
+      EXPECT_NE(o.what[r].find(p), std::string::npos) << "rank " << r << " lacks '" << p << "': " << o.what[r];
   }
 }
 
@@ -84,8 +85,8 @@ TEST(CollectiveCheck, CountMismatchIsNamedOnEveryRank) {
     std::vector<float> v(1024);
     c.allreduce(v.data(), v.data(), r == 2 ? 512 : 1024, DataType::kFloat32, ReduceOp::kSum);
   });
-  expect_every_rank_reports(o, {"HOPWISE_DEBUG=CHECK", "rank 2 differs from ranks 0,1,3",
-                                "count: 1024 on ranks 0,1,3, 512 on rank 2"});
+  expect_every_rank_reports(
+      o, {"HOPWISE_DEBUG=CHECK", "rank 2 differs from ranks 0,1,3", "count: 1024 on ranks 0,1,3, 512 on rank 2"});
 }
 
 // PowerSGD's spec is part of the call, as a codec's is: another rank on one rank is named.
@@ -127,16 +128,20 @@ TEST(CollectiveCheck, RootMismatch) {
 TEST(CollectiveCheck, CollectiveMismatch) {
   const Outcome o = run4([](int r, hc::Communicator& c) {
     std::vector<float> v(64), all(256);
-    if (r == 1) c.allgather(v.data(), all.data(), 64, DataType::kFloat32);
-    else c.allreduce(v.data(), v.data(), 64, DataType::kFloat32, ReduceOp::kSum);
+    if (r == 1)
+      c.allgather(v.data(), all.data(), 64, DataType::kFloat32);
+    else
+      c.allreduce(v.data(), v.data(), 64, DataType::kFloat32, ReduceOp::kSum);
   });
   expect_every_rank_reports(o, {"rank 1 differs", "collective: allreduce on ranks 0,2,3, allgather on rank 1"});
 }
 
 TEST(CollectiveCheck, AlgorithmForcedOnOneRankOnly) {
   const Outcome o = run4([](int r, hc::Communicator& c) {
-    if (r == 0) c.set_algorithm(hc::Algorithm::kRing);
-    else c.set_algorithm(hc::Algorithm::kTree);
+    if (r == 0)
+      c.set_algorithm(hc::Algorithm::kRing);
+    else
+      c.set_algorithm(hc::Algorithm::kTree);
     std::vector<float> v(4096);
     c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
   });
@@ -217,13 +222,16 @@ TEST(TimeoutExplained, NoRankMissingMeansTheyWaitOnEachOther) {
     std::vector<float> v(1024), all(2048);
     try {
       // Different collectives (without the check): each waits for messages the other never sends.
-      if (r == 0) c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
-      else c.allgather(v.data(), all.data(), v.size(), DataType::kFloat32);
+      if (r == 0)
+        c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+      else
+        c.allgather(v.data(), all.data(), v.size(), DataType::kFloat32);
     } catch (const hopwise::TimeoutError& e) {
       what[static_cast<std::size_t>(r)] = e.what();
     }
   });
-  for (const auto& w : what) EXPECT_NE(w.find("every rank gave up in this call, none is missing"), std::string::npos) << w;
+  for (const auto& w : what)
+    EXPECT_NE(w.find("every rank gave up in this call, none is missing"), std::string::npos) << w;
 }
 
 TEST(CollectiveCheck, TurnedOnByHopwiseDebug) {

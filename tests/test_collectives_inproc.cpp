@@ -153,10 +153,11 @@ TEST_P(AllreduceLarge, MillionElements) {
   SCOPED_TRACE(seed_note(seed));
   Group g(n, test_options(algo));
   const std::pair<DataType, ReduceOp> cases[] = {
-      {DataType::kFloat32, ReduceOp::kSum},   {DataType::kFloat64, ReduceOp::kAvg}, {DataType::kFloat16, ReduceOp::kSum},
-      {DataType::kFloat16, ReduceOp::kProd},  {DataType::kBFloat16, ReduceOp::kAvg}, {DataType::kBFloat16, ReduceOp::kMax},
-      {DataType::kInt32, ReduceOp::kProd},    {DataType::kInt64, ReduceOp::kSum},   {DataType::kUInt8, ReduceOp::kMin},
-      {DataType::kFloat32, ReduceOp::kMax}};
+      {DataType::kFloat32, ReduceOp::kSum},  {DataType::kFloat64, ReduceOp::kAvg},
+      {DataType::kFloat16, ReduceOp::kSum},  {DataType::kFloat16, ReduceOp::kProd},
+      {DataType::kBFloat16, ReduceOp::kAvg}, {DataType::kBFloat16, ReduceOp::kMax},
+      {DataType::kInt32, ReduceOp::kProd},   {DataType::kInt64, ReduceOp::kSum},
+      {DataType::kUInt8, ReduceOp::kMin},    {DataType::kFloat32, ReduceOp::kMax}};
   int k = 0;
   for (const auto& [dt, op] : cases)
     if (!allreduce_case(g, algo, dt, op, 1000003, seed, (k++ + n) % 2 == 0)) return;
@@ -198,11 +199,12 @@ TEST_P(PerRanks, ReduceScatter) {
           for (std::size_t rc : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{13}, std::size_t{301}}) {
             if (chunk == 64 && rc != 301) continue;
             if (chunk != 64 && rc == 301 && op != ReduceOp::kSum) continue;
-            const std::string what = fmt::format("reduce_scatter(recvcount={}, {}, {}) over {} ranks, {}, chunk {}", rc,
-                                                 hopwise::to_string(dt), hopwise::to_string(op), n, algo_name(algo), chunk);
+            const std::string what =
+                fmt::format("reduce_scatter(recvcount={}, {}, {}) over {} ranks, {}, chunk {}", rc,
+                            hopwise::to_string(dt), hopwise::to_string(op), n, algo_name(algo), chunk);
             SCOPED_TRACE(what);
-            const std::uint64_t cs = mix_seed(seed, {1, static_cast<std::uint64_t>(dt), static_cast<std::uint64_t>(op), rc,
-                                                     static_cast<std::uint64_t>(n)});
+            const std::uint64_t cs = mix_seed(seed, {1, static_cast<std::uint64_t>(dt), static_cast<std::uint64_t>(op),
+                                                     rc, static_cast<std::uint64_t>(n)});
             const std::size_t total = rc * static_cast<std::size_t>(n), es = hopwise::dtype_size(dt);
             std::vector<Bytes> in(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(n));
             for (int r = 0; r < n; ++r) {
@@ -212,7 +214,8 @@ TEST_P(PerRanks, ReduceScatter) {
             const std::vector<Bytes> orig_in = in, orig_out = out;
             const Expected e = reference(dt, op, ptrs(in), 0, total);
             const std::string err = g.run([&](int r, hc::Communicator& c) {
-              c.reduce_scatter(in[static_cast<std::size_t>(r)].data(), out[static_cast<std::size_t>(r)].data(), rc, dt, op);
+              c.reduce_scatter(in[static_cast<std::size_t>(r)].data(), out[static_cast<std::size_t>(r)].data(), rc, dt,
+                               op);
             });
             ASSERT_EQ(err, "");
             for (int r = 0; r < n; ++r) {
@@ -220,7 +223,8 @@ TEST_P(PerRanks, ReduceScatter) {
               EXPECT_EQ(compare(e, out[i].data(), i * rc, rc), "") << "rank " << r;
               EXPECT_EQ(compare_bytes(out[i].data() + rc * es, orig_out[i].data() + rc * es, 16), "")
                   << "rank " << r << ": wrote past recvcount";
-              EXPECT_EQ(compare_bytes(in[i].data(), orig_in[i].data(), total * es), "") << "rank " << r << ": input modified";
+              EXPECT_EQ(compare_bytes(in[i].data(), orig_in[i].data(), total * es), "")
+                  << "rank " << r << ": input modified";
             }
           }
     }
@@ -236,9 +240,11 @@ TEST_P(PerRanks, Allgather) {
     Group g(n, test_options(Algorithm::kRing, chunk));
     for (DataType dt : hopwise::kAllDataTypes)
       for (std::size_t sc : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{13}, std::size_t{301}}) {
-        SCOPED_TRACE(fmt::format("allgather(sendcount={}, {}) over {} ranks, chunk {}", sc, hopwise::to_string(dt), n, chunk));
+        SCOPED_TRACE(
+            fmt::format("allgather(sendcount={}, {}) over {} ranks, chunk {}", sc, hopwise::to_string(dt), n, chunk));
         const std::size_t es = hopwise::dtype_size(dt), total = sc * static_cast<std::size_t>(n);
-        std::vector<Bytes> in(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(n)), io(static_cast<std::size_t>(n));
+        std::vector<Bytes> in(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(n)),
+            io(static_cast<std::size_t>(n));
         Bytes want;
         for (int r = 0; r < n; ++r) {
           const auto i = static_cast<std::size_t>(r);
@@ -255,7 +261,8 @@ TEST_P(PerRanks, Allgather) {
         });
         ASSERT_EQ(err, "");
         for (int r = 0; r < n; ++r) {
-          EXPECT_EQ(compare_bytes(out[static_cast<std::size_t>(r)].data(), want.data(), want.size()), "") << "rank " << r;
+          EXPECT_EQ(compare_bytes(out[static_cast<std::size_t>(r)].data(), want.data(), want.size()), "")
+              << "rank " << r;
           EXPECT_EQ(compare_bytes(io[static_cast<std::size_t>(r)].data(), want.data(), want.size()), "")
               << "rank " << r << ", in place";
         }
@@ -273,7 +280,8 @@ TEST_P(PerRanks, BroadcastFromEveryRoot) {
     for (DataType dt : hopwise::kAllDataTypes)
       for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{13}, std::size_t{1001}}) {
         if (chunk == 64 && count < 1001) continue;
-        SCOPED_TRACE(fmt::format("broadcast(count={}, {}) over {} ranks, chunk {}", count, hopwise::to_string(dt), n, chunk));
+        SCOPED_TRACE(
+            fmt::format("broadcast(count={}, {}) over {} ranks, chunk {}", count, hopwise::to_string(dt), n, chunk));
         const std::size_t bytes = count * hopwise::dtype_size(dt);
         // bufs[root][rank]
         std::vector<std::vector<Bytes>> bufs(static_cast<std::size_t>(n));
@@ -283,7 +291,8 @@ TEST_P(PerRanks, BroadcastFromEveryRoot) {
                 make_garbage(bytes, mix_seed(seed, {3, static_cast<std::uint64_t>(dt), count,
                                                     static_cast<std::uint64_t>(root), static_cast<std::uint64_t>(r)})));
         std::vector<Bytes> want;
-        for (int root = 0; root < n; ++root) want.push_back(bufs[static_cast<std::size_t>(root)][static_cast<std::size_t>(root)]);
+        for (int root = 0; root < n; ++root)
+          want.push_back(bufs[static_cast<std::size_t>(root)][static_cast<std::size_t>(root)]);
         const std::string err = g.run([&](int r, hc::Communicator& c) {
           for (int root = 0; root < n; ++root)
             c.broadcast(bufs[static_cast<std::size_t>(root)][static_cast<std::size_t>(r)].data(), count, dt, root);
@@ -310,7 +319,8 @@ TEST_P(PerRanks, ReduceToEveryRoot) {
       for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{13}}) {
         SCOPED_TRACE(fmt::format("reduce(count={}, {}, {}) over {} ranks", count, hopwise::to_string(dt),
                                  hopwise::to_string(op), n));
-        const std::uint64_t cs = mix_seed(seed, {4, static_cast<std::uint64_t>(dt), static_cast<std::uint64_t>(op), count});
+        const std::uint64_t cs =
+            mix_seed(seed, {4, static_cast<std::uint64_t>(dt), static_cast<std::uint64_t>(op), count});
         const std::size_t bytes = count * hopwise::dtype_size(dt);
         std::vector<Bytes> in(static_cast<std::size_t>(n));
         for (int r = 0; r < n; ++r) in[static_cast<std::size_t>(r)] = make_input(dt, op, count, r, n, cs);
@@ -325,7 +335,8 @@ TEST_P(PerRanks, ReduceToEveryRoot) {
           const auto i = static_cast<std::size_t>(r);
           for (int root = 0; root < n; ++root) {
             // out is null away from the root; in place at the root in the second call.
-            c.reduce(in[i].data(), r == root ? out[static_cast<std::size_t>(root)].data() : nullptr, count, dt, op, root);
+            c.reduce(in[i].data(), r == root ? out[static_cast<std::size_t>(root)].data() : nullptr, count, dt, op,
+                     root);
             void* io_buf = r == root ? io[i].data() : nullptr;
             c.reduce(r == root ? io_buf : in[i].data(), io_buf, count, dt, op, root);
           }
@@ -333,10 +344,13 @@ TEST_P(PerRanks, ReduceToEveryRoot) {
         ASSERT_EQ(err, "");
         for (int root = 0; root < n; ++root) {
           EXPECT_EQ(compare(e, out[static_cast<std::size_t>(root)].data(), 0, count), "") << "root " << root;
-          EXPECT_EQ(compare(e, io[static_cast<std::size_t>(root)].data(), 0, count), "") << "root " << root << ", in place";
+          EXPECT_EQ(compare(e, io[static_cast<std::size_t>(root)].data(), 0, count), "")
+              << "root " << root << ", in place";
         }
         for (int r = 0; r < n; ++r)
-          EXPECT_EQ(compare_bytes(in[static_cast<std::size_t>(r)].data(), orig[static_cast<std::size_t>(r)].data(), bytes), "")
+          EXPECT_EQ(
+              compare_bytes(in[static_cast<std::size_t>(r)].data(), orig[static_cast<std::size_t>(r)].data(), bytes),
+              "")
               << "rank " << r << ": input modified";
       }
 }
@@ -359,7 +373,8 @@ TEST_P(PerRanks, BarrierHoldsEveryoneBack) {
       }
     });
     ASSERT_EQ(err, "");
-    EXPECT_EQ(early.load(), 0) << "a rank left a barrier before every rank had entered it (" << hc::to_string(algo) << ")";
+    EXPECT_EQ(early.load(), 0) << "a rank left a barrier before every rank had entered it (" << hc::to_string(algo)
+                               << ")";
   }
 }
 
@@ -373,14 +388,17 @@ TEST_P(ManyRanks, OtherCollectives) {
   SCOPED_TRACE(seed_note(seed));
   Group g(n, test_options(Algorithm::kAuto, 64));
   const std::vector<int> roots{0, n / 2, n - 1};
-  for (const auto& [dt, op] : {std::pair{DataType::kFloat32, ReduceOp::kSum}, std::pair{DataType::kInt32, ReduceOp::kMax},
-                               std::pair{DataType::kBFloat16, ReduceOp::kAvg}, std::pair{DataType::kUInt8, ReduceOp::kProd}})
+  for (const auto& [dt, op] :
+       {std::pair{DataType::kFloat32, ReduceOp::kSum}, std::pair{DataType::kInt32, ReduceOp::kMax},
+        std::pair{DataType::kBFloat16, ReduceOp::kAvg}, std::pair{DataType::kUInt8, ReduceOp::kProd}})
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{100}}) {
-      SCOPED_TRACE(fmt::format("{} {} count={} over {} ranks", hopwise::to_string(dt), hopwise::to_string(op), count, n));
+      SCOPED_TRACE(
+          fmt::format("{} {} count={} over {} ranks", hopwise::to_string(dt), hopwise::to_string(op), count, n));
       const std::size_t es = hopwise::dtype_size(dt), total = count * static_cast<std::size_t>(n);
-      const std::uint64_t cs = mix_seed(seed, {6, static_cast<std::uint64_t>(dt), count, static_cast<std::uint64_t>(n)});
-      std::vector<Bytes> in(static_cast<std::size_t>(n)), rs(static_cast<std::size_t>(n)), ag(static_cast<std::size_t>(n)),
-          red(static_cast<std::size_t>(n) * roots.size());
+      const std::uint64_t cs =
+          mix_seed(seed, {6, static_cast<std::uint64_t>(dt), count, static_cast<std::uint64_t>(n)});
+      std::vector<Bytes> in(static_cast<std::size_t>(n)), rs(static_cast<std::size_t>(n)),
+          ag(static_cast<std::size_t>(n)), red(static_cast<std::size_t>(n) * roots.size());
       std::vector<std::vector<Bytes>> bc(static_cast<std::size_t>(n));
       for (int r = 0; r < n; ++r) {
         const auto i = static_cast<std::size_t>(r);
@@ -409,7 +427,9 @@ TEST_P(ManyRanks, OtherCollectives) {
         EXPECT_EQ(compare(e, rs[i].data(), i * count, count), "") << "reduce_scatter, rank " << r;
         for (int q = 0; q < n; ++q)
           EXPECT_EQ(compare_bytes(ag[i].data() + static_cast<std::size_t>(q) * count * es,
-                                  in[static_cast<std::size_t>(q)].data() + static_cast<std::size_t>(q) * count * es, count * es), "")
+                                  in[static_cast<std::size_t>(q)].data() + static_cast<std::size_t>(q) * count * es,
+                                  count * es),
+                    "")
               << "allgather, rank " << r << ", block " << q;
         for (std::size_t k = 0; k < roots.size(); ++k)
           EXPECT_EQ(compare_bytes(bc[i][k].data(), bc[static_cast<std::size_t>(roots[k])][k].data(), count * es), "")
@@ -440,8 +460,8 @@ TEST_P(PerRanks, SendRecvRing) {
       const std::size_t bytes = count * hopwise::dtype_size(dt);
       std::vector<Bytes> src(static_cast<std::size_t>(n)), dst(static_cast<std::size_t>(n));
       for (int r = 0; r < n; ++r) {
-        src[static_cast<std::size_t>(r)] = make_garbage(bytes, mix_seed(seed, {5, static_cast<std::uint64_t>(dt), count,
-                                                                               static_cast<std::uint64_t>(r)}));
+        src[static_cast<std::size_t>(r)] = make_garbage(
+            bytes, mix_seed(seed, {5, static_cast<std::uint64_t>(dt), count, static_cast<std::uint64_t>(r)}));
         dst[static_cast<std::size_t>(r)] = make_garbage(bytes, seed ^ static_cast<std::uint64_t>(r));
       }
       const int tag = static_cast<int>(count % 9000) + 1;
@@ -454,7 +474,9 @@ TEST_P(PerRanks, SendRecvRing) {
       });
       ASSERT_EQ(err, "");
       for (int r = 0; r < n; ++r)
-        EXPECT_EQ(compare_bytes(dst[static_cast<std::size_t>(r)].data(), src[static_cast<std::size_t>((r + n - 1) % n)].data(), bytes), "")
+        EXPECT_EQ(compare_bytes(dst[static_cast<std::size_t>(r)].data(),
+                                src[static_cast<std::size_t>((r + n - 1) % n)].data(), bytes),
+                  "")
             << "rank " << r;
     }
 }
@@ -469,7 +491,7 @@ TEST(SendRecv, BlockingPairAndOrderAndTags) {
   std::iota(big.begin(), big.end(), 5);
   const std::string err = g.run([&](int r, hc::Communicator& c) {
     if (r == 0) {
-      c.send(big.data(), big.size(), DataType::kInt64, 1, 0);  // blocks until rank 1 receives
+      c.send(big.data(), big.size(), DataType::kInt64, 1, 0);             // blocks until rank 1 receives
       for (int i = 0; i < 5; ++i) c.send(&i, 1, DataType::kInt32, 1, 7);  // same tag: arrives in order
       const int x = 11, y = 22;
       hc::Work w1 = c.send_async(&x, 1, DataType::kInt32, 1, 1);
@@ -494,8 +516,10 @@ TEST(SendRecv, LargerReceiveIsFineSmallerIsAnError) {
   Group g(2, test_options(Algorithm::kAuto, 256 << 10, 5));
   float src[4] = {1, 2, 3, 4}, dst[8] = {};
   const std::string err = g.run([&](int r, hc::Communicator& c) {
-    if (r == 0) c.send(src, 4, DataType::kFloat32, 1, 3);
-    else c.recv(dst, 8, DataType::kFloat32, 0, 3);
+    if (r == 0)
+      c.send(src, 4, DataType::kFloat32, 1, 3);
+    else
+      c.recv(dst, 8, DataType::kFloat32, 0, 3);
   });
   ASSERT_EQ(err, "");
   EXPECT_EQ(dst[0], 1);
@@ -578,24 +602,29 @@ void check_all_collectives(Group& g, std::uint64_t seed, std::size_t count) {
     c.allgather(in[i].data(), ag[i].data(), count, dt);
     for (int root = 0; root < n; ++root) {
       c.broadcast(bc[i][static_cast<std::size_t>(root)].data(), count, dt, root);
-      c.reduce(in[i].data(), red[i].data() + static_cast<std::size_t>(root) * count * 8, count, dt, ReduceOp::kSum, root);
+      c.reduce(in[i].data(), red[i].data() + static_cast<std::size_t>(root) * count * 8, count, dt, ReduceOp::kSum,
+               root);
     }
   });
   ASSERT_EQ(err, "");
   Bytes want_ag;
-  for (int r = 0; r < n; ++r) want_ag.insert(want_ag.end(), in[static_cast<std::size_t>(r)].begin(),
-                                             in[static_cast<std::size_t>(r)].begin() + static_cast<std::ptrdiff_t>(count * 8));
+  for (int r = 0; r < n; ++r)
+    want_ag.insert(want_ag.end(), in[static_cast<std::size_t>(r)].begin(),
+                   in[static_cast<std::size_t>(r)].begin() + static_cast<std::ptrdiff_t>(count * 8));
   for (int r = 0; r < n; ++r) {
     const auto i = static_cast<std::size_t>(r);
     EXPECT_EQ(compare(e, rs[i].data(), i * count, count), "") << "reduce_scatter, rank " << r;
     EXPECT_EQ(compare_bytes(ag[i].data(), want_ag.data(), want_ag.size()), "") << "allgather, rank " << r;
     for (int root = 0; root < n; ++root)
       EXPECT_EQ(compare_bytes(bc[i][static_cast<std::size_t>(root)].data(),
-                              bc[static_cast<std::size_t>(root)][static_cast<std::size_t>(root)].data(), count * 8), "")
+                              bc[static_cast<std::size_t>(root)][static_cast<std::size_t>(root)].data(), count * 8),
+                "")
           << "broadcast from " << root << ", rank " << r;
   }
   for (int root = 0; root < n; ++root)
-    EXPECT_EQ(compare(e, red[static_cast<std::size_t>(root)].data() + static_cast<std::size_t>(root) * count * 8, 0, count), "")
+    EXPECT_EQ(
+        compare(e, red[static_cast<std::size_t>(root)].data() + static_cast<std::size_t>(root) * count * 8, 0, count),
+        "")
         << "reduce to " << root;
 }
 
@@ -608,7 +637,8 @@ TEST(Plan, RandomRingOrderGivesTheSameResults) {
     Group g(n, test_options(Algorithm::kAuto, 128));
     for (int r = 0; r < n; ++r) g.comm(r).set_ring_order(order);
     for (int r = 0; r < n; ++r) EXPECT_EQ(g.comm(r).ring_order(), order);
-    for (std::size_t count : {std::size_t{1}, std::size_t{13}, std::size_t{1000}}) check_all_collectives(g, seed + count, count);
+    for (std::size_t count : {std::size_t{1}, std::size_t{13}, std::size_t{1000}})
+      check_all_collectives(g, seed + count, count);
   }
 }
 
@@ -679,7 +709,8 @@ TEST(Choice, ForcedAlgorithmsAndFallbacks) {
     for (Collective col : {Collective::kAllreduce, Collective::kReduceScatter, Collective::kAllgather,
                            Collective::kBroadcast, Collective::kReduce, Collective::kBarrier}) {
       for (std::size_t bytes : {std::size_t{8}, std::size_t{1} << 26}) {
-        SCOPED_TRACE(algo_name(a) + " for " + std::string(hc::to_string(col)) + ", " + std::to_string(bytes) + " bytes");
+        SCOPED_TRACE(algo_name(a) + " for " + std::string(hc::to_string(col)) + ", " + std::to_string(bytes) +
+                     " bytes");
         const Algorithm got = c.algorithm_for(col, bytes);
         EXPECT_NE(got, Algorithm::kAuto);
         EXPECT_NE(got, Algorithm::kNative) << "no native collectives in-process";
@@ -715,8 +746,9 @@ TEST(Stats, CountsCallsAndBytes) {
   Group g(3, test_options());
   std::vector<std::vector<float>> bufs(3, std::vector<float>(100, 1.0f));
   const std::string err = g.run([&](int r, hc::Communicator& c) {
-    for (int k = 0; k < 5; ++k) c.allreduce(bufs[static_cast<std::size_t>(r)].data(), bufs[static_cast<std::size_t>(r)].data(), 100,
-                                            DataType::kFloat32, ReduceOp::kMax);
+    for (int k = 0; k < 5; ++k)
+      c.allreduce(bufs[static_cast<std::size_t>(r)].data(), bufs[static_cast<std::size_t>(r)].data(), 100,
+                  DataType::kFloat32, ReduceOp::kMax);
   });
   ASSERT_EQ(err, "");
   for (int r = 0; r < 3; ++r) {
@@ -743,7 +775,8 @@ TEST(Communicator, TypedAllreduce) {
   Group g(3, test_options());
   std::vector<std::vector<double>> v(3);
   for (int r = 0; r < 3; ++r) v[static_cast<std::size_t>(r)] = {1.0 * r, 2.0, -1.0 * r};
-  const std::string err = g.run([&](int r, hc::Communicator& c) { c.allreduce(std::span<double>(v[static_cast<std::size_t>(r)])); });
+  const std::string err =
+      g.run([&](int r, hc::Communicator& c) { c.allreduce(std::span<double>(v[static_cast<std::size_t>(r)])); });
   ASSERT_EQ(err, "");
   for (int r = 0; r < 3; ++r) EXPECT_EQ(v[static_cast<std::size_t>(r)], (std::vector<double>{3.0, 6.0, -3.0}));
   static_assert(hopwise::dtype_of<hopwise::bfloat16>() == DataType::kBFloat16);

@@ -113,7 +113,8 @@ std::string algo_param_name(const ::testing::TestParamInfo<Algorithm>& info) { r
 
 // ================================================================================ allreduce
 TEST_P(PerAlgorithm, AllreduceEveryDtypeOpSmallCounts) {
-  if (GetParam() == Algorithm::kNative && !world_has_native()) GTEST_SKIP() << "no native collectives in the " << world().name << " world";
+  if (GetParam() == Algorithm::kNative && !world_has_native())
+    GTEST_SKIP() << "no native collectives in the " << world().name << " world";
   each([&] {
     const Algorithm algo = GetParam();
     SCOPED_TRACE(seed_note(g_seed));
@@ -127,30 +128,37 @@ TEST_P(PerAlgorithm, AllreduceEveryDtypeOpSmallCounts) {
 }
 
 TEST_P(PerAlgorithm, AllreduceMillionElements) {
-  if (GetParam() == Algorithm::kNative && !world_has_native()) GTEST_SKIP() << "no native collectives in the " << world().name << " world";
-  each([&] {
-    const Algorithm algo = GetParam();
-    SCOPED_TRACE(seed_note(g_seed));
-    comm().set_algorithm(algo);
-    // 1000003 (prime: uneven blocks and chunk tails) for every dtype and op; in place every other case.
-    int k = 0;
-    for (DataType dt : hopwise::kAllDataTypes)
-      for (ReduceOp op : ops_for(dt)) allreduce_case(algo, dt, op, 1000003, k++ % 2 == 0);
-    comm().set_algorithm(Algorithm::kAuto);
-  }, heavy_sizes());
+  if (GetParam() == Algorithm::kNative && !world_has_native())
+    GTEST_SKIP() << "no native collectives in the " << world().name << " world";
+  each(
+      [&] {
+        const Algorithm algo = GetParam();
+        SCOPED_TRACE(seed_note(g_seed));
+        comm().set_algorithm(algo);
+        // 1000003 (prime: uneven blocks and chunk tails) for every dtype and op; in place every other case.
+        int k = 0;
+        for (DataType dt : hopwise::kAllDataTypes)
+          for (ReduceOp op : ops_for(dt)) allreduce_case(algo, dt, op, 1000003, k++ % 2 == 0);
+        comm().set_algorithm(Algorithm::kAuto);
+      },
+      heavy_sizes());
 }
 
 // Small chunks: many messages per block through MPI.
 TEST_P(PerAlgorithm, AllreduceAcrossChunks) {
-  if (GetParam() == Algorithm::kNative && !world_has_native()) GTEST_SKIP() << "no native collectives in the " << world().name << " world";
-  each([&] {
-    const Algorithm algo = GetParam();
-    SCOPED_TRACE(seed_note(g_seed));
-    comm().set_algorithm(algo);
-    for (DataType dt : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64})
-      for (std::size_t count : {std::size_t{65537}, std::size_t{300001}}) allreduce_case(algo, dt, ReduceOp::kSum, count, true);
-    comm().set_algorithm(Algorithm::kAuto);
-  }, heavy_sizes());
+  if (GetParam() == Algorithm::kNative && !world_has_native())
+    GTEST_SKIP() << "no native collectives in the " << world().name << " world";
+  each(
+      [&] {
+        const Algorithm algo = GetParam();
+        SCOPED_TRACE(seed_note(g_seed));
+        comm().set_algorithm(algo);
+        for (DataType dt : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64})
+          for (std::size_t count : {std::size_t{65537}, std::size_t{300001}})
+            allreduce_case(algo, dt, ReduceOp::kSum, count, true);
+        comm().set_algorithm(Algorithm::kAuto);
+      },
+      heavy_sizes());
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, PerAlgorithm, ::testing::ValuesIn(allreduce_algorithms()), algo_param_name);
@@ -159,7 +167,8 @@ INSTANTIATE_TEST_SUITE_P(Table, PerAlgorithm, ::testing::ValuesIn(allreduce_algo
 class RingOrNative : public ::testing::TestWithParam<Algorithm> {};
 
 TEST_P(RingOrNative, ReduceScatter) {
-  if (GetParam() == Algorithm::kNative && !world_has_native()) GTEST_SKIP() << "no native collectives in the " << world().name << " world";
+  if (GetParam() == Algorithm::kNative && !world_has_native())
+    GTEST_SKIP() << "no native collectives in the " << world().name << " world";
   each([&] {
     const Algorithm algo = GetParam();
     SCOPED_TRACE(seed_note(g_seed));
@@ -173,8 +182,9 @@ TEST_P(RingOrNative, ReduceScatter) {
           SCOPED_TRACE(fmt::format("reduce_scatter(recvcount={}, {}, {}) over {} ranks, {}", rc, hopwise::to_string(dt),
                                    hopwise::to_string(op), n, algo_name(algo)));
           const std::size_t total = rc * static_cast<std::size_t>(n), es = hopwise::dtype_size(dt);
-          const std::vector<Bytes> in = all_inputs(dt, op, total, mix_seed(g_seed, {11, static_cast<std::uint64_t>(dt),
-                                                                                    static_cast<std::uint64_t>(op), rc}));
+          const std::vector<Bytes> in =
+              all_inputs(dt, op, total,
+                         mix_seed(g_seed, {11, static_cast<std::uint64_t>(dt), static_cast<std::uint64_t>(op), rc}));
           const Expected e = reference(dt, op, ptrs(in), 0, total);
           Bytes out = make_garbage(rc * es, g_seed);
           comm().reduce_scatter(in[static_cast<std::size_t>(me)].data(), out.data(), rc, dt, op);
@@ -185,7 +195,8 @@ TEST_P(RingOrNative, ReduceScatter) {
 }
 
 TEST_P(RingOrNative, Allgather) {
-  if (GetParam() == Algorithm::kNative && !world_has_native()) GTEST_SKIP() << "no native collectives in the " << world().name << " world";
+  if (GetParam() == Algorithm::kNative && !world_has_native())
+    GTEST_SKIP() << "no native collectives in the " << world().name << " world";
   each([&] {
     const Algorithm algo = GetParam();
     SCOPED_TRACE(seed_note(g_seed));
@@ -193,17 +204,20 @@ TEST_P(RingOrNative, Allgather) {
     const int n = comm().size(), me = comm().rank();
     for (DataType dt : hopwise::kAllDataTypes)
       for (std::size_t sc : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{13}, std::size_t{100003}}) {
-        SCOPED_TRACE(fmt::format("allgather(sendcount={}, {}) over {} ranks, {}", sc, hopwise::to_string(dt), n, algo_name(algo)));
+        SCOPED_TRACE(fmt::format("allgather(sendcount={}, {}) over {} ranks, {}", sc, hopwise::to_string(dt), n,
+                                 algo_name(algo)));
         const std::size_t es = hopwise::dtype_size(dt), bytes = sc * es;
         Bytes want;
         for (int r = 0; r < n; ++r) {
-          const Bytes b = make_garbage(bytes, mix_seed(g_seed, {12, static_cast<std::uint64_t>(dt), sc, static_cast<std::uint64_t>(r)}));
+          const Bytes b = make_garbage(
+              bytes, mix_seed(g_seed, {12, static_cast<std::uint64_t>(dt), sc, static_cast<std::uint64_t>(r)}));
           want.insert(want.end(), b.begin(), b.end());
         }
         const Bytes mine(want.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(me) * bytes),
                          want.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(me + 1) * bytes));
         Bytes out = make_garbage(want.size(), g_seed + 1), io = make_garbage(want.size(), g_seed + 2);
-        std::copy(mine.begin(), mine.end(), io.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(me) * bytes));
+        std::copy(mine.begin(), mine.end(),
+                  io.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(me) * bytes));
         comm().allgather(mine.data(), out.data(), sc, dt);
         comm().allgather(io.data() + static_cast<std::size_t>(me) * bytes, io.data(), sc, dt);  // in place
         EXPECT_EQ(compare_bytes(out.data(), want.data(), want.size()), "");
@@ -214,7 +228,8 @@ TEST_P(RingOrNative, Allgather) {
 }
 
 TEST_P(RingOrNative, Barrier) {
-  if (GetParam() == Algorithm::kNative && !world_has_native()) GTEST_SKIP() << "no native collectives in the " << world().name << " world";
+  if (GetParam() == Algorithm::kNative && !world_has_native())
+    GTEST_SKIP() << "no native collectives in the " << world().name << " world";
   each([&] {
     const Algorithm algo = GetParam();
     comm().set_algorithm(algo);
@@ -239,7 +254,8 @@ INSTANTIATE_TEST_SUITE_P(Table, RingOrNative, ::testing::Values(Algorithm::kRing
 class TreeOrNative : public ::testing::TestWithParam<Algorithm> {};
 
 TEST_P(TreeOrNative, BroadcastFromEveryRoot) {
-  if (GetParam() == Algorithm::kNative && !world_has_native()) GTEST_SKIP() << "no native collectives in the " << world().name << " world";
+  if (GetParam() == Algorithm::kNative && !world_has_native())
+    GTEST_SKIP() << "no native collectives in the " << world().name << " world";
   each([&] {
     const Algorithm algo = GetParam();
     SCOPED_TRACE(seed_note(g_seed));
@@ -249,10 +265,11 @@ TEST_P(TreeOrNative, BroadcastFromEveryRoot) {
     for (DataType dt : hopwise::kAllDataTypes)
       for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{100003}})
         for (int root = 0; root < n; ++root) {
-          SCOPED_TRACE(fmt::format("broadcast(count={}, {}, root={}) over {} ranks, {}", count, hopwise::to_string(dt), root,
-                                   n, algo_name(algo)));
+          SCOPED_TRACE(fmt::format("broadcast(count={}, {}, root={}) over {} ranks, {}", count, hopwise::to_string(dt),
+                                   root, n, algo_name(algo)));
           const std::size_t bytes = count * hopwise::dtype_size(dt);
-          const std::uint64_t cs = mix_seed(g_seed, {13, static_cast<std::uint64_t>(dt), count, static_cast<std::uint64_t>(root)});
+          const std::uint64_t cs =
+              mix_seed(g_seed, {13, static_cast<std::uint64_t>(dt), count, static_cast<std::uint64_t>(root)});
           const Bytes want = make_garbage(bytes, cs);
           Bytes buf = me == root ? want : make_garbage(bytes, cs + 1 + static_cast<std::uint64_t>(me));
           comm().broadcast(buf.data(), count, dt, root);
@@ -263,7 +280,8 @@ TEST_P(TreeOrNative, BroadcastFromEveryRoot) {
 }
 
 TEST_P(TreeOrNative, ReduceToEveryRoot) {
-  if (GetParam() == Algorithm::kNative && !world_has_native()) GTEST_SKIP() << "no native collectives in the " << world().name << " world";
+  if (GetParam() == Algorithm::kNative && !world_has_native())
+    GTEST_SKIP() << "no native collectives in the " << world().name << " world";
   each([&] {
     const Algorithm algo = GetParam();
     SCOPED_TRACE(seed_note(g_seed));
@@ -272,15 +290,17 @@ TEST_P(TreeOrNative, ReduceToEveryRoot) {
     const int n = comm().size(), me = comm().rank();
     for (DataType dt : hopwise::kAllDataTypes)
       for (ReduceOp op : ops_for(dt))
-        for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{13}, std::size_t{70001}}) {
+        for (std::size_t count :
+             {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{13}, std::size_t{70001}}) {
           if (count == 70001 && op != ReduceOp::kMax) continue;
-          const std::vector<Bytes> in = all_inputs(dt, op, count, mix_seed(g_seed, {14, static_cast<std::uint64_t>(dt),
-                                                                                    static_cast<std::uint64_t>(op), count}));
+          const std::vector<Bytes> in =
+              all_inputs(dt, op, count,
+                         mix_seed(g_seed, {14, static_cast<std::uint64_t>(dt), static_cast<std::uint64_t>(op), count}));
           const Expected e = reference(dt, op, ptrs(in), 0, count);
           const std::size_t bytes = count * hopwise::dtype_size(dt);
           for (int root = 0; root < n; ++root) {
-            SCOPED_TRACE(fmt::format("reduce(count={}, {}, {}, root={}) over {} ranks, {}", count, hopwise::to_string(dt),
-                                     hopwise::to_string(op), root, n, algo_name(algo)));
+            SCOPED_TRACE(fmt::format("reduce(count={}, {}, {}, root={}) over {} ranks, {}", count,
+                                     hopwise::to_string(dt), hopwise::to_string(op), root, n, algo_name(algo)));
             Bytes mine = in[static_cast<std::size_t>(me)];
             Bytes out = make_garbage(bytes, g_seed + static_cast<std::uint64_t>(root));
             comm().reduce(mine.data(), me == root ? out.data() : nullptr, count, dt, op, root);  // out null elsewhere
@@ -292,7 +312,8 @@ TEST_P(TreeOrNative, ReduceToEveryRoot) {
             if (me == root) {
               EXPECT_EQ(compare(e, mine.data(), 0, count), "") << "in place";
             } else {
-              EXPECT_EQ(compare_bytes(mine.data(), in[static_cast<std::size_t>(me)].data(), bytes), "") << "input modified";
+              EXPECT_EQ(compare_bytes(mine.data(), in[static_cast<std::size_t>(me)].data(), bytes), "")
+                  << "input modified";
             }
           }
         }
@@ -311,7 +332,10 @@ TEST(P2P, SendRecvRing) {
       for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{100003}}) {
         SCOPED_TRACE(fmt::format("send/recv(count={}, {}) over {} ranks", count, hopwise::to_string(dt), n));
         const std::size_t bytes = count * hopwise::dtype_size(dt);
-        auto data_of = [&](int r) { return make_garbage(bytes, mix_seed(g_seed, {15, static_cast<std::uint64_t>(dt), count, static_cast<std::uint64_t>(r)})); };
+        auto data_of = [&](int r) {
+          return make_garbage(
+              bytes, mix_seed(g_seed, {15, static_cast<std::uint64_t>(dt), count, static_cast<std::uint64_t>(r)}));
+        };
         const Bytes src = data_of(me), want = data_of(prev);
         Bytes dst = make_garbage(bytes, g_seed);
         const int tag = static_cast<int>(count % 5000) + 3;
@@ -335,35 +359,38 @@ TEST(P2P, SendRecvRing) {
 
 // ================================================================================ async
 TEST(Async, AllreduceOverlapsComputation) {
-  each([&] {
-    SCOPED_TRACE(seed_note(g_seed));
-    const int n = comm().size(), me = comm().rank();
-    for (Algorithm algo : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kNative}) {
-      if (algo == Algorithm::kNative && !world_has_native()) continue;
-      SCOPED_TRACE(algo_name(algo));
-      comm().set_algorithm(algo);
-      const std::size_t count = std::size_t{4} << 20;
-      const std::vector<Bytes> in = all_inputs(DataType::kFloat32, ReduceOp::kSum, count, mix_seed(g_seed, {16, static_cast<std::uint64_t>(algo)}));
-      const Expected e = reference(DataType::kFloat32, ReduceOp::kSum, ptrs(in), 0, count);
-      Bytes buf = in[static_cast<std::size_t>(me)];
-      hc::Work w = comm().allreduce_async(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum);
-      // Compute while the allreduce progresses; with ring, keep computing until test() says it is done.
-      std::vector<double> x(1 << 16);
-      std::iota(x.begin(), x.end(), 1.0);
-      double acc = 0;
-      const auto deadline = Clock::now() + std::chrono::seconds(60);
-      for (int it = 0; it < 200 || (algo == Algorithm::kRing && !w.test() && Clock::now() < deadline); ++it)
-        for (double v : x) acc += std::sqrt(v + it);
-      if (algo == Algorithm::kRing) {
-        EXPECT_TRUE(w.test()) << "Work::test() never became true";
-      }
-      w.wait();
-      EXPECT_GT(acc, 0);
-      EXPECT_TRUE(w.test());
-      EXPECT_EQ(compare(e, buf.data(), 0, count), "") << "over " << n << " ranks";
-    }
-    comm().set_algorithm(Algorithm::kAuto);
-  }, heavy_sizes());
+  each(
+      [&] {
+        SCOPED_TRACE(seed_note(g_seed));
+        const int n = comm().size(), me = comm().rank();
+        for (Algorithm algo : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kNative}) {
+          if (algo == Algorithm::kNative && !world_has_native()) continue;
+          SCOPED_TRACE(algo_name(algo));
+          comm().set_algorithm(algo);
+          const std::size_t count = std::size_t{4} << 20;
+          const std::vector<Bytes> in = all_inputs(DataType::kFloat32, ReduceOp::kSum, count,
+                                                   mix_seed(g_seed, {16, static_cast<std::uint64_t>(algo)}));
+          const Expected e = reference(DataType::kFloat32, ReduceOp::kSum, ptrs(in), 0, count);
+          Bytes buf = in[static_cast<std::size_t>(me)];
+          hc::Work w = comm().allreduce_async(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum);
+          // Compute while the allreduce progresses; with ring, keep computing until test() says it is done.
+          std::vector<double> x(1 << 16);
+          std::iota(x.begin(), x.end(), 1.0);
+          double acc = 0;
+          const auto deadline = Clock::now() + std::chrono::seconds(60);
+          for (int it = 0; it < 200 || (algo == Algorithm::kRing && !w.test() && Clock::now() < deadline); ++it)
+            for (double v : x) acc += std::sqrt(v + it);
+          if (algo == Algorithm::kRing) {
+            EXPECT_TRUE(w.test()) << "Work::test() never became true";
+          }
+          w.wait();
+          EXPECT_GT(acc, 0);
+          EXPECT_TRUE(w.test());
+          EXPECT_EQ(compare(e, buf.data(), 0, count), "") << "over " << n << " ranks";
+        }
+        comm().set_algorithm(Algorithm::kAuto);
+      },
+      heavy_sizes());
 }
 
 TEST(Async, BackToBackMixedKinds) {
@@ -372,7 +399,8 @@ TEST(Async, BackToBackMixedKinds) {
     const int n = comm().size(), me = comm().rank();
     const auto i = static_cast<std::size_t>(me);
     const std::vector<Bytes> a = all_inputs(DataType::kFloat64, ReduceOp::kAvg, 100003, g_seed + 1);
-    const std::vector<Bytes> b = all_inputs(DataType::kInt32, ReduceOp::kSum, 77 * static_cast<std::size_t>(n), g_seed + 2);
+    const std::vector<Bytes> b =
+        all_inputs(DataType::kInt32, ReduceOp::kSum, 77 * static_cast<std::size_t>(n), g_seed + 2);
     const std::vector<Bytes> d = all_inputs(DataType::kFloat16, ReduceOp::kMax, 13, g_seed + 3);
     const std::vector<Bytes> f = all_inputs(DataType::kBFloat16, ReduceOp::kSum, 5000, g_seed + 4);
     const Expected ea = reference(DataType::kFloat64, ReduceOp::kAvg, ptrs(a), 0, 100003);
@@ -389,7 +417,8 @@ TEST(Async, BackToBackMixedKinds) {
     w.push_back(comm().allgather_async(gin.data(), gout.data(), 11, DataType::kUInt8));
     w.push_back(comm().broadcast_async(bc.data(), 3001, DataType::kFloat64, n - 1));
     w.push_back(comm().barrier_async());
-    w.push_back(comm().reduce_async(d[i].data(), me == 0 ? dout.data() : nullptr, 13, DataType::kFloat16, ReduceOp::kMax, 0));
+    w.push_back(
+        comm().reduce_async(d[i].data(), me == 0 ? dout.data() : nullptr, 13, DataType::kFloat16, ReduceOp::kMax, 0));
     w.push_back(comm().allreduce_async(f[i].data(), fout.data(), 5000, DataType::kBFloat16, ReduceOp::kSum));
     for (auto& x : w) x.wait();
     EXPECT_EQ(compare(ea, abuf.data(), 0, 100003), "") << "allreduce avg";
@@ -401,7 +430,8 @@ TEST(Async, BackToBackMixedKinds) {
     EXPECT_EQ(compare(ef, fout.data(), 0, 5000), "") << "allreduce bf16";
     for (int r = 0; r < n; ++r)
       EXPECT_EQ(compare_bytes(gout.data() + static_cast<std::size_t>(r) * 11,
-                              make_garbage(11, g_seed + 10 + static_cast<std::size_t>(r)).data(), 11), "")
+                              make_garbage(11, g_seed + 10 + static_cast<std::size_t>(r)).data(), 11),
+                "")
           << "allgather block " << r;
   });
 }
@@ -473,7 +503,8 @@ TEST(MpiComm, SubCommunicatorAlongsideWorld) {
       for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kNative}) {
         sub.set_algorithm(a);
         std::fill(out_half.begin(), out_half.end(), 0);
-        sub.allreduce(world_in[static_cast<std::size_t>(me)].data(), out_half.data(), count, DataType::kFloat64, ReduceOp::kSum);
+        sub.allreduce(world_in[static_cast<std::size_t>(me)].data(), out_half.data(), count, DataType::kFloat64,
+                      ReduceOp::kSum);
         EXPECT_EQ(compare(e_half, out_half.data(), 0, count), "") << "sub-communicator, " << algo_name(a);
       }
       w.wait();

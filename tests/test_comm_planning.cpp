@@ -24,8 +24,8 @@ ht::Topology small_machine() {
   ht::Topology t;
   const int host = t.add_node({.kind = ht::NodeKind::Host, .name = "m"});
   const int pkg = t.add_node({.kind = ht::NodeKind::CpuPackage, .name = "Package0", .index = 0});
-  const int numa = t.add_node({.kind = ht::NodeKind::Numa, .name = "NUMA0", .numa = 0, .index = 0,
-                               .cpu_affinity = "0-7"});
+  const int numa =
+      t.add_node({.kind = ht::NodeKind::Numa, .name = "NUMA0", .numa = 0, .index = 0, .cpu_affinity = "0-7"});
   t.add_link({host, pkg, ht::LinkKind::Internal});
   t.add_link({pkg, numa, ht::LinkKind::Internal});
   for (int g = 0; g < 2; ++g) {
@@ -71,8 +71,8 @@ TEST(CommPlanning, DiscoveryIsGatheredOverTheTransport) {
 
 TEST(CommPlanning, TopologyFileAcrossHostsPlansAndBoundsTheModel) {
   const ht::Topology m = small_machine();
-  const ht::Cluster c = ht::assemble_cluster({ht::encode_view({0, "a", "", ""}, &m),
-                                              ht::encode_view({1, "b", "", ""}, &m)});
+  const ht::Cluster c =
+      ht::assemble_cluster({ht::encode_view({0, "a", "", ""}, &m), ht::encode_view({1, "b", "", ""}, &m)});
   const fs::path file = fs::temp_directory_path() / ("hopwise-two-hosts-" + std::to_string(getpid()) + ".json");
   ht::save_text(file.string(), ht::to_json(c.topology));
   const fs::path dump = fs::path(file).replace_extension(".dump.json");
@@ -109,9 +109,9 @@ TEST(CommPlanning, TopologyFileAcrossHostsPlansAndBoundsTheModel) {
 // hosts of unequal rank counts: every size, op and dtype it is given matches a plain reduction.
 TEST(CommPlanning, HierarchicalAllreduceAcrossUnevenHosts) {
   const ht::Topology m = small_machine();
-  const ht::Cluster c = ht::assemble_cluster({ht::encode_view({0, "a", "", ""}, &m),
-                                              ht::encode_view({1, "b", "", ""}, &m),
-                                              ht::encode_view({2, "c", "", ""}, &m)});
+  const ht::Cluster c =
+      ht::assemble_cluster({ht::encode_view({0, "a", "", ""}, &m), ht::encode_view({1, "b", "", ""}, &m),
+                            ht::encode_view({2, "c", "", ""}, &m)});
   const fs::path file = fs::temp_directory_path() / ("hopwise-three-hosts-" + std::to_string(getpid()) + ".json");
   ht::save_text(file.string(), ht::to_json(c.topology));
   ScopedEnv topo("HOPWISE_TOPO_FILE", file.string());
@@ -135,8 +135,8 @@ TEST(CommPlanning, HierarchicalAllreduceAcrossUnevenHosts) {
         comm.allreduce(v.data(), v.data(), n, hopwise::DataType::kFloat64, op);
         for (std::size_t i = 0; i < n; ++i)
           if (std::abs(v[i] - want[i]) > 1e-9)
-            throw std::runtime_error(fmt::format("n={} op={} [{}] = {} want {}", n, hopwise::to_string(op), i, v[i],
-                                                 want[i]));
+            throw std::runtime_error(
+                fmt::format("n={} op={} [{}] = {} want {}", n, hopwise::to_string(op), i, v[i], want[i]));
       }
       std::vector<std::int32_t> iv(n, r + 1);
       comm.allreduce(iv.data(), iv.data(), n, hopwise::DataType::kInt32, hopwise::ReduceOp::kSum);
@@ -173,7 +173,8 @@ TEST(CommPlanning, RingChannelsSideBySide) {
       comm.allreduce(iv.data(), iv.data(), n, hopwise::DataType::kInt32, hopwise::ReduceOp::kMax);
       for (std::size_t i = 0; i < n; ++i) {
         std::int32_t want = 0;
-        for (int q = 0; q < p; ++q) want = std::max(want, static_cast<std::int32_t>((i + static_cast<std::size_t>(q) * 7) % 23));
+        for (int q = 0; q < p; ++q)
+          want = std::max(want, static_cast<std::int32_t>((i + static_cast<std::size_t>(q) * 7) % 23));
         if (iv[i] != want) throw std::runtime_error(fmt::format("int32 max n={} [{}] = {} want {}", n, i, iv[i], want));
       }
     }

@@ -157,7 +157,8 @@ TEST(Env, ParseSize) {
 }
 
 TEST(Env, ParseSizeRejectsMalformed) {
-  for (const char* bad : {"", "K", "abc", "-1", "4X", "4KQ", "4 K", "4K ", "1.5M", "0x10", "4MBB", "99999999999999999999"}) {
+  for (const char* bad :
+       {"", "K", "abc", "-1", "4X", "4KQ", "4 K", "4K ", "1.5M", "0x10", "4MBB", "99999999999999999999"}) {
     SCOPED_TRACE(std::string("'") + bad + "'");
     EXPECT_THROW(hopwise::env::parse_size(bad, "HOPWISE_SOMETHING"), hopwise::InvalidArgument);
     EXPECT_NE(message_of([&] { hopwise::env::parse_size(bad, "HOPWISE_SOMETHING"); }).find("HOPWISE_SOMETHING"),
@@ -216,18 +217,18 @@ TEST(Half, Fp16KnownValues) {
   EXPECT_EQ(float_to_fp16(-1.0e6f), 0xfc00);
   EXPECT_EQ(float_to_fp16(std::numeric_limits<float>::infinity()), 0x7c00);
   EXPECT_EQ(float_to_fp16(-std::numeric_limits<float>::infinity()), 0xfc00);
-  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
-  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -14)), 0x0400);     // smallest normal
+  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -24)), 0x0001);     // smallest subnormal
   EXPECT_EQ(float_to_fp16(std::ldexp(1023.0f, -24)), 0x03ff);  // largest subnormal
-  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -25)), 0x0000);  // tie between 0 and 2^-24: even (0)
-  EXPECT_EQ(float_to_fp16(std::ldexp(3.0f, -25)), 0x0002);  // tie between 1 and 2 quanta: even (2)
+  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -25)), 0x0000);     // tie between 0 and 2^-24: even (0)
+  EXPECT_EQ(float_to_fp16(std::ldexp(3.0f, -25)), 0x0002);     // tie between 1 and 2 quanta: even (2)
   EXPECT_EQ(float_to_fp16(std::ldexp(1.5f, -25)), 0x0001);
-  EXPECT_EQ(float_to_fp16(-std::ldexp(1.0f, -26)), 0x8000);  // underflow keeps the sign
-  EXPECT_EQ(float_to_fp16(std::ldexp(2047.0f, -25)), 0x0400);  // rounds up from subnormal into the normals
+  EXPECT_EQ(float_to_fp16(-std::ldexp(1.0f, -26)), 0x8000);        // underflow keeps the sign
+  EXPECT_EQ(float_to_fp16(std::ldexp(2047.0f, -25)), 0x0400);      // rounds up from subnormal into the normals
   EXPECT_EQ(float_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie: even
   EXPECT_EQ(float_to_fp16(1.0f + std::ldexp(3.0f, -11)), 0x3c02);  // tie: even (up)
-  EXPECT_EQ(float_to_fp16(2049.0f), 0x6800);  // 2048 (tie, even)
-  EXPECT_EQ(float_to_fp16(2051.0f), 0x6802);  // 2052 (tie, even)
+  EXPECT_EQ(float_to_fp16(2049.0f), 0x6800);                       // 2048 (tie, even)
+  EXPECT_EQ(float_to_fp16(2051.0f), 0x6802);                       // 2052 (tie, even)
   const std::uint16_t n = float_to_fp16(std::numeric_limits<float>::quiet_NaN());
   EXPECT_EQ(n & 0x7c00, 0x7c00);
   EXPECT_NE(n & 0x03ff, 0);
@@ -298,7 +299,8 @@ TEST(Half, EveryFp16AndBf16RoundTrips) {
 class NearestTable {
  public:
   // finite_max_bits: the largest finite positive encoding; inf_bits/inf_value: the next (virtual) step.
-  NearestTable(float (*decode)(std::uint16_t), std::uint16_t finite_max_bits, std::uint16_t inf_bits, double inf_value) {
+  NearestTable(float (*decode)(std::uint16_t), std::uint16_t finite_max_bits, std::uint16_t inf_bits,
+               double inf_value) {
     for (std::uint32_t b = 0; b <= finite_max_bits; ++b) {
       values_.push_back(decode(static_cast<std::uint16_t>(b)));
       bits_.push_back(static_cast<std::uint16_t>(b));
@@ -341,8 +343,9 @@ std::vector<float> conversion_probes(const std::vector<double>& values, std::mt1
     probes.push_back(std::nextafter(static_cast<float>(values[i]), std::numeric_limits<float>::infinity()));
   }
   for (int i = 0; i < 1000000; ++i) {
-    probes.push_back(f32(static_cast<std::uint32_t>(rng())));                       // any float
-    probes.push_back(static_cast<float>(std::ldexp(static_cast<double>(rng() >> 11) * 0x1p-53, static_cast<int>(rng() % 60) - 40)));
+    probes.push_back(f32(static_cast<std::uint32_t>(rng())));  // any float
+    probes.push_back(
+        static_cast<float>(std::ldexp(static_cast<double>(rng() >> 11) * 0x1p-53, static_cast<int>(rng() % 60) - 40)));
   }
   std::vector<float> with_signs;
   for (float p : probes) {
@@ -407,7 +410,8 @@ TEST(Half, Fp16MatchesF16C) {
                     << hopwise::float_to_fp16(f) << ", F16C 0x" << hw_float_to_fp16(f);
   }
   for (std::uint32_t h = 0; h < 0x10000; ++h) {
-    const float s = hopwise::fp16_to_float(static_cast<std::uint16_t>(h)), w = hw_fp16_to_float(static_cast<std::uint16_t>(h));
+    const float s = hopwise::fp16_to_float(static_cast<std::uint16_t>(h)),
+                w = hw_fp16_to_float(static_cast<std::uint16_t>(h));
     if (std::isnan(w)) {
       EXPECT_TRUE(std::isnan(s)) << std::hex << h;
     } else if (hopwise::float_to_bits(s) != hopwise::float_to_bits(w) && bad++ < 10) {
@@ -433,7 +437,8 @@ TEST(Reduce, ActiveIsaHonoursTheCap) {
   }
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+  const bool has_avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
   const bool has_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   if (cap == "avx512" && has_avx512) {
     EXPECT_EQ(isa, "avx512");
@@ -467,11 +472,17 @@ void fill_kernel_input(DataType dt, void* p, std::size_t n, std::mt19937_64& rng
         switch (r & 7) {
           case 0: {
             static const double special[] = {
-                std::numeric_limits<double>::quiet_NaN(), -std::numeric_limits<double>::quiet_NaN(),
-                std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(), 0.0, -0.0,
+                std::numeric_limits<double>::quiet_NaN(),
+                -std::numeric_limits<double>::quiet_NaN(),
+                std::numeric_limits<double>::infinity(),
+                -std::numeric_limits<double>::infinity(),
+                0.0,
+                -0.0,
                 f ? std::numeric_limits<float>::max() : std::numeric_limits<double>::max(),
                 f ? std::numeric_limits<float>::denorm_min() : std::numeric_limits<double>::denorm_min(),
-                f ? -std::numeric_limits<float>::min() : -std::numeric_limits<double>::min(), 1.0, -1.0};
+                f ? -std::numeric_limits<float>::min() : -std::numeric_limits<double>::min(),
+                1.0,
+                -1.0};
             v = special[(r >> 3) % (sizeof special / sizeof special[0])];
             break;
           }
@@ -530,9 +541,9 @@ bool check_element(DataType dt, ReduceOp op, const unsigned char* a, const unsig
       if (!minmax) return std::isnan(g);
       return std::isnan(g) || g == x || g == y;
     }
-    if (std::isnan(ref)) return std::isnan(g);   // inf - inf, 0 * inf
-    if (minmax) return g == ref;                 // +0 and -0 compare equal either way round
-    return g_bits == ref_bits;                   // one rounding, bit for bit
+    if (std::isnan(ref)) return std::isnan(g);  // inf - inf, 0 * inf
+    if (minmax) return g == ref;                // +0 and -0 compare equal either way round
+    return g_bits == ref_bits;                  // one rounding, bit for bit
   };
   bool ok = true;
   std::string detail;
@@ -574,7 +585,9 @@ bool check_element(DataType dt, ReduceOp op, const unsigned char* a, const unsig
       const float r = h ? hopwise::fp16_to_float(rb) : hopwise::bf16_to_float(rb);
       const float g = h ? hopwise::fp16_to_float(gg) : hopwise::bf16_to_float(gg);
       ok = float_like(x, y, std::isnan(rf) ? rf : r, g, rb, gg);
-      if (!ok) detail = fmt_float(x, y, g, r) + " bits a=" + hex(xa) + " b=" + hex(yb) + " got=" + hex(gg) + " want=" + hex(rb);
+      if (!ok)
+        detail =
+            fmt_float(x, y, g, r) + " bits a=" + hex(xa) + " b=" + hex(yb) + " got=" + hex(gg) + " want=" + hex(rb);
       break;
     }
     case DataType::kInt32: {
@@ -583,10 +596,14 @@ bool check_element(DataType dt, ReduceOp op, const unsigned char* a, const unsig
       std::memcpy(&y, b + 4 * i, 4);
       std::memcpy(&g, got + 4 * i, 4);
       std::int32_t r;
-      if (minmax) r = ref_combine(op, x, y);
-      else r = static_cast<std::int32_t>(ref_combine(op, static_cast<std::uint32_t>(x), static_cast<std::uint32_t>(y)));
+      if (minmax)
+        r = ref_combine(op, x, y);
+      else
+        r = static_cast<std::int32_t>(ref_combine(op, static_cast<std::uint32_t>(x), static_cast<std::uint32_t>(y)));
       ok = g == r;
-      if (!ok) detail = std::to_string(x) + " op " + std::to_string(y) + " = " + std::to_string(g) + ", expected " + std::to_string(r);
+      if (!ok)
+        detail = std::to_string(x) + " op " + std::to_string(y) + " = " + std::to_string(g) + ", expected " +
+                 std::to_string(r);
       break;
     }
     case DataType::kInt64: {
@@ -595,18 +612,24 @@ bool check_element(DataType dt, ReduceOp op, const unsigned char* a, const unsig
       std::memcpy(&y, b + 8 * i, 8);
       std::memcpy(&g, got + 8 * i, 8);
       std::int64_t r;
-      if (minmax) r = ref_combine(op, x, y);
-      else r = static_cast<std::int64_t>(ref_combine(op, static_cast<std::uint64_t>(x), static_cast<std::uint64_t>(y)));
+      if (minmax)
+        r = ref_combine(op, x, y);
+      else
+        r = static_cast<std::int64_t>(ref_combine(op, static_cast<std::uint64_t>(x), static_cast<std::uint64_t>(y)));
       ok = g == r;
-      if (!ok) detail = std::to_string(x) + " op " + std::to_string(y) + " = " + std::to_string(g) + ", expected " + std::to_string(r);
+      if (!ok)
+        detail = std::to_string(x) + " op " + std::to_string(y) + " = " + std::to_string(g) + ", expected " +
+                 std::to_string(r);
       break;
     }
     case DataType::kUInt8: {
       const std::uint8_t x = a[i], y = b[i], g = got[i];
-      const auto r = static_cast<std::uint8_t>(minmax ? ref_combine(op, x, y)
-                                                      : ref_combine(op, static_cast<unsigned>(x), static_cast<unsigned>(y)));
+      const auto r = static_cast<std::uint8_t>(
+          minmax ? ref_combine(op, x, y) : ref_combine(op, static_cast<unsigned>(x), static_cast<unsigned>(y)));
       ok = g == r;
-      if (!ok) detail = std::to_string(x) + " op " + std::to_string(y) + " = " + std::to_string(g) + ", expected " + std::to_string(r);
+      if (!ok)
+        detail = std::to_string(x) + " op " + std::to_string(y) + " = " + std::to_string(g) + ", expected " +
+                 std::to_string(r);
       break;
     }
   }
@@ -626,14 +649,15 @@ void check_reduce(DataType dt, ReduceOp op, std::size_t n, std::size_t shift, st
   unsigned char* pd = d.data() + shift * es;
   const std::vector<unsigned char> a0(a), b0(b);
   const std::string what = std::string(hopwise::to_string(dt)) + " " + std::string(hopwise::to_string(op)) +
-                           " n=" + std::to_string(n) + " shift=" + std::to_string(shift) + " isa=" +
-                           std::string(hopwise::active_isa());
+                           " n=" + std::to_string(n) + " shift=" + std::to_string(shift) +
+                           " isa=" + std::string(hopwise::active_isa());
   auto verify = [&](const char* form, const unsigned char* got) {
     std::size_t bad = 0;
     std::string first;
     for (std::size_t i = 0; i < n; ++i) {
       std::string why;
-      if (!check_element(dt, op, a0.data() + shift * es, b0.data() + shift * es, got, i, &why) && bad++ == 0) first = why;
+      if (!check_element(dt, op, a0.data() + shift * es, b0.data() + shift * es, got, i, &why) && bad++ == 0)
+        first = why;
     }
     EXPECT_EQ(bad, 0u) << what << " (" << form << "): " << bad << " wrong elements; first " << first;
   };
@@ -660,9 +684,9 @@ TEST_P(ReduceKernel, EveryOpMatchesScalarReference) {
   SCOPED_TRACE(std::string("isa ") + std::string(hopwise::active_isa()));
   std::mt19937_64 rng(test_seed() ^ (static_cast<std::uint64_t>(dt) * 0x9e3779b97f4a7c15ull));
   for (ReduceOp op : hopwise::kAllReduceOps) {
-    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{13}, std::size_t{15},
-                          std::size_t{16}, std::size_t{17}, std::size_t{33}, std::size_t{255}, std::size_t{256},
-                          std::size_t{257}, std::size_t{1000003}})
+    for (std::size_t n :
+         {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{13}, std::size_t{15}, std::size_t{16},
+          std::size_t{17}, std::size_t{33}, std::size_t{255}, std::size_t{256}, std::size_t{257}, std::size_t{1000003}})
       for (std::size_t shift : {std::size_t{0}, std::size_t{1}}) {
         if (n == 1000003 && shift == 1 && op != ReduceOp::kSum) continue;
         check_reduce(dt, op, n, shift, rng);
@@ -672,7 +696,8 @@ TEST_P(ReduceKernel, EveryOpMatchesScalarReference) {
 
 TEST_P(ReduceKernel, ZeroLengthTouchesNothing) {
   const DataType dt = GetParam();
-  for (ReduceOp op : hopwise::kAllReduceOps) EXPECT_NO_THROW(hopwise::reduce_into(dt, op, nullptr, nullptr, nullptr, 0));
+  for (ReduceOp op : hopwise::kAllReduceOps)
+    EXPECT_NO_THROW(hopwise::reduce_into(dt, op, nullptr, nullptr, nullptr, 0));
   EXPECT_NO_THROW(hopwise::scale_by(dt, nullptr, 0, 0.5));
 }
 

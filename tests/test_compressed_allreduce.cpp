@@ -44,7 +44,8 @@ std::vector<float> reference(const cz::Codec& c, std::uint64_t seed, int p, std:
     for (int r = 0; r < p; ++r) {
       c.encode(x[static_cast<std::size_t>(r)].data(), n, payload.data(), st[static_cast<std::size_t>(r)],
                scales.empty() ? nullptr : scales.data());
-      c.decode_add(payload.data(), n, out.data(), st[static_cast<std::size_t>(r)], scales.empty() ? nullptr : scales.data());
+      c.decode_add(payload.data(), n, out.data(), st[static_cast<std::size_t>(r)],
+                   scales.empty() ? nullptr : scales.data());
     }
   }
   return out;
@@ -89,8 +90,8 @@ TEST_P(Compressed, MatchesSerialCodecReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, Compressed,
-                         ::testing::Values("none", "fp16", "bf16", "int8", "int8:round=stochastic", "qsgd",
-                                           "terngrad", "sign", "topk:ratio=0.05", "randomk:ratio=0.1"),
+                         ::testing::Values("none", "fp16", "bf16", "int8", "int8:round=stochastic", "qsgd", "terngrad",
+                                           "sign", "topk:ratio=0.05", "randomk:ratio=0.1"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& ch : s)
@@ -173,8 +174,10 @@ TEST_P(PowerSgdAllreduce, MatchesTheSerialRunStepByStep) {
         ts.push_back({bufs[k].data(), bufs[k].data(), kShapes[k].rows, kShapes[k].cols, &st[k]});
       }
       // Alternate sync and async, so both paths run.
-      if (step % 2) comm.allreduce_powersgd(ts, ps);
-      else comm.allreduce_powersgd_async(ts, ps).wait();
+      if (step % 2)
+        comm.allreduce_powersgd(ts, ps);
+      else
+        comm.allreduce_powersgd_async(ts, ps).wait();
     }
     got[static_cast<std::size_t>(r)] = bufs;
     wire[static_cast<std::size_t>(r)] = comm.stats().wire_bytes;
@@ -279,6 +282,7 @@ TEST(PowerSgdAllreduce, MatricesAtDifferentStepsInOneCall) {
   for (int r = 0; r < p; ++r) {
     EXPECT_EQ(warm_steps[static_cast<std::size_t>(r)], 1u) << "the warm-up step is counted";
     for (std::size_t i = 0; i < rows * cols; ++i)
-      ASSERT_EQ(warm_out[static_cast<std::size_t>(r)][i], a0[i] + a1[i]) << "the warm-up matrix is summed plainly, element " << i;
+      ASSERT_EQ(warm_out[static_cast<std::size_t>(r)][i], a0[i] + a1[i])
+          << "the warm-up matrix is summed plainly, element " << i;
   }
 }

@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "collective_reference.h"
-#include "powersgd_reference.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/half.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/powersgd.h"
+#include "powersgd_reference.h"
 
 namespace {
 
@@ -40,7 +40,9 @@ std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float sigma = 1.0
   return v;
 }
 
-std::uint64_t seed_for(std::initializer_list<std::uint64_t> parts) { return hwtest::mix_seed(hwtest::base_seed(), parts); }
+std::uint64_t seed_for(std::initializer_list<std::uint64_t> parts) {
+  return hwtest::mix_seed(hwtest::base_seed(), parts);
+}
 
 std::string note() { return hwtest::seed_note(hwtest::base_seed()); }
 
@@ -63,8 +65,20 @@ RoundTrip round_trip(const Codec& c, const std::vector<float>& x, CodecState& st
 }
 
 std::vector<std::string> all_default_specs() {
-  return {"none", "fp16", "bf16", "int8", "int8:round=stochastic,block=7", "qsgd", "terngrad", "sign", "topk",
-          "randomk", "topk:ef=0,ratio=0.3", "randomk:ef=0,ratio=0.5", "sign:ef=0", "qsgd:ef=1,levels=3"};
+  return {"none",
+          "fp16",
+          "bf16",
+          "int8",
+          "int8:round=stochastic,block=7",
+          "qsgd",
+          "terngrad",
+          "sign",
+          "topk",
+          "randomk",
+          "topk:ef=0,ratio=0.3",
+          "randomk:ef=0,ratio=0.5",
+          "sign:ef=0",
+          "qsgd:ef=1,levels=3"};
 }
 
 // ---------------- factory, spec errors ----------------
@@ -533,8 +547,8 @@ double ef_discrepancy(const std::string& spec, int steps, double* scale_out) {
 
 TEST(CodecErrorFeedback, ConservesTheSumOfInputs) {
   const int steps = 30;
-  for (const char* spec : {"sign", "topk:ratio=0.05", "randomk:ratio=0.05", "int8:ef=1", "qsgd:ef=1",
-                           "terngrad:ef=1", "fp16:ef=1", "bf16:ef=1", "int8:ef=1,round=stochastic,block=5"}) {
+  for (const char* spec : {"sign", "topk:ratio=0.05", "randomk:ratio=0.05", "int8:ef=1", "qsgd:ef=1", "terngrad:ef=1",
+                           "fp16:ef=1", "bf16:ef=1", "int8:ef=1,round=stochastic,block=5"}) {
     double scale = 0;
     const double d = ef_discrepancy(spec, steps, &scale);
     EXPECT_LE(d, 2.0 * steps * 0x1p-23 * scale) << spec << " " << note();
@@ -567,10 +581,10 @@ TEST(CodecAggregate, SumOfPayloadsDecodesToSumOfDecodes) {
   };
   const int p = 4;
   const std::size_t n = 10007;
-  for (const Case cs : {Case{"none", p * 0x1p-24}, Case{"fp16", p * 0x1p-11}, Case{"bf16", p * 0x1p-8},
-                        Case{"int8", 1e-6}, Case{"int8:round=stochastic,block=100", 1e-6},
-                        Case{"randomk:ef=0", p * 0x1p-24}, Case{"randomk:ratio=0.2", p * 0x1p-24},
-                        Case{"fp16:ef=1", p * 0x1p-11}}) {
+  for (const Case cs :
+       {Case{"none", p * 0x1p-24}, Case{"fp16", p * 0x1p-11}, Case{"bf16", p * 0x1p-8}, Case{"int8", 1e-6},
+        Case{"int8:round=stochastic,block=100", 1e-6}, Case{"randomk:ef=0", p * 0x1p-24},
+        Case{"randomk:ratio=0.2", p * 0x1p-24}, Case{"fp16:ef=1", p * 0x1p-11}}) {
     auto c = hc::make_codec(cs.spec);
     ASSERT_EQ(c->pattern(), Pattern::kAggregatable) << cs.spec;
     std::vector<std::vector<float>> x(p);
@@ -613,7 +627,8 @@ TEST(CodecAggregate, SumOfPayloadsDecodesToSumOfDecodes) {
       const std::size_t block = c->scale_count(n) == (n + 255) / 256 ? 256 : 100;
       for (std::size_t i = 0; i < n; ++i) {
         const double step = agreed[i / block] / (127 / p);
-        ASSERT_LE(std::fabs(out[i] - truth[i]), p * step * (stoch ? 1.0 : 0.5) + 1e-6 * p * agreed[i / block]) << cs.spec << " " << i;
+        ASSERT_LE(std::fabs(out[i] - truth[i]), p * step * (stoch ? 1.0 : 0.5) + 1e-6 * p * agreed[i / block])
+            << cs.spec << " " << i;
       }
     }
   }
@@ -657,8 +672,8 @@ TEST(CodecDeterminism, SameSeedSameBits) {
       return all;
     };
     EXPECT_EQ(run(42, 0), run(42, 0)) << spec;
-    const bool stochastic = spec.find("qsgd") == 0 || spec.find("terngrad") == 0 ||
-                            spec.find("stochastic") != std::string::npos;
+    const bool stochastic =
+        spec.find("qsgd") == 0 || spec.find("terngrad") == 0 || spec.find("stochastic") != std::string::npos;
     if (stochastic) {
       EXPECT_NE(run(42, 0), run(43, 0)) << spec << ": the seed does not reach the stochastic rounding";
       EXPECT_NE(run(42, 0), run(42, 1)) << spec << ": ranks share their rounding noise";
@@ -806,8 +821,8 @@ TEST(PowerSgd, ShapesOrderAndSpecErrors) {
   // A single column, a zero gradient: no NaN, zero output.
   for (auto shape : {std::pair<std::size_t, std::size_t>{7, 1}, {1, 1}, {5, 5}}) {
     std::vector<PowerSgdState> st(1, PowerSgdState(1));
-    const auto out = powersgd_step(ps, {std::vector<float>(shape.first * shape.second, 0.0f)}, shape.first,
-                                   shape.second, st);
+    const auto out =
+        powersgd_step(ps, {std::vector<float>(shape.first * shape.second, 0.0f)}, shape.first, shape.second, st);
     for (float v : out) ASSERT_EQ(v, 0.0f);
   }
   PowerSgdState st(1);
@@ -820,7 +835,8 @@ TEST(PowerSgd, ShapesOrderAndSpecErrors) {
   ps.compute_q(buf.data(), 4, 5, buf.data(), st);
   ps.decompress(buf.data(), 4, 5, buf.data(), st);
   EXPECT_THROW(ps.compute_p(g.data(), 5, 4, buf.data(), st), InvalidArgument);  // another tensor's state
-  for (const char* bad : {"powersgd:rank=0", "powersgd:rank=2000", "powersgd:ef=3", "powersgd:warmup=-1", "powersgd:warmup=x", "powersgd:q=1", "topk"})
+  for (const char* bad : {"powersgd:rank=0", "powersgd:rank=2000", "powersgd:ef=3", "powersgd:warmup=-1",
+                          "powersgd:warmup=x", "powersgd:q=1", "topk"})
     EXPECT_THROW(PowerSgd::from_spec(bad), InvalidArgument) << bad;
   EXPECT_NE(error_of("powersgd:rank=4").find("PowerSgd::from_spec"), std::string::npos);
 }
@@ -829,10 +845,10 @@ TEST(PowerSgdCodec, WarmupAndWhatIsWorthCompressing) {
   const PowerSgd ps = PowerSgd::from_spec("powersgd:rank=4,warmup=2");
   EXPECT_EQ(ps.name(), "powersgd:ef=1,rank=4,warmup=2");
   EXPECT_EQ(PowerSgd::from_spec(ps.name()).name(), ps.name());
-  EXPECT_FALSE(ps.compresses(1, 1000));   // 1-D: a bias
+  EXPECT_FALSE(ps.compresses(1, 1000));  // 1-D: a bias
   EXPECT_FALSE(ps.compresses(1000, 1));
-  EXPECT_FALSE(ps.compresses(10, 10));    // (10+10)*4*2 = 160 > 100: not clearly smaller
-  EXPECT_TRUE(ps.compresses(16, 16));     // (16+16)*4*2 = 256 <= 256
+  EXPECT_FALSE(ps.compresses(10, 10));  // (10+10)*4*2 = 160 > 100: not clearly smaller
+  EXPECT_TRUE(ps.compresses(16, 16));   // (16+16)*4*2 = 256 <= 256
   EXPECT_TRUE(ps.compresses(1024, 784));
   PowerSgdState st(5);
   EXPECT_FALSE(ps.compressed_step(64, 64, st));

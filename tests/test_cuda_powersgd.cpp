@@ -27,9 +27,9 @@ namespace {
 namespace hc = hopwise::compression;
 using hopwise::DeviceBuffer;
 
-#define HOPWISE_NEEDS_GPU()                                                  \
-  do {                                                                       \
-    std::string why;                                                         \
+#define HOPWISE_NEEDS_GPU()                                                                  \
+  do {                                                                                       \
+    std::string why;                                                                         \
     if (hopwise::cuda::device_count(&why) == 0) GTEST_SKIP() << "needs a CUDA GPU: " << why; \
   } while (0)
 
@@ -63,7 +63,8 @@ double norm2(const std::vector<float>& v) {
 }
 
 // ||got - want|| <= kTol * max(||want||, floor).
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, double floor, const std::string& what) {
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double floor,
+                  const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double d = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -86,7 +87,7 @@ std::vector<float> sum_of(const std::vector<std::vector<float>>& parts) {
 struct Shape {
   std::size_t rows, cols;
 };
-const std::vector<Shape> kShapes = {{1, 7},   {7, 1},  {10, 10}, {0, 5},    {33, 17},
+const std::vector<Shape> kShapes = {{1, 7},   {7, 1},  {10, 10}, {0, 5},      {33, 17},
                                     {64, 48}, {5, 97}, {128, 3}, {1024, 4096}};
 
 // (rank, ef, simulated ranks)
@@ -102,8 +103,8 @@ TEST_P(DevicePowerSgdMatchesCpu, StepByStep) {
     const std::size_t rows = kShapes[si].rows, cols = kShapes[si].cols, n = rows * cols;
     const std::size_t np = cpu.p_count(rows, cols), nq = cpu.q_count(rows, cols);
     const std::uint64_t state_seed = kSeed + 1000 * si;
-    SCOPED_TRACE(cpu.name() + " " + std::to_string(rows) + " x " + std::to_string(cols) + ", " +
-                 std::to_string(world) + " ranks, state seed " + std::to_string(state_seed));
+    SCOPED_TRACE(cpu.name() + " " + std::to_string(rows) + " x " + std::to_string(cols) + ", " + std::to_string(world) +
+                 " ranks, state seed " + std::to_string(state_seed));
     std::vector<hc::PowerSgdState> cs;
     std::vector<hc::DevicePowerSgdState> ds;
     for (int w = 0; w < world; ++w) {

@@ -20,8 +20,8 @@ TEST(CudaReduce, MatchesHostKernelsForEveryDtypeAndOp) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   rng.seed(seed);
   for (hopwise::DataType dt : hopwise::kAllDataTypes) {
-    for (hopwise::ReduceOp op : {hopwise::ReduceOp::kSum, hopwise::ReduceOp::kMin, hopwise::ReduceOp::kMax,
-                                 hopwise::ReduceOp::kProd}) {
+    for (hopwise::ReduceOp op :
+         {hopwise::ReduceOp::kSum, hopwise::ReduceOp::kMin, hopwise::ReduceOp::kMax, hopwise::ReduceOp::kProd}) {
       for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1000003}}) {
         const std::size_t bytes = n * hopwise::dtype_size(dt);
         std::vector<unsigned char> a(bytes), b(bytes), host(bytes), dev(bytes);
@@ -29,13 +29,34 @@ TEST(CudaReduce, MatchesHostKernelsForEveryDtypeAndOp) {
         for (std::size_t i = 0; i < n; ++i) {
           const int x = static_cast<int>(rng() % 7) + 1, y = static_cast<int>(rng() % 7) + 1;
           switch (dt) {
-            case hopwise::DataType::kFloat32: reinterpret_cast<float*>(a.data())[i] = x; reinterpret_cast<float*>(b.data())[i] = y; break;
-            case hopwise::DataType::kFloat64: reinterpret_cast<double*>(a.data())[i] = x; reinterpret_cast<double*>(b.data())[i] = y; break;
-            case hopwise::DataType::kFloat16: reinterpret_cast<std::uint16_t*>(a.data())[i] = hopwise::float_to_fp16(x); reinterpret_cast<std::uint16_t*>(b.data())[i] = hopwise::float_to_fp16(y); break;
-            case hopwise::DataType::kBFloat16: reinterpret_cast<std::uint16_t*>(a.data())[i] = hopwise::float_to_bf16(x); reinterpret_cast<std::uint16_t*>(b.data())[i] = hopwise::float_to_bf16(y); break;
-            case hopwise::DataType::kInt32: reinterpret_cast<std::int32_t*>(a.data())[i] = x; reinterpret_cast<std::int32_t*>(b.data())[i] = y; break;
-            case hopwise::DataType::kInt64: reinterpret_cast<std::int64_t*>(a.data())[i] = x; reinterpret_cast<std::int64_t*>(b.data())[i] = y; break;
-            case hopwise::DataType::kUInt8: a[i] = static_cast<unsigned char>(x); b[i] = static_cast<unsigned char>(y); break;
+            case hopwise::DataType::kFloat32:
+              reinterpret_cast<float*>(a.data())[i] = x;
+              reinterpret_cast<float*>(b.data())[i] = y;
+              break;
+            case hopwise::DataType::kFloat64:
+              reinterpret_cast<double*>(a.data())[i] = x;
+              reinterpret_cast<double*>(b.data())[i] = y;
+              break;
+            case hopwise::DataType::kFloat16:
+              reinterpret_cast<std::uint16_t*>(a.data())[i] = hopwise::float_to_fp16(x);
+              reinterpret_cast<std::uint16_t*>(b.data())[i] = hopwise::float_to_fp16(y);
+              break;
+            case hopwise::DataType::kBFloat16:
+              reinterpret_cast<std::uint16_t*>(a.data())[i] = hopwise::float_to_bf16(x);
+              reinterpret_cast<std::uint16_t*>(b.data())[i] = hopwise::float_to_bf16(y);
+              break;
+            case hopwise::DataType::kInt32:
+              reinterpret_cast<std::int32_t*>(a.data())[i] = x;
+              reinterpret_cast<std::int32_t*>(b.data())[i] = y;
+              break;
+            case hopwise::DataType::kInt64:
+              reinterpret_cast<std::int64_t*>(a.data())[i] = x;
+              reinterpret_cast<std::int64_t*>(b.data())[i] = y;
+              break;
+            case hopwise::DataType::kUInt8:
+              a[i] = static_cast<unsigned char>(x);
+              b[i] = static_cast<unsigned char>(y);
+              break;
           }
         }
         hopwise::reduce_into(dt, op, host.data(), a.data(), b.data(), n);

@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "collective_reference.h"
-#include "nccl_test_main.h"
-#include "hopwise/comm/device_reducer.h"
 #include "hopwise/comm/device_communicator.h"
+#include "hopwise/comm/device_reducer.h"
 #include "hopwise/common/cuda_reduce.h"
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/common/error.h"
+#include "nccl_test_main.h"
 
 namespace {
 
@@ -35,7 +35,9 @@ using hopwise::DeviceBuffer;
 // Pinned host memory, so that cudaMemcpyAsync really is asynchronous (the reducer must wait for it).
 struct Pinned {
   float* p = nullptr;
-  explicit Pinned(std::size_t n) { cuda_ok(cudaMallocHost(&p, std::max<std::size_t>(n, 1) * sizeof(float)), "cudaMallocHost"); }
+  explicit Pinned(std::size_t n) {
+    cuda_ok(cudaMallocHost(&p, std::max<std::size_t>(n, 1) * sizeof(float)), "cudaMallocHost");
+  }
   ~Pinned() { cudaFreeHost(p); }
   Pinned(const Pinned&) = delete;
   Pinned& operator=(const Pinned&) = delete;
@@ -64,7 +66,8 @@ struct Model {
   }
   float* grad(std::size_t i) { return sizes[i] ? grads[i].as<float>() : nullptr; }
   void register_all(hc::DeviceGradientReducer& red) {
-    for (std::size_t i = 0; i < sizes.size(); ++i) EXPECT_EQ(red.add_parameter(names[i], grad(i), sizes[i]), static_cast<int>(i));
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      EXPECT_EQ(red.add_parameter(names[i], grad(i), sizes[i]), static_cast<int>(i));
   }
   // "Backward" of one parameter: its gradient written on `s`.
   void produce(std::size_t i, int step, cudaStream_t s) {

@@ -81,7 +81,8 @@ TEST(AlgorithmTable, ARegisteredAlgorithmIsParsedForcedChosenAndRun) {
     hc::parse_algorithm("nope");
     ADD_FAILURE() << "an unknown name parsed";
   } catch (const hopwise::InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("test-star"), std::string::npos) << "the choices list the new row: " << e.what();
+    EXPECT_NE(std::string(e.what()).find("test-star"), std::string::npos)
+        << "the choices list the new row: " << e.what();
   }
   for (int n : {2, 3, 5}) {
     for (bool forced : {true, false}) {
@@ -183,9 +184,9 @@ TEST(WorkCallbacks, RunOnceAfterTheResultWithoutLocks) {
     w.on_complete([&](std::exception_ptr e) {
       ++calls;
       if (e) std::rethrow_exception(e);
-      (void)c.stats();                          // takes the communicator's lock: not held here
-      c.set_algorithm(Algorithm::kAuto);        // nor here
-      seen.set_value(x.back());                 // the result is in place
+      (void)c.stats();                    // takes the communicator's lock: not held here
+      c.set_algorithm(Algorithm::kAuto);  // nor here
+      seen.set_value(x.back());           // the result is in place
     });
     const float v = seen.get_future().get();
     w.wait();
@@ -209,7 +210,7 @@ TEST(WorkCallbacks, ACallbackMayIssueAndWaitForCollectives) {
     std::promise<void> done;
     c.allreduce_async(a.data(), a.data(), a.size(), DataType::kFloat32).on_complete([&](std::exception_ptr e) {
       if (e) return done.set_exception(e);
-      for (auto& v : b) v = a[0] + static_cast<float>(r);           // uses the first result
+      for (auto& v : b) v = a[0] + static_cast<float>(r);                          // uses the first result
       c.allreduce_async(b.data(), b.data(), b.size(), DataType::kFloat32).wait();  // async, waited inside
       c.allreduce(d.data(), d.data(), d.size(), DataType::kFloat32);               // and a sync call
       hc::Work inner = c.allreduce_async(d.data(), d.data(), d.size(), DataType::kFloat32);

@@ -24,8 +24,6 @@
 #include <vector>
 
 #include "collective_reference.h"
-#include "nccl_test_main.h"
-#include "powersgd_reference.h"
 #include "hopwise/comm/device_communicator.h"
 #include "hopwise/comm/device_powersgd_allreduce.h"
 #include "hopwise/comm/transports/mpi_store.h"
@@ -35,6 +33,8 @@
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/device_codec.h"
 #include "hopwise/compression/powersgd.h"
+#include "nccl_test_main.h"
+#include "powersgd_reference.h"
 
 namespace {
 
@@ -181,7 +181,8 @@ TEST(DeviceCollectives, ReduceScatter) {
         Stream s;
         hc::DeviceWork w1 = c.reduce_scatter_async(a.data(), a.data(), count, dt, op, s.s);
         char* bin = b.as<char>();
-        hc::DeviceWork w2 = c.reduce_scatter_async(bin, bin + static_cast<std::size_t>(me) * count * es, count, dt, op, s.s);
+        hc::DeviceWork w2 =
+            c.reduce_scatter_async(bin, bin + static_cast<std::size_t>(me) * count * es, count, dt, op, s.s);
         w1.wait();
         w2.wait();
         EXPECT_EQ(compare(e, to_host(a.data(), count * es).data(), 0, count), "") << "out == in";
@@ -214,7 +215,8 @@ TEST(DeviceCollectives, Allgather) {
       if (bytes > 0) std::memcpy(first.data(), mine.data(), bytes);
       DeviceBuffer b = to_device(first);
       Stream s;
-      hc::DeviceWork w1 = c.allgather_async(a.as<char>() + static_cast<std::size_t>(me) * bytes, a.data(), count, dt, s.s);
+      hc::DeviceWork w1 =
+          c.allgather_async(a.as<char>() + static_cast<std::size_t>(me) * bytes, a.data(), count, dt, s.s);
       hc::DeviceWork w2 = c.allgather_async(b.data(), b.data(), count, dt, s.s);
       w1.wait();
       w2.wait();
@@ -230,7 +232,8 @@ TEST(DeviceCollectives, Broadcast) {
   for (int root : {0, n - 1})
     for (DataType dt : hopwise::kAllDataTypes)
       for (std::size_t count : counts()) {
-        SCOPED_TRACE(fmt::format("broadcast(count={}, {}, root {}) over {} ranks", count, hopwise::to_string(dt), root, n));
+        SCOPED_TRACE(
+            fmt::format("broadcast(count={}, {}, root {}) over {} ranks", count, hopwise::to_string(dt), root, n));
         const std::uint64_t cs = mix_seed(g_seed, {40, u(dt), count, static_cast<std::uint64_t>(root)});
         const std::size_t bytes = count * hopwise::dtype_size(dt);
         const Bytes data = make_input(dt, ReduceOp::kSum, count, root, n, cs);
@@ -360,7 +363,8 @@ TEST(DeviceErrors, BadArgumentsAreInvalidArgument) {
   cuda_ok(cudaMallocHost(&pinned, 256), "cudaMallocHost");
   EXPECT_THROW(c.broadcast(pinned, 64, DataType::kFloat32, 0), InvalidArgument) << "pinned host memory";
   cudaFreeHost(pinned);
-  EXPECT_NE(message_of([&] { c.allreduce(nullptr, d.data(), 64, DataType::kFloat32); }).find("null"), std::string::npos);
+  EXPECT_NE(message_of([&] { c.allreduce(nullptr, d.data(), 64, DataType::kFloat32); }).find("null"),
+            std::string::npos);
   EXPECT_THROW(c.allgather(d.data(), nullptr, 4, DataType::kInt32), InvalidArgument);
   EXPECT_NO_THROW(c.allreduce(nullptr, nullptr, 0, DataType::kFloat32));  // nothing to do, on every rank
   EXPECT_NE(message_of([&] { c.broadcast(d.data(), 8, DataType::kFloat32, n); }).find("root"), std::string::npos);
@@ -475,8 +479,8 @@ void compressed_case(const std::string& spec, std::size_t count, ReduceOp op, bo
 
 TEST(DeviceCompressed, MatchesTheCpuCodec) {
   for (const std::string spec : {"none", "fp16", "int8", "topk:ratio=0.1"})
-    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{13}, std::size_t{1000},
-                              std::size_t{100003}})
+    for (std::size_t count :
+         {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{13}, std::size_t{1000}, std::size_t{100003}})
       compressed_case(spec, count, ReduceOp::kSum, false);
 }
 

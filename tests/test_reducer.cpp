@@ -6,10 +6,10 @@
 #include <numeric>
 #include <random>
 
-#include "hopwise/comm/reducer.h"
-#include "hopwise/compression/powersgd.h"
-#include "hopwise/common/error.h"
 #include "collective_reference.h"
+#include "hopwise/comm/reducer.h"
+#include "hopwise/common/error.h"
+#include "hopwise/compression/powersgd.h"
 #include "inproc_group.h"
 #include "powersgd_reference.h"
 
@@ -27,9 +27,9 @@ struct Model {
 
 // A pseudo-random value in [-1, 1) that every rank can recompute for every other rank.
 float value(std::uint64_t seed, int rank, std::size_t param, std::size_t i, int step) {
-  const std::uint64_t z = hwtest::splitmix64(seed ^ (static_cast<std::uint64_t>(rank) << 56) ^
-                                             (static_cast<std::uint64_t>(param) << 40) ^
-                                             (static_cast<std::uint64_t>(step) << 32) ^ i);
+  const std::uint64_t z =
+      hwtest::splitmix64(seed ^ (static_cast<std::uint64_t>(rank) << 56) ^ (static_cast<std::uint64_t>(param) << 40) ^
+                         (static_cast<std::uint64_t>(step) << 32) ^ i);
   return static_cast<float>(z >> 40) / static_cast<float>(1 << 23) - 1.0f;
 }
 
@@ -193,8 +193,8 @@ TEST(Reducer, LayoutMismatchNamesTheRanks) {
     }
   });
   for (int r = 0; r < 3; ++r)
-    EXPECT_NE(errors[static_cast<std::size_t>(r)].find("on rank(s) 2"), std::string::npos) << "rank " << r << ": "
-                                                                                           << errors[static_cast<std::size_t>(r)];
+    EXPECT_NE(errors[static_cast<std::size_t>(r)].find("on rank(s) 2"), std::string::npos)
+        << "rank " << r << ": " << errors[static_cast<std::size_t>(r)];
 }
 
 TEST(Reducer, UseBeforeFinalizeIsAnError) {

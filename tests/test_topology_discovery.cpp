@@ -36,17 +36,23 @@ Topology two_socket_machine() {
   int prev_numa = -1;
   for (int s = 0; s < 2; ++s) {
     const int pkg = t.add_node({.kind = NodeKind::CpuPackage, .name = "Package" + std::to_string(s), .index = s});
-    const int numa = t.add_node({.kind = NodeKind::Numa, .name = "NUMA" + std::to_string(s), .numa = s, .index = s,
+    const int numa = t.add_node({.kind = NodeKind::Numa,
+                                 .name = "NUMA" + std::to_string(s),
+                                 .numa = s,
+                                 .index = s,
                                  .cpu_affinity = s == 0 ? "0-3" : "4-7"});
     t.add_link({host, pkg, LinkKind::Internal});
     t.add_link({pkg, numa, LinkKind::Internal});
     if (prev_numa >= 0) t.add_link({prev_numa, numa, LinkKind::InterSocket, 1, 0, 0, 40, 0});
     prev_numa = numa;
-    const int gpu = t.add_node({.kind = NodeKind::Gpu, .name = "GPU" + std::to_string(s),
-                                .pci_bus_id = s == 0 ? "0000:1a:00.0" : "0000:9a:00.0", .numa = s, .index = s});
+    const int gpu = t.add_node({.kind = NodeKind::Gpu,
+                                .name = "GPU" + std::to_string(s),
+                                .pci_bus_id = s == 0 ? "0000:1a:00.0" : "0000:9a:00.0",
+                                .numa = s,
+                                .index = s});
     t.add_link({numa, gpu, LinkKind::PCIe, 1, 4, 16, 0, 0});
-    const int nic = t.add_node({.kind = NodeKind::Nic, .name = "mlx5_" + std::to_string(s), .numa = s,
-                                .speed_gbps = 200});
+    const int nic =
+        t.add_node({.kind = NodeKind::Nic, .name = "mlx5_" + std::to_string(s), .numa = s, .speed_gbps = 200});
     t.add_link({numa, nic, LinkKind::PCIe, 1, 4, 16, 0, 0});
   }
   return t;

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "hopwise/common/error.h"
-#include "hopwise/topology/plan.h"
+#include "hopwise/topology/shapes.h"
 
 namespace {
 
@@ -59,8 +59,9 @@ TEST(Ring, ValidateAcceptsPermutations) {
 }
 
 TEST(Ring, ValidateRejectsNonPermutations) {
-  const std::vector<std::pair<std::vector<int>, int>> bad = {
-      {{0, 1, 1}, 3}, {{0, 1}, 3}, {{0, 1, 2, 3}, 3}, {{0, 1, 3}, 3}, {{-1, 0, 1}, 3}, {{}, 1}, {{0}, 2}, {{2, 2, 2}, 3}};
+  const std::vector<std::pair<std::vector<int>, int>> bad = {{{0, 1, 1}, 3}, {{0, 1}, 3},     {{0, 1, 2, 3}, 3},
+                                                             {{0, 1, 3}, 3}, {{-1, 0, 1}, 3}, {{}, 1},
+                                                             {{0}, 2},       {{2, 2, 2}, 3}};
   for (const auto& [order, n] : bad) {
     SCOPED_TRACE(::testing::PrintToString(order) + " n=" + std::to_string(n));
     EXPECT_THROW(topo::validate_ring(order, n), hopwise::InvalidArgument);

@@ -16,8 +16,8 @@
 #include "hopwise/common/error.h"
 #include "hopwise/topology/formats.h"
 #include "hopwise/topology/graph.h"
-#include "hopwise/topology/plan.h"
 #include "hopwise/topology/planner.h"
+#include "hopwise/topology/shapes.h"
 
 namespace fs = std::filesystem;
 using namespace hopwise::topology;
@@ -104,20 +104,31 @@ Topology dgx1(bool v100_double_links) {
   std::vector<int> gpu(8);
   for (int sw = 0; sw < 4; ++sw) {
     const int s = t.add_node({.kind = NodeKind::PciSwitch, .name = "PLX" + std::to_string(sw), .numa = sw / 2});
-    t.add_link({.a = numa[sw / 2], .b = s, .kind = LinkKind::PCIe, .pcie_gen = 3, .pcie_width = 16,
+    t.add_link({.a = numa[sw / 2],
+                .b = s,
+                .kind = LinkKind::PCIe,
+                .pcie_gen = 3,
+                .pcie_width = 16,
                 .bandwidth_gbps = pcie_bandwidth_gbps(3, 16)});
     for (int k = 0; k < 2; ++k) {
       const int g = sw * 2 + k;
       gpu[static_cast<size_t>(g)] = t.add_node(
           {.kind = NodeKind::Gpu, .name = "GPU" + std::to_string(g), .numa = sw / 2, .index = g, .model = "V100"});
-      t.add_link({.a = s, .b = gpu[static_cast<size_t>(g)], .kind = LinkKind::PCIe, .pcie_gen = 3,
-                  .pcie_width = 16, .bandwidth_gbps = pcie_bandwidth_gbps(3, 16)});
+      t.add_link({.a = s,
+                  .b = gpu[static_cast<size_t>(g)],
+                  .kind = LinkKind::PCIe,
+                  .pcie_gen = 3,
+                  .pcie_width = 16,
+                  .bandwidth_gbps = pcie_bandwidth_gbps(3, 16)});
     }
   }
   for (auto [a, b] : kDgx1Pairs) {
     const int count = v100_double_links && kDgx1Double.count({a, b}) ? 2 : 1;
-    t.add_link({.a = gpu[static_cast<size_t>(a)], .b = gpu[static_cast<size_t>(b)], .kind = LinkKind::NVLink,
-                .count = count, .bandwidth_gbps = nvlink_bandwidth_gbps(count)});
+    t.add_link({.a = gpu[static_cast<size_t>(a)],
+                .b = gpu[static_cast<size_t>(b)],
+                .kind = LinkKind::NVLink,
+                .count = count,
+                .bandwidth_gbps = nvlink_bandwidth_gbps(count)});
   }
   return t;
 }
@@ -507,7 +518,8 @@ TEST(PlannerChannels, ReverseRingOnlyWhereNoDirectedLinkIsShared) {
     g.push_back(mesh.add_node({.kind = NodeKind::Gpu, .name = "GPU" + std::to_string(i), .index = i}));
     mesh.add_link({host, g.back(), LinkKind::PCIe, 1, 3, 16, 0, 0});
   }
-  for (int i = 0; i < 4; ++i) mesh.add_link({g[static_cast<size_t>(i)], g[static_cast<size_t>((i + 1) % 4)], LinkKind::NVLink, 2, 0, 0, 50, 0});
+  for (int i = 0; i < 4; ++i)
+    mesh.add_link({g[static_cast<size_t>(i)], g[static_cast<size_t>((i + 1) % 4)], LinkKind::NVLink, 2, 0, 0, 50, 0});
   const Plan p = plan_collectives(mesh, place_ranks(mesh));
   ASSERT_EQ(p.channels.size(), 2u);
   EXPECT_EQ(p.channels[0], p.ring);

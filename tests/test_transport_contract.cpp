@@ -43,7 +43,8 @@ void each(const std::function<void(hc::Transport&)>& body) {
 
 std::vector<std::uint8_t> pattern(std::size_t n, int from, int salt) {
   std::vector<std::uint8_t> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(i * 131 + static_cast<std::size_t>(from) * 17 + salt);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<std::uint8_t>(i * 131 + static_cast<std::size_t>(from) * 17 + salt);
   return v;
 }
 
@@ -55,22 +56,27 @@ TEST(TransportContract, OrderPerPairAndTag) {
     // To every peer: kMessages numbered messages on tag 1 and on tag 2, interleaved; receives posted tag 2 first.
     std::vector<std::int32_t> out(kMessages);
     std::iota(out.begin(), out.end(), 0);
-    std::vector<std::vector<std::int32_t>> got(static_cast<std::size_t>(2 * p), std::vector<std::int32_t>(kMessages, -1));
+    std::vector<std::vector<std::int32_t>> got(static_cast<std::size_t>(2 * p),
+                                               std::vector<std::int32_t>(kMessages, -1));
     hc::Requests reqs(t);
     for (int tag : {2, 1})
       for (int peer = 0; peer < p; ++peer)
         if (peer != me)
           for (int i = 0; i < kMessages; ++i)
-            reqs.push_back(t.irecv(&got[static_cast<std::size_t>(2 * peer + tag - 1)][static_cast<std::size_t>(i)], 4, peer, tag));
+            reqs.push_back(
+                t.irecv(&got[static_cast<std::size_t>(2 * peer + tag - 1)][static_cast<std::size_t>(i)], 4, peer, tag));
     for (int i = 0; i < kMessages; ++i)
       for (int tag : {1, 2})
         for (int peer = 0; peer < p; ++peer)
           if (peer != me) reqs.push_back(t.isend(&out[static_cast<std::size_t>(i)], 4, peer, tag));
     t.wait_all(reqs);
     reqs.clear();
-    for (int peer = 0; peer < p; ++peer)
-      if (peer != me)
-        for (int tag : {1, 2}) EXPECT_EQ(got[static_cast<std::size_t>(2 * peer + tag - 1)], out) << "from " << peer << " tag " << tag;
+    for (int peer = 0; peer < p; ++peer) {
+      if (peer == me) continue;
+      for (int tag : {1, 2}) {
+        EXPECT_EQ(got[static_cast<std::size_t>(2 * peer + tag - 1)], out) << "from " << peer << " tag " << tag;
+      }
+    }
   });
 }
 
@@ -100,8 +106,12 @@ TEST(TransportContract, HundredsInFlightAndLargerReceives) {
       send.push_back(pattern(static_cast<std::size_t>(i % 17) * 61, me, i));
       recv.emplace_back(send.back().size() + 100, 0);  // larger than the send
     }
-    for (int i = 0; i < kInFlight; ++i) reqs.push_back(t.irecv(recv[static_cast<std::size_t>(i)].data(), recv[static_cast<std::size_t>(i)].size(), prev, 4));
-    for (int i = 0; i < kInFlight; ++i) reqs.push_back(t.isend(send[static_cast<std::size_t>(i)].data(), send[static_cast<std::size_t>(i)].size(), next, 4));
+    for (int i = 0; i < kInFlight; ++i)
+      reqs.push_back(
+          t.irecv(recv[static_cast<std::size_t>(i)].data(), recv[static_cast<std::size_t>(i)].size(), prev, 4));
+    for (int i = 0; i < kInFlight; ++i)
+      reqs.push_back(
+          t.isend(send[static_cast<std::size_t>(i)].data(), send[static_cast<std::size_t>(i)].size(), next, 4));
     t.wait_all(reqs);
     reqs.clear();
     for (int i = 0; i < kInFlight; ++i) {
@@ -225,12 +235,14 @@ TEST(StoreContract, SetGetWaitAddCheck) {
 TEST(StoreContract, AllgatherAndBroadcast) {
   each_store([](hc::Store& s, int rank, int size) {
     const std::string name = fmt::format("bootstrap/{}", size);
-    const auto all = hc::store_allgather(s, name + "/ag", rank, size, "rank" + std::to_string(rank), std::chrono::seconds(30));
+    const auto all =
+        hc::store_allgather(s, name + "/ag", rank, size, "rank" + std::to_string(rank), std::chrono::seconds(30));
     ASSERT_EQ(all.size(), static_cast<std::size_t>(size));
     for (int r = 0; r < size; ++r) EXPECT_EQ(all[static_cast<std::size_t>(r)], "rank" + std::to_string(r));
     const int root = size - 1;
-    EXPECT_EQ(hc::store_broadcast(s, name + "/bc", rank, root, rank == root ? "from the root" : "", std::chrono::seconds(30)),
-              "from the root");
+    EXPECT_EQ(
+        hc::store_broadcast(s, name + "/bc", rank, root, rank == root ? "from the root" : "", std::chrono::seconds(30)),
+        "from the root");
   });
 }
 

@@ -19,8 +19,8 @@
 
 #include "hopwise/comm/communicator.h"
 #include "hopwise/comm/store.h"
-#include "hopwise/comm/transports/mpi_store.h"
 #include "hopwise/comm/transports/inproc_transport.h"
+#include "hopwise/comm/transports/mpi_store.h"
 #include "hopwise/comm/transports/mpi_transport.h"
 
 namespace hwtest {
@@ -83,7 +83,11 @@ inline int mpi_job_size() {
 
 inline const std::vector<World>& worlds() {
   static const std::vector<World> all = {
-      {"inproc", [] { return std::vector<int>{1, 2, 3, 4, 7}; }, run_inprocess_world, true, run_inprocess_store},
+      {"inproc",
+       [] {
+         return std::vector<int>{1, 2, 3, 4, 7};
+       },
+       run_inprocess_world, true, run_inprocess_store},
       {"mpi", [] { return std::vector<int>{mpi_job_size()}; },
        [](int, const RankBody& body) { body(std::make_unique<hc::MpiTransport>()); }, false,
        [](int, const StoreBody& body) {

@@ -13,13 +13,15 @@ void buffers(std::string_view what, const void* in, std::size_t in_count, const 
              DataType dt, int rank) {
   checked_bytes(std::max(in_count, out_count), dt, what);
   if (in_count > 0 && in == nullptr)
-    throw InvalidArgument(fmt::format("{} on rank {}: input buffer is null but count is {}; pass a buffer of {} "
-                                      "elements of {}",
-                                      what, rank, in_count, in_count, to_string(dt)));
+    throw InvalidArgument(
+        fmt::format("{} on rank {}: input buffer is null but count is {}; pass a buffer of {} "
+                    "elements of {}",
+                    what, rank, in_count, in_count, to_string(dt)));
   if (out_count > 0 && out == nullptr)
-    throw InvalidArgument(fmt::format("{} on rank {}: output buffer is null but count is {}; pass a buffer of {} "
-                                      "elements of {}",
-                                      what, rank, out_count, out_count, to_string(dt)));
+    throw InvalidArgument(
+        fmt::format("{} on rank {}: output buffer is null but count is {}; pass a buffer of {} "
+                    "elements of {}",
+                    what, rank, out_count, out_count, to_string(dt)));
 }
 
 void root(std::string_view what, int root, int size) {

@@ -47,8 +47,8 @@ std::string codec_of(const CollectiveCheck::Wire& w) {
   return w.codec[0] == '\0' ? std::string("none") : std::string(w.codec, strnlen(w.codec, sizeof w.codec));
 }
 
-using Key = std::tuple<std::int32_t, std::uint64_t, std::int32_t, std::int32_t, std::int32_t, std::int32_t,
-                       std::uint64_t>;
+using Key =
+    std::tuple<std::int32_t, std::uint64_t, std::int32_t, std::int32_t, std::int32_t, std::int32_t, std::uint64_t>;
 Key key_of(const CollectiveCheck::Wire& w) {
   return {w.collective, w.count, w.dtype, w.op, w.root, w.algorithm, w.codec_hash};
 }
@@ -119,11 +119,11 @@ std::string CollectiveCheck::describe_mismatch(const std::vector<Wire>& all) {
     for (const auto& [seq, ranks] : by_seq) calls += fmt::format(" #{} on {},", seq, rank_list(ranks));
     calls.pop_back();
   }
-  return fmt::format("ranks disagree on the collective call (HOPWISE_DEBUG=CHECK, {}): {} from {}{}; every "
-                     "rank must make the same collective calls in the same order with the same count, dtype, op and "
-                     "root",
-                     calls, rank_list(odd) + (odd.size() == 1 ? " differs" : " differ"), rank_list(majority->second),
-                     fields);
+  return fmt::format(
+      "ranks disagree on the collective call (HOPWISE_DEBUG=CHECK, {}): {} from {}{}; every "
+      "rank must make the same collective calls in the same order with the same count, dtype, op and "
+      "root",
+      calls, rank_list(odd) + (odd.size() == 1 ? " differs" : " differ"), rank_list(majority->second), fields);
 }
 
 std::string explain_timeout(Transport& t, std::chrono::duration<double> listen) {
@@ -136,7 +136,8 @@ std::string explain_timeout(Transport& t, std::chrono::duration<double> listen) 
   try {
     for (int q = 0; q < p; ++q) {
       if (q == me) continue;
-      recvs[static_cast<std::size_t>(q)] = t.irecv(&(*notes)[static_cast<std::size_t>(q)], sizeof(std::int64_t), q, algo::kTagAlive);
+      recvs[static_cast<std::size_t>(q)] =
+          t.irecv(&(*notes)[static_cast<std::size_t>(q)], sizeof(std::int64_t), q, algo::kTagAlive);
       sends[static_cast<std::size_t>(q)] = t.isend(&notes->back(), sizeof(std::int64_t), q, algo::kTagAlive);
     }
     const auto deadline = std::chrono::steady_clock::now() + listen;

@@ -21,11 +21,16 @@
 
 namespace hopwise::comm {
 
+double Options::timeout_from_env() {
+  const double t = env::get_double("HOPWISE_TIMEOUT_S", Options{}.timeout_s);
+  if (!(t > 0)) throw InvalidArgument("HOPWISE_TIMEOUT_S must be a positive number of seconds");
+  return t;
+}
+
 Options Options::from_env() {
   Options o;
   o.algorithm = parse_algorithm(env::get_or("HOPWISE_ALGO", "auto"));
-  o.timeout_s = env::get_double("HOPWISE_TIMEOUT_S", o.timeout_s);
-  if (!(o.timeout_s > 0)) throw InvalidArgument("HOPWISE_TIMEOUT_S must be a positive number of seconds");
+  o.timeout_s = timeout_from_env();
   if (auto v = env::get("HOPWISE_CHUNK_BYTES")) o.chunk_bytes = env::parse_size(*v, "HOPWISE_CHUNK_BYTES");
   if (o.chunk_bytes < 64 || o.chunk_bytes > (1u << 30))
     throw InvalidArgument("HOPWISE_CHUNK_BYTES must be between 64 and 1G");
@@ -47,7 +52,8 @@ void require(bool ok, const std::string& what) {
 
 Communicator::Communicator(Options options) : Communicator(std::make_unique<MpiTransport>(), options) {}
 
-Communicator::Communicator(std::unique_ptr<Transport> transport, Options options) : impl_(std::make_unique<detail::CommunicatorImpl>()) {
+Communicator::Communicator(std::unique_ptr<Transport> transport, Options options)
+    : impl_(std::make_unique<detail::CommunicatorImpl>()) {
   require(transport != nullptr, "Communicator needs a transport; pass MpiTransport or InProcessTransport");
   impl_->transport = std::move(transport);
   impl_->options = options;
@@ -81,9 +87,7 @@ int Communicator::host_id() const { return impl_->transport->host_id(); }
 Transport& Communicator::transport() { return *impl_->transport; }
 const std::vector<int>& Communicator::ring_order() const { return impl_->plan.ring; }
 const std::string& Communicator::plan_description() const { return impl_->plan.text; }
-const topology::Cluster* Communicator::cluster() const {
-  return impl_->plan.cluster ? &*impl_->plan.cluster : nullptr;
-}
+const topology::Cluster* Communicator::cluster() const { return impl_->plan.cluster ? &*impl_->plan.cluster : nullptr; }
 
 // HOPWISE_TOPO_FILE stands in for discovery: plan on the machine that file describes (ranks round-robin on its
 // devices). Otherwise, with discovery on, plan on the job's cluster as every rank saw it. HOPWISE_TOPO_DUMP_FILE
@@ -207,8 +211,7 @@ Task broadcast_task(int rank, int size, void* buf, std::size_t count, DataType d
   return t;
 }
 
-Task reduce_task(int rank, int size, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
-                 int root) {
+Task reduce_task(int rank, int size, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, int root) {
   check_op_supported(dt, op);
   checks::root("reduce", root, size);
   checks::buffers("reduce", in, count, out, rank == root ? count : 0, dt, rank);
@@ -266,22 +269,27 @@ Work post_p2p(Transport& t, Request r, std::string what, std::weak_ptr<Completio
     if (!s) return true;
     // One driver at a time (the caller's wait() and the completion thread's poll): a poll gives way.
     std::unique_lock drive(s->drive_mutex, std::defer_lock);
-    if (block) drive.lock();
-    else if (!drive.try_lock()) return false;
+    if (block)
+      drive.lock();
+    else if (!drive.try_lock())
+      return false;
     {
       std::lock_guard lock(s->mutex);
       if (s->done) return true;
     }
     try {
-      if (block) t.wait(*req);
-      else if (!t.test(*req)) return false;
+      if (block)
+        t.wait(*req);
+      else if (!t.test(*req))
+        return false;
       drive.unlock();
       s->finish(nullptr, {});
     } catch (const std::exception& e) {
       if (!dynamic_cast<const InvalidArgument*>(&e)) t.abandon();
       if (drive.owns_lock()) drive.unlock();
-      s->finish(std::make_exception_ptr(Error(fmt::format("hopwise: rank {}: {} failed: {}", t.rank(), what, e.what()))),
-                e.what());
+      s->finish(
+          std::make_exception_ptr(Error(fmt::format("hopwise: rank {}: {} failed: {}", t.rank(), what, e.what()))),
+          e.what());
     }
     return true;
   };

@@ -73,7 +73,8 @@ double time_exchange(Transport& t, char* sendbuf, char* recvbuf, std::size_t byt
   std::vector<double> times;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = Clock::now();
-    Request reqs[2] = {t.irecv(recvbuf, bytes, (r + p - 1) % p, algo::kTagCheck), t.isend(sendbuf, bytes, (r + 1) % p, algo::kTagCheck)};
+    Request reqs[2] = {t.irecv(recvbuf, bytes, (r + p - 1) % p, algo::kTagCheck),
+                       t.isend(sendbuf, bytes, (r + 1) % p, algo::kTagCheck)};
     t.wait_all(reqs);
     times.push_back(seconds_since(t0));
   }
@@ -169,12 +170,16 @@ CostParams calibrate(Transport& t, Workspace& ws) {
   }
   // Every rank must choose alike: take the largest of each figure. A max-allreduce over the transport itself,
   // by recursive doubling on the ring of ranks (every rank ends with the maximum).
-  double v[9] = {p.alpha, p.beta, p.gamma, p.alpha_native, p.beta_native, p.alpha_rendezvous, p.alpha_shared,
-                 p.shared_slot_bytes, p.beta_shared},
+  double v[9] = {p.alpha,        p.beta,
+                 p.gamma,        p.alpha_native,
+                 p.beta_native,  p.alpha_rendezvous,
+                 p.alpha_shared, p.shared_slot_bytes,
+                 p.beta_shared},
          in[9];
   const int n = t.size(), r = t.rank();
   for (int dist = 1; dist < n; dist *= 2) {
-    Request reqs[2] = {t.irecv(in, sizeof in, (r - dist + n) % n, algo::kTagAlive), t.isend(v, sizeof v, (r + dist) % n, algo::kTagAlive)};
+    Request reqs[2] = {t.irecv(in, sizeof in, (r - dist + n) % n, algo::kTagAlive),
+                       t.isend(v, sizeof v, (r + dist) % n, algo::kTagAlive)};
     t.wait_all(reqs);
     for (int i = 0; i < 9; ++i) v[i] = std::max(v[i], in[i]);
   }

@@ -26,8 +26,14 @@ void detail::CommunicatorImpl::run(Task& t, Algorithm a) {
   if (t.kind == Collective::kSend || t.kind == Collective::kRecv)
     throw Error("internal: point-to-point task on the collective path");
   const std::size_t es = dtype_size(t.dt);
-  CollectiveCall call{t.kind, t.in, t.out, t.count, t.dt, t.op == ReduceOp::kAvg ? ReduceOp::kSum : t.op,
-                      t.op == ReduceOp::kAvg ? 1.0 / p() : 1.0, t.root};
+  CollectiveCall call{t.kind,
+                      t.in,
+                      t.out,
+                      t.count,
+                      t.dt,
+                      t.op == ReduceOp::kAvg ? ReduceOp::kSum : t.op,
+                      t.op == ReduceOp::kAvg ? 1.0 / p() : 1.0,
+                      t.root};
   if (p() == 1 || (t.count == 0 && t.kind != Collective::kBarrier)) {
     if (t.kind == Collective::kBroadcast || t.kind == Collective::kBarrier) return;
     if (t.kind == Collective::kReduce && transport->rank() != t.root) return;
@@ -40,7 +46,7 @@ void detail::CommunicatorImpl::run(Task& t, Algorithm a) {
 }
 
 void detail::CommunicatorImpl::run_nested(Collective kind, const void* in, void* out, std::size_t count, DataType dt,
-                                    ReduceOp op) {
+                                          ReduceOp op) {
   Task n{kind, in, out, count, dt, op};
   run(n, choose(kind, count * dtype_size(dt)));
 }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "hopwise/topology/cluster.h"
-#include "hopwise/topology/plan.h"
+#include "hopwise/topology/shapes.h"
 #include "transports/group/group_transport.h"
 #include "workspace.h"
 

@@ -59,8 +59,10 @@ std::exception_ptr detail::CommunicatorImpl::execute(Task& t) {
     // The compression is part of the call: a PowerSGD allreduce against a plain one of the same count differs.
     if (options.check) check.verify(*transport, {t.kind, t.count, t.dt, t.op, t.root, a, t.compression});
     const auto start = std::chrono::steady_clock::now();
-    if (t.job) t.job(*this);
-    else run(t, a);
+    if (t.job)
+      t.job(*this);
+    else
+      run(t, a);
     if (options.emulate_gbps > 0)
       std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                 std::chrono::duration<double>(wire_seconds(t))));
@@ -74,8 +76,8 @@ std::exception_ptr detail::CommunicatorImpl::execute(Task& t) {
     if (auto* te = dynamic_cast<const TimeoutError*>(&e)) {
       // Name the rank at fault, not only the neighbour this rank waited for: ask who else gave up.
       const double listen = std::min(1.0, options.timeout_s / 4);
-      return std::make_exception_ptr(TimeoutError(
-          text + explain_timeout(*transport, std::chrono::duration<double>(listen)), te->pending_ranks()));
+      return std::make_exception_ptr(
+          TimeoutError(text + explain_timeout(*transport, std::chrono::duration<double>(listen)), te->pending_ranks()));
     }
     if (dynamic_cast<const InvalidArgument*>(&e)) return std::make_exception_ptr(InvalidArgument(text));
     return std::make_exception_ptr(Error(text));

@@ -67,8 +67,9 @@ void dump_topology(const topology::Topology& t, const std::string& path) {
     const std::string e(ext);
     return path.size() >= e.size() && path.compare(path.size() - e.size(), e.size(), e) == 0;
   };
-  topology::save_text(path, ends(".xml") ? topology::to_nccl_xml(t) : ends(".dot") ? topology::to_dot(t)
-                                                                                  : topology::to_json(t));
+  topology::save_text(path, ends(".xml")   ? topology::to_nccl_xml(t)
+                            : ends(".dot") ? topology::to_dot(t)
+                                           : topology::to_json(t));
 }
 
 }  // namespace hopwise::comm

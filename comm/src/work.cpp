@@ -37,8 +37,10 @@ void Work::State::finish(std::exception_ptr e, std::string text) {
   }
   cv.notify_all();
   if (cbs.empty()) return;
-  if (auto c = completions.lock()) c->post([cbs = std::move(cbs), e] { run_callbacks(cbs, e); });
-  else run_callbacks(cbs, e);
+  if (auto c = completions.lock())
+    c->post([cbs = std::move(cbs), e] { run_callbacks(cbs, e); });
+  else
+    run_callbacks(cbs, e);
 }
 
 void Work::wait() {
@@ -86,8 +88,11 @@ void Work::on_complete(std::function<void(std::exception_ptr)> fn) {
     s->finish(std::make_exception_ptr(Error("the communicator was destroyed before this work completed")),
               "the communicator was destroyed before this work completed");
   };
-  if (c) c->watch(done, [] {}, abandon);
-  else state_->drive(true);  // no communicator to poll for it: finish it here
+  if (c)
+    c->watch(
+        done, [] {}, abandon);
+  else
+    state_->drive(true);  // no communicator to poll for it: finish it here
 }
 
 std::string Work::error() const {

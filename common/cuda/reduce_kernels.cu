@@ -99,8 +99,8 @@ void launch(ReduceOp op, void* d, const void* a, const void* b, std::size_t n, c
   const unsigned threads = 256;
   const std::size_t want = (n + threads - 1) / threads;
   const unsigned blocks = static_cast<unsigned>(want < 65535 ? want : 65535);
-  reduce_kernel<T><<<blocks, threads, 0, s>>>(op, static_cast<T*>(d), static_cast<const T*>(a),
-                                               static_cast<const T*>(b), n);
+  reduce_kernel<T>
+      <<<blocks, threads, 0, s>>>(op, static_cast<T*>(d), static_cast<const T*>(a), static_cast<const T*>(b), n);
   check(cudaGetLastError(), "reduce kernel launch");
 }
 
@@ -140,7 +140,8 @@ void scale(DataType dt, void* x, double factor, std::size_t n, void* stream) {
     case DataType::kFloat16: return launch_scale<__half>(x, factor, n, s);
     case DataType::kBFloat16: return launch_scale<__nv_bfloat16>(x, factor, n, s);
     default:
-      throw InvalidArgument("cuda::scale: " + std::string(to_string(dt)) + " is not a floating type; averaging "
+      throw InvalidArgument("cuda::scale: " + std::string(to_string(dt)) +
+                            " is not a floating type; averaging "
                             "integers is not supported");
   }
 }

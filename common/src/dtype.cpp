@@ -18,14 +18,14 @@ std::size_t dtype_size(DataType dt) {
     case DataType::kInt64: return 8;
     case DataType::kUInt8: return 1;
   }
-  throw InvalidArgument(fmt::format("unknown dtype code {}; use one of float32, float64, float16, bfloat16, "
-                                    "int32, int64, uint8",
-                                    static_cast<int>(dt)));
+  throw InvalidArgument(
+      fmt::format("unknown dtype code {}; use one of float32, float64, float16, bfloat16, "
+                  "int32, int64, uint8",
+                  static_cast<int>(dt)));
 }
 
 bool is_floating(DataType dt) {
-  return dt == DataType::kFloat32 || dt == DataType::kFloat64 || dt == DataType::kFloat16 ||
-         dt == DataType::kBFloat16;
+  return dt == DataType::kFloat32 || dt == DataType::kFloat64 || dt == DataType::kFloat16 || dt == DataType::kBFloat16;
 }
 
 std::string_view to_string(DataType dt) {
@@ -60,9 +60,10 @@ DataType parse_dtype(std::string_view n) {
   if (n == "int32" || n == "int" || n == "i32") return DataType::kInt32;
   if (n == "int64" || n == "i64") return DataType::kInt64;
   if (n == "uint8" || n == "u8" || n == "byte") return DataType::kUInt8;
-  throw InvalidArgument(fmt::format("unknown dtype '{}'; use one of float32, float64, float16, bfloat16, int32, "
-                                    "int64, uint8",
-                                    n));
+  throw InvalidArgument(
+      fmt::format("unknown dtype '{}'; use one of float32, float64, float16, bfloat16, int32, "
+                  "int64, uint8",
+                  n));
 }
 
 ReduceOp parse_reduce_op(std::string_view n) {
@@ -77,18 +78,18 @@ ReduceOp parse_reduce_op(std::string_view n) {
 void check_op_supported(DataType dt, ReduceOp op) {
   dtype_size(dt);  // rejects unknown codes
   if (static_cast<int>(op) > static_cast<int>(ReduceOp::kProd))
-    throw InvalidArgument(fmt::format("unknown reduce op code {}; use sum, avg, min, max or prod",
-                                      static_cast<int>(op)));
+    throw InvalidArgument(
+        fmt::format("unknown reduce op code {}; use sum, avg, min, max or prod", static_cast<int>(op)));
   if (op == ReduceOp::kAvg && !is_floating(dt))
-    throw InvalidArgument(fmt::format("op avg on {} would truncate; use sum and divide, or a floating dtype",
-                                      to_string(dt)));
+    throw InvalidArgument(
+        fmt::format("op avg on {} would truncate; use sum and divide, or a floating dtype", to_string(dt)));
 }
 
 std::size_t checked_bytes(std::size_t count, DataType dt, std::string_view what) {
   const std::size_t es = dtype_size(dt);
   if (count > std::numeric_limits<std::size_t>::max() / es / 4)
-    throw InvalidArgument(fmt::format("{}: count {} of {} overflows the byte size; pass a smaller count", what,
-                                      count, to_string(dt)));
+    throw InvalidArgument(
+        fmt::format("{}: count {} of {} overflows the byte size; pass a smaller count", what, count, to_string(dt)));
   return count * es;
 }
 

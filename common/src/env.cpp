@@ -49,8 +49,7 @@ bool list_contains(std::string_view name, std::string_view word) {
   for (std::size_t i = 0; i <= v.size(); ++i) {
     const char c = i < v.size() ? v[i] : ',';
     if (c == ',' || c == ';' || c == ' ') {
-      if (w.size() == word.size() &&
-          std::equal(w.begin(), w.end(), word.begin(), [](char a, char b) {
+      if (w.size() == word.size() && std::equal(w.begin(), w.end(), word.begin(), [](char a, char b) {
             return std::toupper(static_cast<unsigned char>(a)) == std::toupper(static_cast<unsigned char>(b));
           }))
         return true;
@@ -74,8 +73,7 @@ std::size_t parse_size(std::string_view text, std::string_view what) {
       case 'K': mult = 1ull << 10; break;
       case 'M': mult = 1ull << 20; break;
       case 'G': mult = 1ull << 30; break;
-      default:
-        throw InvalidArgument(fmt::format("{}: unknown unit in '{}'; use K, M or G", what, text));
+      default: throw InvalidArgument(fmt::format("{}: unknown unit in '{}'; use K, M or G", what, text));
     }
     rest.remove_prefix(1);
     if (!rest.empty() && (rest == "B" || rest == "b" || rest == "iB")) rest = {};

@@ -10,10 +10,10 @@
 
 namespace hopwise {
 namespace kernels {
-#define HOPWISE_DECLARE_ISA(ns)                                                                 \
-  namespace ns {                                                                                \
+#define HOPWISE_DECLARE_ISA(ns)                                                                \
+  namespace ns {                                                                               \
   void reduce(DataType dt, ReduceOp op, void* d, const void* a, const void* b, std::size_t n); \
-  void scale(DataType dt, void* p, std::size_t n, double factor);                             \
+  void scale(DataType dt, void* p, std::size_t n, double factor);                              \
   }
 HOPWISE_DECLARE_ISA(generic)
 #if defined(__x86_64__)
@@ -46,8 +46,7 @@ KernelSet pick() {
   __builtin_cpu_init();
   if (cap == "avx512" && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
     return {"avx512", kernels::avx512::reduce, kernels::avx512::scale};
-  if (cap != "generic" && __builtin_cpu_supports("avx2") && cpu_has_f16c() &&
-      __builtin_cpu_supports("fma"))
+  if (cap != "generic" && __builtin_cpu_supports("avx2") && cpu_has_f16c() && __builtin_cpu_supports("fma"))
     return {"avx2", kernels::avx2::reduce, kernels::avx2::scale};
 #endif
   return {"generic", kernels::generic::reduce, kernels::generic::scale};

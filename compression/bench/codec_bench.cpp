@@ -63,8 +63,9 @@ int main(int argc, char** argv) {
     }
   }
   if (specs.empty())
-    specs = {"none", "fp16", "bf16", "int8", "int8:round=stochastic", "qsgd", "terngrad", "sign:ef=0", "sign",
-             "topk:ef=0", "topk", "randomk:ef=0", "randomk", "powersgd:rank=4,ef=0", "powersgd:rank=4"};
+    specs = {"none",           "fp16", "bf16",      "int8", "int8:round=stochastic", "qsgd",    "terngrad",
+             "sign:ef=0",      "sign", "topk:ef=0", "topk", "randomk:ef=0",          "randomk", "powersgd:rank=4,ef=0",
+             "powersgd:rank=4"};
 
   const std::size_t n = static_cast<std::size_t>(mib * 1024 * 1024 / sizeof(float));
   const double gb = static_cast<double>(n * sizeof(float)) / 1e9;
@@ -103,9 +104,9 @@ int main(int argc, char** argv) {
         dec = std::min(dec, std::chrono::duration<double>(t2 - t1).count());
       }
       const double gbm = static_cast<double>(rows * cols * sizeof(float)) / 1e9;
-      fmt::print("{:<38} {:>12} {:>8.1f} {:>12.2f} {:>12.2f} {:>14.2f}\n", ps->name() + " (4096 rows)",
-                 "2 allreduces", static_cast<double>(rows * cols) / static_cast<double>(p.size() + q.size()),
-                 gbm / enc, gbm / dec, gb / memcpy_s);
+      fmt::print("{:<38} {:>12} {:>8.1f} {:>12.2f} {:>12.2f} {:>14.2f}\n", ps->name() + " (4096 rows)", "2 allreduces",
+                 static_cast<double>(rows * cols) / static_cast<double>(p.size() + q.size()), gbm / enc, gbm / dec,
+                 gb / memcpy_s);
       continue;
     }
     std::unique_ptr<hc::Codec> codec;
@@ -124,9 +125,10 @@ int main(int argc, char** argv) {
       codec->encode(grad.data(), n, payload.data(), state, scales.data());
     });
     const double dec = best_seconds(reps, [&] { codec->decode(payload.data(), n, out.data(), state, scales.data()); });
-    const double ratio = static_cast<double>(n * sizeof(float)) / static_cast<double>(std::max<std::size_t>(1, payload.size()));
-    fmt::print("{:<38} {:>12} {:>8.1f} {:>12.2f} {:>12.2f} {:>14.2f}\n", codec->name(),
-               hc::to_string(codec->pattern()), ratio, gb / enc, gb / dec, gb / memcpy_s);
+    const double ratio =
+        static_cast<double>(n * sizeof(float)) / static_cast<double>(std::max<std::size_t>(1, payload.size()));
+    fmt::print("{:<38} {:>12} {:>8.1f} {:>12.2f} {:>12.2f} {:>14.2f}\n", codec->name(), hc::to_string(codec->pattern()),
+               ratio, gb / enc, gb / dec, gb / memcpy_s);
   }
   return 0;
 }

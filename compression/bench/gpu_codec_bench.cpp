@@ -17,8 +17,8 @@
 
 #include "hopwise/common/cuda_check.h"
 #include "hopwise/common/cuda_reduce.h"
-#include "hopwise/common/env.h"
 #include "hopwise/common/device_buffer.h"
+#include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/device_codec.h"
 #include "hopwise/compression/device_powersgd.h"
@@ -75,8 +75,9 @@ struct Row {
 int main(int argc, char** argv) try {
   std::vector<std::size_t> sizes = {1 << 20, 16 << 20, 64 << 20, 256 << 20};
   int reps = 20;
-  std::vector<std::string> codecs = {"none",     "fp16", "bf16", "int8", "int8:round=stochastic", "qsgd",
-                                     "terngrad", "sign:ef=0", "topk:ef=0", "randomk:ef=0", "topk", "sign"};
+  std::vector<std::string> codecs = {"none", "fp16",     "bf16",      "int8",      "int8:round=stochastic",
+                                     "qsgd", "terngrad", "sign:ef=0", "topk:ef=0", "randomk:ef=0",
+                                     "topk", "sign"};
   std::string csv;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -127,14 +128,20 @@ int main(int argc, char** argv) try {
       check(cudaMemcpyAsync(copy.data(), grad.data(), bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
     });
     // Reductions: dst = a + b reads two buffers, so its bytes are those of one input (the copy's unit).
-    rows.push_back({"reduce float32 sum", "dst=a+b", bytes, median_us(s, reps, [&] {
-                      hopwise::cuda::reduce_into(hopwise::DataType::kFloat32, hopwise::ReduceOp::kSum, out.data(),
-                                                 grad.data(), other.data(), n, s);
-                    }), copy_us});
-    rows.push_back({"reduce bfloat16 sum", "dst=a+b", bytes, median_us(s, reps, [&] {
-                      hopwise::cuda::reduce_into(hopwise::DataType::kBFloat16, hopwise::ReduceOp::kSum, out.data(),
-                                                 grad.data(), other.data(), bytes / 2, s);
-                    }), copy_us});
+    rows.push_back({"reduce float32 sum", "dst=a+b", bytes,
+                    median_us(s, reps,
+                              [&] {
+                                hopwise::cuda::reduce_into(hopwise::DataType::kFloat32, hopwise::ReduceOp::kSum,
+                                                           out.data(), grad.data(), other.data(), n, s);
+                              }),
+                    copy_us});
+    rows.push_back({"reduce bfloat16 sum", "dst=a+b", bytes,
+                    median_us(s, reps,
+                              [&] {
+                                hopwise::cuda::reduce_into(hopwise::DataType::kBFloat16, hopwise::ReduceOp::kSum,
+                                                           out.data(), grad.data(), other.data(), bytes / 2, s);
+                              }),
+                    copy_us});
     for (const std::string& spec : codecs) {
       const hc::DeviceCodec codec(spec);
       hc::DeviceCodecState st(7, 0, 1);
@@ -144,9 +151,8 @@ int main(int argc, char** argv) try {
         codec.encode(grad.as<float>(), n, payload.as<std::byte>(), st, scales.as<float>(), s);
       };
       const double enc = median_us(s, reps, encode);
-      const double dec = median_us(s, reps, [&] {
-        codec.decode(payload.as<std::byte>(), n, out.as<float>(), st, scales.as<float>(), s);
-      });
+      const double dec = median_us(
+          s, reps, [&] { codec.decode(payload.as<std::byte>(), n, out.as<float>(), st, scales.as<float>(), s); });
       rows.push_back({codec.name(), "encode", bytes, enc, copy_us});
       rows.push_back({codec.name(), "decode", bytes, dec, copy_us});
     }
@@ -165,13 +171,17 @@ int main(int argc, char** argv) try {
     }
   }
 
-  fmt::print("gpu-codec-bench on {} ({} SMs), median of {} calls; GB/s of float32 gradient bytes; copy = "
-             "cudaMemcpyAsync device-to-device of the same bytes, same run\n\n",
-             prop.name, prop.multiProcessorCount, reps);
-  fmt::print("| kernel | op | MiB | µs | GB/s | copy GB/s | % copy | ≥ 70% (≥ 64 MiB) |\n|---|---|---:|---:|---:|---:|---:|---|\n");
+  fmt::print(
+      "gpu-codec-bench on {} ({} SMs), median of {} calls; GB/s of float32 gradient bytes; copy = "
+      "cudaMemcpyAsync device-to-device of the same bytes, same run\n\n",
+      prop.name, prop.multiProcessorCount, reps);
+  fmt::print(
+      "| kernel | op | MiB | µs | GB/s | copy GB/s | % copy | ≥ 70% (≥ 64 MiB) "
+      "|\n|---|---|---:|---:|---:|---:|---:|---|\n");
   int missed = 0;
   for (const Row& r : rows) {
-    const double gbs = static_cast<double>(r.bytes) / r.us / 1e3, copy_gbs = static_cast<double>(r.bytes) / r.copy_us / 1e3;
+    const double gbs = static_cast<double>(r.bytes) / r.us / 1e3,
+                 copy_gbs = static_cast<double>(r.bytes) / r.copy_us / 1e3;
     const double pct = 100.0 * r.copy_us / r.us;
     std::string target = "";
     if (r.bytes >= (64u << 20) && r.kernel.rfind("reduce", 0) != 0) {

@@ -58,10 +58,10 @@ __device__ __forceinline__ void store_header(std::byte* p, float f) {
 }
 
 // Launches kernel<Out> for a run-time mode.
-#define HOPWISE_LAUNCH_OUT(kernel, mode, grid, s, ...)                              \
-  switch (mode) {                                                                   \
-    case Out::kAssign: kernel<Out::kAssign><<<grid, kThreads, 0, s>>>(__VA_ARGS__); break; \
-    case Out::kAdd: kernel<Out::kAdd><<<grid, kThreads, 0, s>>>(__VA_ARGS__); break;       \
+#define HOPWISE_LAUNCH_OUT(kernel, mode, grid, s, ...)                                         \
+  switch (mode) {                                                                              \
+    case Out::kAssign: kernel<Out::kAssign><<<grid, kThreads, 0, s>>>(__VA_ARGS__); break;     \
+    case Out::kAdd: kernel<Out::kAdd><<<grid, kThreads, 0, s>>>(__VA_ARGS__); break;           \
     case Out::kSubtract: kernel<Out::kSubtract><<<grid, kThreads, 0, s>>>(__VA_ARGS__); break; \
   }
 
@@ -141,8 +141,8 @@ __global__ void int8_encode_kernel(const float* g, std::size_t n, std::size_t bl
 }
 
 template <Out M>
-__global__ void int8_decode_kernel(const std::int8_t* in, std::size_t n, std::size_t block, const float* scales,
-                                   int q, float* out) {
+__global__ void int8_decode_kernel(const std::int8_t* in, std::size_t n, std::size_t block, const float* scales, int q,
+                                   float* out) {
   for (std::size_t i = first_index(); i < n; i += grid_stride())
     put<M>(out, i, static_cast<float>(in[i]) * (scales[block_of(i, block)] / static_cast<float>(q)));
 }
@@ -151,8 +151,10 @@ __global__ void int8_decode_kernel(const std::int8_t* in, std::size_t n, std::si
 
 template <HeaderStat S>
 __device__ __forceinline__ double stat_of(float x) {
-  if constexpr (S == HeaderStat::kL2Norm) return static_cast<double>(x * x);  // squared in float, as on the CPU
-  else return static_cast<double>(fabsf(x));
+  if constexpr (S == HeaderStat::kL2Norm)
+    return static_cast<double>(x * x);  // squared in float, as on the CPU
+  else
+    return static_cast<double>(fabsf(x));
 }
 
 template <HeaderStat S>
@@ -165,7 +167,7 @@ __global__ void partials_kernel(const float* g, std::size_t n, double* partials)
     acc = S == HeaderStat::kMaxAbs ? fmax(acc, v) : acc + v;
   }
   const double total = S == HeaderStat::kMaxAbs ? Reduce(tmp).Reduce(acc, [](double a, double c) { return fmax(a, c); })
-                                                 : Reduce(tmp).Sum(acc);
+                                                : Reduce(tmp).Sum(acc);
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
@@ -177,12 +179,15 @@ __global__ void finish_header_kernel(const double* partials, unsigned count, std
   for (unsigned i = threadIdx.x; i < count; i += blockDim.x)
     acc = S == HeaderStat::kMaxAbs ? fmax(acc, partials[i]) : acc + partials[i];
   const double total = S == HeaderStat::kMaxAbs ? Reduce(tmp).Reduce(acc, [](double a, double c) { return fmax(a, c); })
-                                                 : Reduce(tmp).Sum(acc);
+                                                : Reduce(tmp).Sum(acc);
   if (threadIdx.x != 0) return;
   float v = 0.0f;
-  if constexpr (S == HeaderStat::kL2Norm) v = static_cast<float>(sqrt(total));
-  else if constexpr (S == HeaderStat::kMaxAbs) v = static_cast<float>(total);  // exact: a float widened
-  else v = n ? static_cast<float>(total / static_cast<double>(n)) : 0.0f;
+  if constexpr (S == HeaderStat::kL2Norm)
+    v = static_cast<float>(sqrt(total));
+  else if constexpr (S == HeaderStat::kMaxAbs)
+    v = static_cast<float>(total);  // exact: a float widened
+  else
+    v = n ? static_cast<float>(total / static_cast<double>(n)) : 0.0f;
   store_header(header, v);
 }
 
@@ -191,7 +196,8 @@ __global__ void finish_header_kernel(const double* partials, unsigned count, std
 __global__ void qsgd_encode_kernel(const float* g, std::size_t n, std::byte* payload, int levels, Stream rs) {
   const float inv = detail::safe_ratio(static_cast<float>(levels), load_header(payload));
   auto* out = reinterpret_cast<std::int8_t*>(payload + 4);
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) out[i] = detail::qsgd_level(g[i], inv, levels, rs.uniform(i));
+  for (std::size_t i = first_index(); i < n; i += grid_stride())
+    out[i] = detail::qsgd_level(g[i], inv, levels, rs.uniform(i));
 }
 
 template <Out M>
@@ -243,8 +249,7 @@ template <Out M>
 __global__ void sign_decode_kernel(const std::byte* payload, std::size_t n, float* out) {
   const float s = load_header(payload);
   const auto* in = reinterpret_cast<const std::uint8_t*>(payload + 4);
-  for (std::size_t i = first_index(); i < n; i += grid_stride())
-    put<M>(out, i, ((in[i / 8] >> (i % 8)) & 1u) ? -s : s);
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) put<M>(out, i, ((in[i / 8] >> (i % 8)) & 1u) ? -s : s);
 }
 
 // ---- randomk ----
@@ -322,8 +327,7 @@ void int8_decode(const std::int8_t* in, std::size_t n, std::size_t block, const 
   check(cudaGetLastError(), "int8 decode kernel");
 }
 
-void write_header(HeaderStat stat, const float* g, std::size_t n, std::byte* header, double* partials,
-                  cudaStream_t s) {
+void write_header(HeaderStat stat, const float* g, std::size_t n, std::byte* header, double* partials, cudaStream_t s) {
   const unsigned grid = n == 0 ? 1 : std::min(grid_for(n, kThreads), kReducePartials);
   switch (stat) {
     case HeaderStat::kL2Norm:

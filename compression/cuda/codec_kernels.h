@@ -40,8 +40,7 @@ void int8_decode(const std::int8_t* in, std::size_t n, std::size_t block, const 
 // sum |x| / n (sign); sums in double as on the CPU. `partials` holds kReducePartials doubles.
 constexpr unsigned kReducePartials = 1024;
 enum class HeaderStat : int { kL2Norm, kMaxAbs, kMeanAbs };
-void write_header(HeaderStat stat, const float* g, std::size_t n, std::byte* header, double* partials,
-                  cudaStream_t s);
+void write_header(HeaderStat stat, const float* g, std::size_t n, std::byte* header, double* partials, cudaStream_t s);
 
 // qsgd: [norm][n x int8 level]; terngrad: [max|x|][2 bits each]; sign: [mean|x|][1 bit each, set = negative].
 void qsgd_encode(const float* g, std::size_t n, std::byte* payload, int levels, detail::Stream rs, cudaStream_t s);

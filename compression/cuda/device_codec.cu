@@ -77,10 +77,11 @@ int int8_levels(const Codec& c, int world_size) {
 void check_args(const Codec& c, std::size_t n, const void* floats, const void* payload, const float* scales,
                 const char* call, bool needs_payload = true) {
   const std::string where = std::string(call) + " of device codec '" + c.name() + "'";
-  if (floats == nullptr && n > 0) throw InvalidArgument(where + ": null float buffer for " + std::to_string(n) + " elements");
+  if (floats == nullptr && n > 0)
+    throw InvalidArgument(where + ": null float buffer for " + std::to_string(n) + " elements");
   if (needs_payload && payload == nullptr && c.payload_bytes(n) > 0)
-    throw InvalidArgument(where + ": null payload; it needs payload_bytes(" + std::to_string(n) + ") = " +
-                          std::to_string(c.payload_bytes(n)) + " bytes");
+    throw InvalidArgument(where + ": null payload; it needs payload_bytes(" + std::to_string(n) +
+                          ") = " + std::to_string(c.payload_bytes(n)) + " bytes");
   if (scales == nullptr && c.scale_count(n) > 0)
     throw InvalidArgument(where + " needs the " + std::to_string(c.scale_count(n)) +
                           " agreed scales (local_scales() max-allreduced over ranks); got none");
@@ -179,8 +180,9 @@ static void decode_inner(const Codec& c, const DeviceCodec::Impl& m, const std::
       k::check(cudaMemcpyAsync(&count, bad, sizeof count, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
       k::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
       if (count > 0)
-        throw InvalidArgument("codec '" + c.name() + "': " + std::to_string(count) + " payload indices are out of range for " +
-                              std::to_string(n) + " elements (corrupt payload or a different n than at encode)");
+        throw InvalidArgument("codec '" + c.name() + "': " + std::to_string(count) +
+                              " payload indices are out of range for " + std::to_string(n) +
+                              " elements (corrupt payload or a different n than at encode)");
       return;
     }
     case Kind::kRandomK:
@@ -207,8 +209,8 @@ void DeviceCodec::encode(const float* grad, std::size_t n, std::byte* payload, D
         state.residual_n = n;
       } else if (state.residual_n != n) {
         throw InvalidArgument("codec '" + name() + "': the state holds an error-feedback residual of " +
-                              std::to_string(state.residual_n) + " elements but this tensor has " +
-                              std::to_string(n) + "; keep one DeviceCodecState per tensor");
+                              std::to_string(state.residual_n) + " elements but this tensor has " + std::to_string(n) +
+                              "; keep one DeviceCodecState per tensor");
       }
       // residual += grad; payload = encode(residual); residual -= decode(payload)
       float* r = state.residual.as<float>();

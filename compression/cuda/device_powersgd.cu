@@ -132,16 +132,16 @@ void expect_int_shape(std::size_t rows, std::size_t cols) {
 
 }  // namespace
 
-DevicePowerSgd::DevicePowerSgd(const PowerSgd& config)
-    : host_(config), ef_(config.error_feedback()) {}
+DevicePowerSgd::DevicePowerSgd(const PowerSgd& config) : host_(config), ef_(config.error_feedback()) {}
 
 void DevicePowerSgd::compute_p(const float* grad, std::size_t rows, std::size_t cols, float* p,
                                DevicePowerSgdState& state, void* stream) const {
   const std::size_t n = rows * cols, r = host_.effective_rank(rows, cols);
   const auto s = static_cast<cudaStream_t>(stream);
   if (state.phase != 0)
-    throw InvalidArgument("powersgd: compute_p called before the previous step's decompress; call compute_p, "
-                          "compute_q, decompress in turn");
+    throw InvalidArgument(
+        "powersgd: compute_p called before the previous step's decompress; call compute_p, "
+        "compute_q, decompress in turn");
   if (n > 0 && (grad == nullptr || p == nullptr))
     throw InvalidArgument("powersgd: null buffer for a " + shape(rows, cols) + " matrix");
   expect_int_shape(rows, cols);
@@ -164,7 +164,7 @@ void DevicePowerSgd::compute_p(const float* grad, std::size_t rows, std::size_t 
       check(cudaMemcpyAsync(state.q.data(), draw.q.data(), draw.q.size() * sizeof(float), cudaMemcpyHostToDevice, s),
             "copying the initial Q to the device");
       if (ef_) check(cudaMemsetAsync(state.m.data(), 0, n * sizeof(float), s), "zeroing M");  // no residual yet
-      check(cudaStreamSynchronize(s), "cudaStreamSynchronize after the initial Q upload");  // draw.q is freed next
+      check(cudaStreamSynchronize(s), "cudaStreamSynchronize after the initial Q upload");    // draw.q is freed next
     }
     state.rows = rows;
     state.cols = cols;
@@ -240,8 +240,8 @@ std::vector<float> DevicePowerSgd::residual(const DevicePowerSgdState& state, vo
   const auto s = static_cast<cudaStream_t>(stream);
   DeviceBuffer res(n * sizeof(float));
   check(cudaMemcpyAsync(res.data(), state.m.data(), n * sizeof(float), cudaMemcpyDeviceToDevice, s), "copying M");
-  gemm(s, CUBLAS_OP_N, CUBLAS_OP_N, cols, rows, r, -1.0f, state.q_local.as<float>(), cols, state.p_hat.as<float>(),
-       r, 1.0f, res.as<float>(), cols, "cublasSgemm (residual)");
+  gemm(s, CUBLAS_OP_N, CUBLAS_OP_N, cols, rows, r, -1.0f, state.q_local.as<float>(), cols, state.p_hat.as<float>(), r,
+       1.0f, res.as<float>(), cols, "cublasSgemm (residual)");
   std::vector<float> host(n);
   check(cudaMemcpyAsync(host.data(), res.data(), n * sizeof(float), cudaMemcpyDeviceToHost, s), "copying the residual");
   check(cudaStreamSynchronize(s), "cudaStreamSynchronize after the residual copy");

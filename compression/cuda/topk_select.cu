@@ -40,8 +40,7 @@ __global__ void start_kernel(Selection* sel, std::uint32_t k) {
   sel->remaining = k;
 }
 
-__global__ void histogram_kernel(const float* g, std::size_t n, Pass pass, const Selection* sel,
-                                 std::uint32_t* hist) {
+__global__ void histogram_kernel(const float* g, std::size_t n, Pass pass, const Selection* sel, std::uint32_t* hist) {
   __shared__ std::uint32_t local[kMaxBins];
   const unsigned bins = 1u << pass.bits;
   for (unsigned b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
@@ -161,8 +160,8 @@ __global__ void tile_write_kernel(const float* g, std::size_t n, const Selection
   }
 }
 
-__global__ void topk_decode_kernel(const std::uint32_t* indices, const float* values, std::size_t n,
-                                   std::size_t k, float* out, bool subtract, int* bad) {
+__global__ void topk_decode_kernel(const std::uint32_t* indices, const float* values, std::size_t n, std::size_t k,
+                                   float* out, bool subtract, int* bad) {
   for (std::size_t j = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; j < k;
        j += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
     const std::uint32_t i = indices[j];
@@ -212,8 +211,8 @@ void topk_decode(const std::byte* payload, std::size_t n, std::size_t k, float* 
   if (k == 0) return;
   const auto* indices = reinterpret_cast<const std::uint32_t*>(payload);
   const auto* values = reinterpret_cast<const float*>(payload + 4 * k);
-  topk_decode_kernel<<<grid_for(k, kThreads), kThreads, 0, s>>>(indices, values, n, k, out,
-                                                                 mode == Out::kSubtract, bad);
+  topk_decode_kernel<<<grid_for(k, kThreads), kThreads, 0, s>>>(indices, values, n, k, out, mode == Out::kSubtract,
+                                                                bad);
   check(cudaGetLastError(), "topk decode kernel");
 }
 

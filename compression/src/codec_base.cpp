@@ -11,16 +11,17 @@
 
 #include "codec_internal.h"
 #include "codec_registry.h"
-#include "spec_params.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/reduce.h"
+#include "spec_params.h"
 
 namespace hopwise::compression {
 
 std::string_view to_string(Pattern p) { return p == Pattern::kAggregatable ? "aggregatable" : "gather"; }
 
-CodecState::CodecState(std::uint64_t seed_, int rank_, int world_size_) : seed(seed_), rank(rank_), world_size(world_size_) {
+CodecState::CodecState(std::uint64_t seed_, int rank_, int world_size_)
+    : seed(seed_), rank(rank_), world_size(world_size_) {
   if (world_size_ < 1 || rank_ < 0 || rank_ >= world_size_)
     throw InvalidArgument(fmt::format("CodecState: rank {} of world size {} is invalid; need 0 <= rank < world_size",
                                       rank_, world_size_));
@@ -40,15 +41,14 @@ void check_args(const Codec& c, std::size_t n, const void* floats, const void* p
     throw InvalidArgument(fmt::format("{} of codec '{}': null payload; it needs payload_bytes({}) = {} bytes", what,
                                       c.name(), n, c.payload_bytes(n)));
   if (scales == nullptr && c.scale_count(n) > 0)
-    throw InvalidArgument(fmt::format(
-        "{} of codec '{}' needs the {} agreed scales (local_scales() max-allreduced over ranks); got none", what,
-        c.name(), c.scale_count(n)));
+    throw InvalidArgument(
+        fmt::format("{} of codec '{}' needs the {} agreed scales (local_scales() max-allreduced over ranks); got none",
+                    what, c.name(), c.scale_count(n)));
 }
 
 }  // namespace
 
-void Codec::encode(const float* grad, std::size_t n, std::byte* payload, CodecState& state,
-                   const float* scales) const {
+void Codec::encode(const float* grad, std::size_t n, std::byte* payload, CodecState& state, const float* scales) const {
   check_args(*this, n, grad, payload, scales, "encode");
   ++state.step;  // codecs read the index of this step as state.step - 1, in encode and in decode alike
   try {
@@ -73,9 +73,10 @@ void Codec::decode_add(const std::byte* payload, std::size_t n, float* out, cons
 
 void Codec::sum_payloads(std::byte* acc, const std::byte* other, std::size_t n) const {
   if (pattern() != Pattern::kAggregatable)
-    throw InvalidArgument(fmt::format("codec '{}' is a gather codec: its payloads cannot be summed; all-gather them "
-                                      "and decode_add() each one",
-                                      name()));
+    throw InvalidArgument(
+        fmt::format("codec '{}' is a gather codec: its payloads cannot be summed; all-gather them "
+                    "and decode_add() each one",
+                    name()));
   reduce_into(payload_dtype(), ReduceOp::kSum, acc, acc, other, payload_count(n));
 }
 
@@ -111,8 +112,8 @@ class ErrorFeedbackCodec final : public Codec {
     inner_->do_decode(payload, n, d, state, scales, false);
     for (std::size_t i = 0; i < n; ++i) r[i] -= d[i];
   }
-  void do_decode(const std::byte* payload, std::size_t n, float* out, const CodecState& state,
-                 const float* scales, bool accumulate) const override {
+  void do_decode(const std::byte* payload, std::size_t n, float* out, const CodecState& state, const float* scales,
+                 bool accumulate) const override {
     inner_->do_decode(payload, n, out, state, scales, accumulate);
   }
 
@@ -151,10 +152,11 @@ std::unique_ptr<Codec> make_codec(const CodecSpec& spec) {
     return with_ef(row->make(*row, v.canonical(), v), v.has("ef") && v.flag("ef"));
   }
   if (spec.name == "powersgd")
-    throw InvalidArgument(fmt::format("codec spec '{}': powersgd needs two allreduces per step and a matrix shape, "
-                                      "so it is not a Codec; build it with PowerSgd::from_spec "
-                                      "(hopwise/compression/powersgd.h)",
-                                      spec.to_string()));
+    throw InvalidArgument(
+        fmt::format("codec spec '{}': powersgd needs two allreduces per step and a matrix shape, "
+                    "so it is not a Codec; build it with PowerSgd::from_spec "
+                    "(hopwise/compression/powersgd.h)",
+                    spec.to_string()));
   throw InvalidArgument(fmt::format("codec spec '{}': unknown codec '{}'; known codecs: {}", spec.to_string(),
                                     spec.name, detail::join(known_codecs())));
 }

@@ -53,15 +53,9 @@ ParamValues check_params(const CodecRow& row, const CodecSpec& spec) {
     ParamValues::Value x;
     x.name = d.name;
     switch (d.kind) {
-      case ParamKind::kInt:
-        x.integer = p.get_int(d.name, d.lo, d.hi);
-        break;
-      case ParamKind::kRatio:
-        x.ratio = p.get_ratio(d.name);
-        break;
-      case ParamKind::kChoice:
-        x.text = p.get_choice(d.name, split_choices(d.choices));
-        break;
+      case ParamKind::kInt: x.integer = p.get_int(d.name, d.lo, d.hi); break;
+      case ParamKind::kRatio: x.ratio = p.get_ratio(d.name); break;
+      case ParamKind::kChoice: x.text = p.get_choice(d.name, split_choices(d.choices)); break;
     }
     v.values_.push_back(std::move(x));
   }

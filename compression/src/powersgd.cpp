@@ -37,8 +37,8 @@ constexpr std::size_t kLanes = 16;
 // m_i - sum_j ph_i[j] * q_local_j, is formed here on the fly (in place over m_i: no residual array to write and
 // read back). Then p_i[j] = <m_i, q_j> for j < r. acc: r * kLanes floats of scratch.
 HOPWISE_PSGD_CLONES void row_times_q(const float* g, float* mi, const float* ph_prev, const float* q_local,
-                                     std::size_t r_prev, bool feedback, std::size_t cols, const float* q,
-                                     std::size_t r, float* pi, float* acc) {
+                                     std::size_t r_prev, bool feedback, std::size_t cols, const float* q, std::size_t r,
+                                     float* pi, float* acc) {
   const float* src = g;
   if (feedback) {
     for (std::size_t j = 0; j < r_prev; ++j) {  // m_i -= ph_i[j] * q_local_j: the residual
@@ -98,8 +98,8 @@ PowerSgd PowerSgd::from_spec(std::string_view spec) { return from_spec(parse_cod
 
 PowerSgd PowerSgd::from_spec(const CodecSpec& spec) {
   if (spec.name != "powersgd")
-    throw InvalidArgument(fmt::format("codec spec '{}': PowerSgd::from_spec takes 'powersgd', not '{}'",
-                                      spec.to_string(), spec.name));
+    throw InvalidArgument(
+        fmt::format("codec spec '{}': PowerSgd::from_spec takes 'powersgd', not '{}'", spec.to_string(), spec.name));
   detail::Params p(spec, {{"rank", "4"}, {"ef", "1"}, {"warmup", "0"}});
   const auto rank = static_cast<int>(p.get_int("rank", 1, 1024));
   const bool ef = p.get_flag("ef");
@@ -121,12 +121,12 @@ std::size_t PowerSgd::effective_rank(std::size_t rows, std::size_t cols) const {
   return std::min({static_cast<std::size_t>(rank_), rows, cols});
 }
 
-void PowerSgd::compute_p(const float* grad, std::size_t rows, std::size_t cols, float* p,
-                         PowerSgdState& state) const {
+void PowerSgd::compute_p(const float* grad, std::size_t rows, std::size_t cols, float* p, PowerSgdState& state) const {
   const std::size_t n = rows * cols, r = effective_rank(rows, cols);
   if (state.phase != 0)
-    throw InvalidArgument("powersgd: compute_p called before the previous step's decompress; call compute_p, "
-                          "compute_q, decompress in turn");
+    throw InvalidArgument(
+        "powersgd: compute_p called before the previous step's decompress; call compute_p, "
+        "compute_q, decompress in turn");
   if ((n > 0 && (grad == nullptr || p == nullptr)))
     throw InvalidArgument(fmt::format("powersgd: null buffer for a {} x {} matrix", rows, cols));
   if (state.q.empty() && state.rows == 0 && state.cols == 0) {
@@ -140,9 +140,10 @@ void PowerSgd::compute_p(const float* grad, std::size_t rows, std::size_t cols, 
     }
     if (ef_) state.m.assign(n, 0.0f);  // no residual yet: M = grad
   } else if (state.rows != rows || state.cols != cols) {
-    throw InvalidArgument(fmt::format("powersgd: the state belongs to a {} x {} matrix, not {} x {}; keep one "
-                                      "PowerSgdState per tensor",
-                                      state.rows, state.cols, rows, cols));
+    throw InvalidArgument(
+        fmt::format("powersgd: the state belongs to a {} x {} matrix, not {} x {}; keep one "
+                    "PowerSgdState per tensor",
+                    state.rows, state.cols, rows, cols));
   }
   // Without error feedback M is the gradient itself: read in place (it must stay unchanged until compute_q).
   state.grad = grad;
@@ -152,13 +153,12 @@ void PowerSgd::compute_p(const float* grad, std::size_t rows, std::size_t cols, 
   std::vector<float> acc(r * kLanes);
   for (std::size_t i = 0; i < rows; ++i)
     row_times_q(grad + i * cols, ef_ ? state.m.data() + i * cols : nullptr,
-                feedback ? state.p_hat.data() + i * r_prev : nullptr, feedback ? state.q_local.data() : nullptr,
-                r_prev, ef_, cols, q, r, p + i * r, acc.data());
+                feedback ? state.p_hat.data() + i * r_prev : nullptr, feedback ? state.q_local.data() : nullptr, r_prev,
+                ef_, cols, q, r, p + i * r, acc.data());
   state.phase = 1;
 }
 
-void PowerSgd::compute_q(const float* p_sum, std::size_t rows, std::size_t cols, float* q,
-                         PowerSgdState& state) const {
+void PowerSgd::compute_q(const float* p_sum, std::size_t rows, std::size_t cols, float* q, PowerSgdState& state) const {
   const std::size_t r = effective_rank(rows, cols);
   expect_phase(state, 1, rows, cols, "compute_q must follow compute_p");
   // Modified Gram-Schmidt on the columns of P (rows x r, row-major), in double.

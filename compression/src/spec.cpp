@@ -21,7 +21,8 @@ CodecSpec parse_codec_spec(std::string_view text) {
   const auto colon = text.find(':');
   spec.name = std::string(trim(text.substr(0, colon)));
   if (spec.name.empty())
-    throw InvalidArgument(fmt::format("codec spec '{}' has no codec name; write e.g. 'fp16' or 'topk:ratio=0.01'", text));
+    throw InvalidArgument(
+        fmt::format("codec spec '{}' has no codec name; write e.g. 'fp16' or 'topk:ratio=0.01'", text));
   if (colon == std::string_view::npos) return spec;
   std::string_view rest = text.substr(colon + 1);
   while (!rest.empty()) {

@@ -49,8 +49,8 @@ class Params {
     char* end = nullptr;
     const long long v = std::strtoll(text.c_str(), &end, 10);
     if (errno != 0 || end == text.c_str() || *end != '\0' || v < lo || v > hi)
-      throw InvalidArgument(fmt::format("codec spec '{}': {}={} is not an integer in [{}, {}]", spec_.to_string(),
-                                        key, text, lo, hi));
+      throw InvalidArgument(
+          fmt::format("codec spec '{}': {}={} is not an integer in [{}, {}]", spec_.to_string(), key, text, lo, hi));
     canonical_.params[key] = std::to_string(v);
     return v;
   }
@@ -62,8 +62,8 @@ class Params {
     char* end = nullptr;
     const double v = std::strtod(text.c_str(), &end);
     if (errno != 0 || end == text.c_str() || *end != '\0' || !(v > 0.0 && v <= 1.0))
-      throw InvalidArgument(fmt::format("codec spec '{}': {}={} is not a number in (0, 1]", spec_.to_string(), key,
-                                        text));
+      throw InvalidArgument(
+          fmt::format("codec spec '{}': {}={} is not a number in (0, 1]", spec_.to_string(), key, text));
     canonical_.params[key] = fmt::format("{}", v);
     return v;
   }

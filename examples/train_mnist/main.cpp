@@ -69,26 +69,41 @@ Flags parse(int argc, char** argv) {
     auto num = [&](const std::string& v) {
       char* end = nullptr;
       const double d = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || d < 0) throw InvalidArgument(a + " '" + v + "' is not a non-negative number");
+      if (end == v.c_str() || *end != '\0' || d < 0)
+        throw InvalidArgument(a + " '" + v + "' is not a non-negative number");
       return d;
     };
     if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
-    } else if (a == "--epochs") f.epochs = static_cast<int>(num(val()));
-    else if (a == "--batch") f.batch = static_cast<int>(num(val()));
-    else if (a == "--lr") f.lr = static_cast<float>(num(val()));
-    else if (a == "--hidden") f.hidden = static_cast<int>(num(val()));
-    else if (a == "--compression") f.compression = val();
-    else if (a == "--chunks") f.chunks = static_cast<int>(num(val()));
-    else if (a == "--bucket-mb") f.bucket_mb = num(val());
-    else if (a == "--no-overlap") f.overlap = false;
-    else if (a == "--algo") f.algo = val();
-    else if (a == "--trace") f.trace = val();
-    else if (a == "--seed") f.seed = static_cast<std::uint64_t>(num(val()));
-    else if (a == "--json") f.json = val();
-    else if (a == "--limit") f.limit = static_cast<std::size_t>(num(val()));
-    else throw InvalidArgument("unknown option '" + a + "'; see train_mnist --help");
+    } else if (a == "--epochs")
+      f.epochs = static_cast<int>(num(val()));
+    else if (a == "--batch")
+      f.batch = static_cast<int>(num(val()));
+    else if (a == "--lr")
+      f.lr = static_cast<float>(num(val()));
+    else if (a == "--hidden")
+      f.hidden = static_cast<int>(num(val()));
+    else if (a == "--compression")
+      f.compression = val();
+    else if (a == "--chunks")
+      f.chunks = static_cast<int>(num(val()));
+    else if (a == "--bucket-mb")
+      f.bucket_mb = num(val());
+    else if (a == "--no-overlap")
+      f.overlap = false;
+    else if (a == "--algo")
+      f.algo = val();
+    else if (a == "--trace")
+      f.trace = val();
+    else if (a == "--seed")
+      f.seed = static_cast<std::uint64_t>(num(val()));
+    else if (a == "--json")
+      f.json = val();
+    else if (a == "--limit")
+      f.limit = static_cast<std::size_t>(num(val()));
+    else
+      throw InvalidArgument("unknown option '" + a + "'; see train_mnist --help");
   }
   if (f.batch < 1 || f.hidden < 1 || f.bucket_mb <= 0 || f.chunks < 1)
     throw InvalidArgument("--batch, --hidden, --chunks and --bucket-mb must be positive");
@@ -110,8 +125,9 @@ struct Trace {
     if (!on) return;
     const double ts = std::chrono::duration<double, std::micro>(a - origin).count();
     const double dur = std::chrono::duration<double, std::micro>(b - a).count();
-    events += fmt::format("{}{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.1f},\"dur\":{:.1f},\"pid\":{},\"tid\":{}}}",
-                          events.empty() ? "" : ",", name, cat, ts, dur, rank, tid);
+    events += fmt::format(
+        "{}{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.1f},\"dur\":{:.1f},\"pid\":{},\"tid\":{}}}",
+        events.empty() ? "" : ",", name, cat, ts, dur, rank, tid);
   }
 };
 
@@ -149,8 +165,8 @@ int run(int argc, char** argv) {
   try {
     f = parse(argc, argv);
     if (f.batch % p != 0)
-      throw InvalidArgument(fmt::format("--batch {} is not a multiple of the {} ranks; use e.g. {}", f.batch, p,
-                                        (f.batch / p + 1) * p));
+      throw InvalidArgument(
+          fmt::format("--batch {} is not a multiple of the {} ranks; use e.g. {}", f.batch, p, (f.batch / p + 1) * p));
   } catch (const InvalidArgument& e) {
     if (rank == 0) std::fprintf(stderr, "train_mnist: %s\n", e.what());
     return 2;
@@ -194,10 +210,11 @@ int run(int argc, char** argv) {
                      ? std::string(hc::to_string(comm.algorithm_for(hc::Collective::kAllreduce, count * 4)))
                      : f.compression + " (its payloads all-reduced or all-gathered)");
     }
-    fmt::print("model {}-{}-{}-10: {} parameters ({:.1f} MB of gradients per step); batch {} ({} per rank); "
-               "overlap {}; compression {}\n",
-               px, f.hidden, f.hidden, model.parameter_count(), model.parameter_count() * 4 / 1e6, f.batch,
-               f.batch / p, f.overlap ? "on" : "off (--no-overlap)", f.compression);
+    fmt::print(
+        "model {}-{}-{}-10: {} parameters ({:.1f} MB of gradients per step); batch {} ({} per rank); "
+        "overlap {}; compression {}\n",
+        px, f.hidden, f.hidden, model.parameter_count(), model.parameter_count() * 4 / 1e6, f.batch, f.batch / p,
+        f.overlap ? "on" : "off (--no-overlap)", f.compression);
   }
 
   Trace tr{Clock::now(), {}, rank, !f.trace.empty()};
@@ -218,7 +235,8 @@ int run(int argc, char** argv) {
     for (std::size_t s = 0; s < steps_per_epoch; ++s) {
       const auto t0 = Clock::now();
       for (int j = 0; j < local; ++j) {  // this rank's slice of the global batch
-        const std::size_t idx = order[s * static_cast<std::size_t>(f.batch) + static_cast<std::size_t>(rank * local + j)];
+        const std::size_t idx =
+            order[s * static_cast<std::size_t>(f.batch) + static_cast<std::size_t>(rank * local + j)];
         std::memcpy(xb.data() + static_cast<std::size_t>(j) * px, train.images.data() + idx * px, px * sizeof(float));
         yb[static_cast<std::size_t>(j)] = train.labels[idx];
       }
@@ -227,8 +245,10 @@ int run(int argc, char** argv) {
       Clock::time_point layer_start;
       model.backward([&](int i) { reducer.mark_ready(i); },
                      [&](int l, bool begin) {
-                       if (begin) layer_start = Clock::now();
-                       else if (steps < 200) tr.span(fmt::format("backward layer{}", l + 1), "compute", layer_start, Clock::now(), 0);
+                       if (begin)
+                         layer_start = Clock::now();
+                       else if (steps < 200)
+                         tr.span(fmt::format("backward layer{}", l + 1), "compute", layer_start, Clock::now(), 0);
                      });
       const auto t_bwd = Clock::now();
       const hc::StepStats st = reducer.finish();
@@ -250,9 +270,10 @@ int run(int argc, char** argv) {
       const std::size_t every = std::max<std::size_t>(1, steps_per_epoch / (tty ? 40 : 4));
       if (rank == 0 && (s % every == every - 1 || s + 1 == steps_per_epoch)) {
         const int w = 30, done = static_cast<int>(w * (s + 1) / steps_per_epoch);
-        fmt::print("{}epoch {}/{} [{}{}] {:3d}% loss {:.3f}", tty ? "\r" : "", epoch + 1, f.epochs, std::string(static_cast<std::size_t>(done), '#'),
-                   std::string(static_cast<std::size_t>(w - done), '.'), static_cast<int>(100 * (s + 1) / steps_per_epoch),
-                   loss_sum / static_cast<double>(s + 1));
+        fmt::print("{}epoch {}/{} [{}{}] {:3d}% loss {:.3f}", tty ? "\r" : "", epoch + 1, f.epochs,
+                   std::string(static_cast<std::size_t>(done), '#'),
+                   std::string(static_cast<std::size_t>(w - done), '.'),
+                   static_cast<int>(100 * (s + 1) / steps_per_epoch), loss_sum / static_cast<double>(s + 1));
         if (!tty && s + 1 != steps_per_epoch) fmt::print("\n");
         std::fflush(stdout);
       }
@@ -265,11 +286,13 @@ int run(int argc, char** argv) {
   std::vector<int> pred;
   std::int64_t correct = 0;
   const std::size_t per = (test.size() + static_cast<std::size_t>(p) - 1) / static_cast<std::size_t>(p);
-  const std::size_t lo = std::min(test.size(), per * static_cast<std::size_t>(rank)), hi = std::min(test.size(), lo + per);
+  const std::size_t lo = std::min(test.size(), per * static_cast<std::size_t>(rank)),
+                    hi = std::min(test.size(), lo + per);
   for (std::size_t a = lo; a < hi; a += 1000) {
     const int n = static_cast<int>(std::min<std::size_t>(1000, hi - a));
     model.predict(test.images.data() + a * px, n, pred);
-    for (int j = 0; j < n; ++j) correct += pred[static_cast<std::size_t>(j)] == test.labels[a + static_cast<std::size_t>(j)];
+    for (int j = 0; j < n; ++j)
+      correct += pred[static_cast<std::size_t>(j)] == test.labels[a + static_cast<std::size_t>(j)];
   }
   comm.allreduce(&correct, &correct, 1, hopwise::DataType::kInt64, hopwise::ReduceOp::kSum);
   const double acc = 100.0 * static_cast<double>(correct) / static_cast<double>(test.size());
@@ -278,11 +301,12 @@ int run(int argc, char** argv) {
   const double overlap_pct = comm_ms > 0 ? std::clamp(100.0 * (1 - exposed_ms / comm_ms), 0.0, 100.0) : 100.0;
   if (!f.trace.empty()) write_trace(comm, tr, f.trace);
   if (rank == 0) {
-    fmt::print("test accuracy {:.2f}% after {} epoch(s); {:.0f} images/s; step {:.2f} ms (compute {:.2f} ms, "
-               "communication {:.2f} ms of which exposed {:.2f} ms: {:.0f}% hidden); {:.2f} MB on the wire per step "
-               "per rank\n",
-               acc, f.epochs, images_per_s, step_ms / n_steps, compute_ms / n_steps, comm_ms / n_steps,
-               exposed_ms / n_steps, overlap_pct, bytes / n_steps / 1e6);
+    fmt::print(
+        "test accuracy {:.2f}% after {} epoch(s); {:.0f} images/s; step {:.2f} ms (compute {:.2f} ms, "
+        "communication {:.2f} ms of which exposed {:.2f} ms: {:.0f}% hidden); {:.2f} MB on the wire per step "
+        "per rank\n",
+        acc, f.epochs, images_per_s, step_ms / n_steps, compute_ms / n_steps, comm_ms / n_steps, exposed_ms / n_steps,
+        overlap_pct, bytes / n_steps / 1e6);
     if (!f.trace.empty()) fmt::print("trace written to {} (open in ui.perfetto.dev or chrome://tracing)\n", f.trace);
     if (!f.json.empty()) {
       std::FILE* j = std::fopen(f.json.c_str(), "w");

@@ -15,7 +15,8 @@ Mlp::Mlp(std::vector<int> sizes, std::uint64_t seed, int weight_chunks)
     b_off[static_cast<std::size_t>(l)] = total;
     total += static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l) + 1]);
     w_off[static_cast<std::size_t>(l)] = total;
-    total += static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l) + 1]) * static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l)]);
+    total += static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l) + 1]) *
+             static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l)]);
   }
   for (int l = 0; l < L; ++l) {
     const auto out = static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l) + 1]);
@@ -36,7 +37,8 @@ Mlp::Mlp(std::vector<int> sizes, std::uint64_t seed, int weight_chunks)
   velocity_.assign(total, 0.0f);
   std::mt19937_64 rng(seed);
   for (int l = 0; l < L; ++l) {
-    std::normal_distribution<float> dist(0.0f, std::sqrt(2.0f / static_cast<float>(sizes_[static_cast<std::size_t>(l)])));
+    std::normal_distribution<float> dist(0.0f,
+                                         std::sqrt(2.0f / static_cast<float>(sizes_[static_cast<std::size_t>(l)])));
     auto w = W(l, params_);
     for (Eigen::Index j = 0; j < w.cols(); ++j)
       for (Eigen::Index i = 0; i < w.rows(); ++i) w(i, j) = dist(rng);

@@ -14,9 +14,10 @@ namespace {
 
 std::vector<std::uint8_t> read_gz(const std::string& path) {
   if (!std::filesystem::exists(path))
-    throw Error(fmt::format("{} is missing; install the Debian package dataset-fashion-mnist "
-                            "(apt-get install dataset-fashion-mnist, or run scripts/setup.sh) or set HOPWISE_MNIST_DIR",
-                            path));
+    throw Error(
+        fmt::format("{} is missing; install the Debian package dataset-fashion-mnist "
+                    "(apt-get install dataset-fashion-mnist, or run scripts/setup.sh) or set HOPWISE_MNIST_DIR",
+                    path));
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) throw Error(fmt::format("cannot open {}", path));
   std::vector<std::uint8_t> out;
@@ -31,7 +32,8 @@ std::vector<std::uint8_t> read_gz(const std::string& path) {
 
 std::uint32_t be32(const std::vector<std::uint8_t>& b, std::size_t off, const std::string& path) {
   if (off + 4 > b.size()) throw Error(fmt::format("{}: truncated IDX header", path));
-  return (std::uint32_t{b[off]} << 24) | (std::uint32_t{b[off + 1]} << 16) | (std::uint32_t{b[off + 2]} << 8) | b[off + 3];
+  return (std::uint32_t{b[off]} << 24) | (std::uint32_t{b[off + 1]} << 16) | (std::uint32_t{b[off + 2]} << 8) |
+         b[off + 3];
 }
 
 }  // namespace

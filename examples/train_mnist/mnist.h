@@ -9,7 +9,7 @@ namespace hopwise::examples {
 
 struct Dataset {
   int rows = 0, cols = 0;
-  std::vector<float> images;        // n * rows * cols, scaled to [0, 1]
+  std::vector<float> images;         // n * rows * cols, scaled to [0, 1]
   std::vector<std::uint8_t> labels;  // n
   std::size_t size() const { return labels.size(); }
 };

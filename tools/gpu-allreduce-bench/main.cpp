@@ -21,8 +21,8 @@
 #include "hopwise/comm/device_powersgd_allreduce.h"
 #include "hopwise/common/cuda_check.h"
 #include "hopwise/common/cuda_reduce.h"
-#include "hopwise/common/env.h"
 #include "hopwise/common/device_buffer.h"
+#include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/device_codec.h"
 
@@ -65,12 +65,20 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) throw hopwise::InvalidArgument(a + " needs a value");
         return argv[++i];
       };
-      if (a == "-b") begin = hopwise::env::parse_size(next(), "-b");
-      else if (a == "-e") end = hopwise::env::parse_size(next(), "-e");
-      else if (a == "-f") factor = std::max(2, std::stoi(next()));
-      else if (a == "--iters") iters = std::max(1, std::stoi(next()));
-      else if (a == "--warmup") warmup = std::max(0, std::stoi(next()));
-      else throw hopwise::InvalidArgument("unknown argument '" + a + "'; usage: gpu-allreduce-bench [-b 1M] [-e 256M] [-f 4] [--iters N] [--warmup N]");
+      if (a == "-b")
+        begin = hopwise::env::parse_size(next(), "-b");
+      else if (a == "-e")
+        end = hopwise::env::parse_size(next(), "-e");
+      else if (a == "-f")
+        factor = std::max(2, std::stoi(next()));
+      else if (a == "--iters")
+        iters = std::max(1, std::stoi(next()));
+      else if (a == "--warmup")
+        warmup = std::max(0, std::stoi(next()));
+      else
+        throw hopwise::InvalidArgument(
+            "unknown argument '" + a +
+            "'; usage: gpu-allreduce-bench [-b 1M] [-e 256M] [-f 4] [--iters N] [--warmup N]");
     }
     std::string why;
     int have = hopwise::cuda::device_count(&why) > 0 ? 1 : 0, all = 0;
@@ -96,8 +104,9 @@ int main(int argc, char** argv) {
       check(cudaGetDeviceProperties(&prop, dev.device()), "cudaGetDeviceProperties");
       fmt::print("gpu-allreduce-bench: {} ranks, rank 0 on {}; float32 sum; median of {} calls; busbw GB/s\n\n", n,
                  prop.name, iters);
-      fmt::print("| bytes | nccl µs | ring µs | fp16 µs | int8 µs | psgd r4 µs | mpi (host-staged) µs | copy µs | "
-                 "nccl busbw | ring/nccl | mpi/nccl |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      fmt::print(
+          "| bytes | nccl µs | ring µs | fp16 µs | int8 µs | psgd r4 µs | mpi (host-staged) µs | copy µs | "
+          "nccl busbw | ring/nccl | mpi/nccl |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     }
     for (std::size_t bytes = begin; bytes <= end; bytes *= static_cast<std::size_t>(factor)) {
       const std::size_t count = bytes / sizeof(float);
@@ -111,18 +120,18 @@ int main(int argc, char** argv) {
         dev.allreduce(d, d, count, hopwise::DataType::kFloat32, hopwise::ReduceOp::kSum);
       });
       dev.set_algorithm(hc::DeviceAlgorithm::kNative);
-      const double t_fp16 = median_us(MPI_COMM_WORLD, warmup, iters, [&] {
-        dev.allreduce_compressed(d, d, count, fp16, fp16_state);
-      });
-      const double t_int8 = median_us(MPI_COMM_WORLD, warmup, iters, [&] {
-        dev.allreduce_compressed(d, d, count, int8, int8_state);
-      });
+      const double t_fp16 =
+          median_us(MPI_COMM_WORLD, warmup, iters, [&] { dev.allreduce_compressed(d, d, count, fp16, fp16_state); });
+      const double t_int8 =
+          median_us(MPI_COMM_WORLD, warmup, iters, [&] { dev.allreduce_compressed(d, d, count, int8, int8_state); });
       // A fresh state per size (the matrix shape changes); its first call allocates, inside the warm-up.
       hcc::DevicePowerSgdState psgd_state(3);
       const hc::DevicePowerSgdTensor mat{d, d, 4096, count / 4096, &psgd_state};
-      const double t_psgd = count >= 4096 * 8 ? median_us(MPI_COMM_WORLD, warmup, iters, [&] {
-        psgd.allreduce({&mat, 1});
-      }) : 0.0;
+      const double t_psgd = count >= 4096 * 8 ? median_us(MPI_COMM_WORLD, warmup, iters,
+                                                          [&] {
+                                                            psgd.allreduce({&mat, 1});
+                                                          })
+                                              : 0.0;
       const double t_mpi = median_us(MPI_COMM_WORLD, warmup, iters, [&] {
         check(cudaMemcpyAsync(host.data(), d, bytes, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
         check(cudaStreamSynchronize(s), "cudaStreamSynchronize");

@@ -78,8 +78,10 @@ void run(const std::shared_ptr<gloo::rendezvous::Context>& ctx, const void* in, 
 }  // namespace
 
 void GlooPeer::allreduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) {
-  if (dt == DataType::kFloat64) run<double>(s_->context, in, out, count, op);
-  else run<float>(s_->context, in, out, count, op);
+  if (dt == DataType::kFloat64)
+    run<double>(s_->context, in, out, count, op);
+  else
+    run<float>(s_->context, in, out, count, op);
 }
 
 }  // namespace hopwise::bench

@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include <cmath>
+#include <random>
 #include "hopwise/comm/communicator.h"
 #include "hopwise/comm/transports/mpi_transport.h"
 #include "hopwise/common/error.h"
@@ -17,8 +19,6 @@
 #include "hopwise/common/reduce.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/powersgd.h"
-#include <cmath>
-#include <random>
 #include "options.h"
 #if HOPWISE_HAVE_GLOO
 #include "gloo_peer.h"
@@ -99,7 +99,8 @@ class Bench {
   Bench(const Options& o, comm::Communicator& c) : o_(o), comm_(c), p_(c.size()), rank_(c.rank()) {
     // A row per algorithm that implements the collective (tree has no reduce_scatter, for one).
     for (Algorithm a : o.algorithms) {
-      if (comm::implements(a, o.collective)) algorithms_.push_back(a);
+      if (comm::implements(a, o.collective))
+        algorithms_.push_back(a);
       else if (rank_ == 0)
         fmt::print("# {} does not implement {}: no row\n", comm::to_string(a), comm::to_string(o.collective));
     }
@@ -115,8 +116,10 @@ class Bench {
 #if HOPWISE_HAVE_GLOO
     // The Gloo peer meets through files in /tmp and connects over loopback: it runs where all ranks share a host.
     if (o.collective == Collective::kAllreduce && GlooPeer::supports(o.dtype, o.op)) {
-      if (comm_.local_size() == p_) gloo_ = std::make_unique<GlooPeer>(MPI_COMM_WORLD);
-      else if (rank_ == 0) fmt::print("# gloo: no row (ranks on several hosts; its peer runs within one host)\n");
+      if (comm_.local_size() == p_)
+        gloo_ = std::make_unique<GlooPeer>(MPI_COMM_WORLD);
+      else if (rank_ == 0)
+        fmt::print("# gloo: no row (ranks on several hosts; its peer runs within one host)\n");
     }
 #endif
   }
@@ -235,9 +238,12 @@ class Bench {
       if (k < ours) comm_.set_algorithm(algorithms_[k]);
       MPI_Barrier(ref_);
       const double t0 = now_s();
-      if (mpi) run_mpi(count);
-      else if (k >= ours) run_gloo(count);
-      else run_ours(count);
+      if (mpi)
+        run_mpi(count);
+      else if (k >= ours)
+        run_gloo(count);
+      else
+        run_ours(count);
       const double t = now_s() - t0;
       if (it >= o_.warmup) samples[k].push_back(t);
     };
@@ -277,7 +283,8 @@ class Bench {
         const Algorithm a = algorithms_[k];
         comm_.set_algorithm(a);
         r.algo = std::string(comm::to_string(a));
-        if (a == Algorithm::kAuto) r.algo = fmt::format("auto:{}", comm::to_string(comm_.algorithm_for(o_.collective, r.bytes)));
+        if (a == Algorithm::kAuto)
+          r.algo = fmt::format("auto:{}", comm::to_string(comm_.algorithm_for(o_.collective, r.bytes)));
         r.check = o_.check ? (check(count) ? "ok" : "FAIL") : "-";
       }
       rows.push_back(r);
@@ -474,10 +481,13 @@ class Bench {
     for (int r = 0; r < p_; ++r) {
       fill(x, r);
       codec.encode(x, count, payload.data(), st[static_cast<std::size_t>(r)], scales.empty() ? nullptr : scales.data());
-      codec.decode_add(payload.data(), count, ref, st[static_cast<std::size_t>(r)], scales.empty() ? nullptr : scales.data());
+      codec.decode_add(payload.data(), count, ref, st[static_cast<std::size_t>(r)],
+                       scales.empty() ? nullptr : scales.data());
     }
     const std::string name = codec.name();
-    const double ulp = name.rfind("fp16", 0) == 0 ? std::ldexp(1.0, -10) : name.rfind("bf16", 0) == 0 ? std::ldexp(1.0, -7) : 1e-6;
+    const double ulp = name.rfind("fp16", 0) == 0   ? std::ldexp(1.0, -10)
+                       : name.rfind("bf16", 0) == 0 ? std::ldexp(1.0, -7)
+                                                    : 1e-6;
     int bad = 0;
     for (std::size_t i = 0; i < count && !bad; ++i)
       bad = std::abs(out[i] - ref[i]) > ulp * p_ * (std::abs(ref[i]) + 4.0) ? 1 : 0;
@@ -552,10 +562,11 @@ void Bench::run_overlap() {
   };
   const double c = median_of([&] { comm_.allreduce(in_->data, out_->data, count, o_.dtype, o_.op); });
   if (rank_ == 0)
-    fmt::print("\n# async overlap: allreduce_async of {} bytes, then compute for T, then wait(); against compute "
-               "then allreduce\n# {:>7} {:>10} {:>10} {:>13} {:>13} {:>12} {:>8}\n",
-               count * dtype_size(o_.dtype), "compute", "comm_us", "compute_us", "sequential_us", "overlapped_us",
-               "max(T,C)_us", "hidden%");
+    fmt::print(
+        "\n# async overlap: allreduce_async of {} bytes, then compute for T, then wait(); against compute "
+        "then allreduce\n# {:>7} {:>10} {:>10} {:>13} {:>13} {:>12} {:>8}\n",
+        count * dtype_size(o_.dtype), "compute", "comm_us", "compute_us", "sequential_us", "overlapped_us",
+        "max(T,C)_us", "hidden%");
   for (bool cpu : {false, true}) {
     for (double ratio : {0.5, 1.0, 2.0}) {
       const double T = c * ratio;
@@ -597,13 +608,16 @@ int run(int argc, char** argv) {
                o.warmup);
     fmt::print("# single-core memcpy {:.2f} GB/s (the physical limit here); reduction kernels: {}\n", limit,
                active_isa());
-    fmt::print("# cost model ({}): alpha {:.2f} us (+{:.2f} us above 4 KiB), beta {:.2f} GB/s, gamma {:.2f} GB/s, "
-               "shared slots {:.2f} us, {:.2f} GB/s; MPI line {:.2f} us + n / {:.2f} GB/s\n",
-               cp.source, cp.alpha * 1e6, cp.alpha_rendezvous * 1e6, 1e-9 / cp.beta, 1e-9 / cp.gamma,
-               cp.alpha_shared * 1e6, cp.beta_shared > 0 ? 1e-9 / cp.beta_shared : 0.0, cp.alpha_native * 1e6, cp.beta_native > 0 ? 1e-9 / cp.beta_native : 0.0);
-    fmt::print("# vs_mpi = MPI's own {} time / this row's time, same buffers, interleaved (rows mpi and gloo: the "
-               "peers themselves)\n",
-               comm::to_string(o.collective));
+    fmt::print(
+        "# cost model ({}): alpha {:.2f} us (+{:.2f} us above 4 KiB), beta {:.2f} GB/s, gamma {:.2f} GB/s, "
+        "shared slots {:.2f} us, {:.2f} GB/s; MPI line {:.2f} us + n / {:.2f} GB/s\n",
+        cp.source, cp.alpha * 1e6, cp.alpha_rendezvous * 1e6, 1e-9 / cp.beta, 1e-9 / cp.gamma, cp.alpha_shared * 1e6,
+        cp.beta_shared > 0 ? 1e-9 / cp.beta_shared : 0.0, cp.alpha_native * 1e6,
+        cp.beta_native > 0 ? 1e-9 / cp.beta_native : 0.0);
+    fmt::print(
+        "# vs_mpi = MPI's own {} time / this row's time, same buffers, interleaved (rows mpi and gloo: the "
+        "peers themselves)\n",
+        comm::to_string(o.collective));
     fmt::print("{:>12} {:>11} {:>9} {:>12} {:>11} {:>8} {:>8} {:>7} {:>6}\n", "size(B)", "count", "type", "algo",
                "time(us)", "algbw", "busbw", "vs_mpi", "check");
   }
@@ -627,8 +641,10 @@ int run(int argc, char** argv) {
                  to_string(o.op), algo, comm.size(), r.time_us, r.algbw, r.busbw, r.vs_mpi, r.check);
       if (codecs) {
         // The spec has commas of its own: quote it.
-        if (coded) fmt::print(f, ",\"{}\",{},{:.2f},{:.3e}", r.codec, r.wire_bytes, r.ratio, r.rel_err);
-        else fmt::print(f, ",none,{},1.00,0", r.bytes);
+        if (coded)
+          fmt::print(f, ",\"{}\",{},{:.2f},{:.3e}", r.codec, r.wire_bytes, r.ratio, r.rel_err);
+        else
+          fmt::print(f, ",none,{},1.00,0", r.bytes);
       }
       fmt::print(f, "\n");
     }

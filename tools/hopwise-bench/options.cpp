@@ -60,9 +60,10 @@ comm::Collective parse_collective(std::string_view v) {
   if (v == "allgather") return comm::Collective::kAllgather;
   if (v == "broadcast") return comm::Collective::kBroadcast;
   if (v == "reduce") return comm::Collective::kReduce;
-  throw InvalidArgument(fmt::format("--coll '{}' is unknown; use allreduce, reduce_scatter, allgather, broadcast or "
-                                    "reduce",
-                                    v));
+  throw InvalidArgument(
+      fmt::format("--coll '{}' is unknown; use allreduce, reduce_scatter, allgather, broadcast or "
+                  "reduce",
+                  v));
 }
 
 }  // namespace
@@ -78,26 +79,40 @@ Options parse_options(int argc, char** argv) {
     if (flag == "-h" || flag == "--help") {
       fmt::print("{}", kUsage);
       std::exit(0);
-    } else if (flag == "-b") o.min_bytes = env::parse_size(value(), "-b");
-    else if (flag == "-e") o.max_bytes = env::parse_size(value(), "-e");
-    else if (flag == "-f") o.factor = static_cast<std::size_t>(parse_int(flag, value(), 2));
-    else if (flag == "-o") o.op = parse_reduce_op(value());
-    else if (flag == "-d") o.dtype = parse_dtype(value());
-    else if (flag == "-a") o.algorithms = parse_algorithms(value());
-    else if (flag == "-n") o.iters = parse_int(flag, value(), 1);
-    else if (flag == "-w") o.warmup = parse_int(flag, value(), 0);
-    else if (flag == "-c") o.check = parse_int(flag, value(), 0) != 0;
-    else if (flag == "--coll") o.collective = parse_collective(value());
-    else if (flag == "--csv") o.csv_path = std::string(value());
-    else if (flag == "--overlap") o.overlap = true;
-    else if (flag == "-C") o.codecs.emplace_back(value());
-    else throw InvalidArgument(fmt::format("unknown option '{}'; see hopwise-bench -h", flag));
+    } else if (flag == "-b")
+      o.min_bytes = env::parse_size(value(), "-b");
+    else if (flag == "-e")
+      o.max_bytes = env::parse_size(value(), "-e");
+    else if (flag == "-f")
+      o.factor = static_cast<std::size_t>(parse_int(flag, value(), 2));
+    else if (flag == "-o")
+      o.op = parse_reduce_op(value());
+    else if (flag == "-d")
+      o.dtype = parse_dtype(value());
+    else if (flag == "-a")
+      o.algorithms = parse_algorithms(value());
+    else if (flag == "-n")
+      o.iters = parse_int(flag, value(), 1);
+    else if (flag == "-w")
+      o.warmup = parse_int(flag, value(), 0);
+    else if (flag == "-c")
+      o.check = parse_int(flag, value(), 0) != 0;
+    else if (flag == "--coll")
+      o.collective = parse_collective(value());
+    else if (flag == "--csv")
+      o.csv_path = std::string(value());
+    else if (flag == "--overlap")
+      o.overlap = true;
+    else if (flag == "-C")
+      o.codecs.emplace_back(value());
+    else
+      throw InvalidArgument(fmt::format("unknown option '{}'; see hopwise-bench -h", flag));
   }
   if (o.min_bytes > o.max_bytes)
     throw InvalidArgument(fmt::format("-b {} is larger than -e {}", o.min_bytes, o.max_bytes));
   check_op_supported(o.dtype, o.op);
-  if (!o.codecs.empty() && (o.collective != comm::Collective::kAllreduce || o.dtype != DataType::kFloat32 ||
-                            o.op != ReduceOp::kSum))
+  if (!o.codecs.empty() &&
+      (o.collective != comm::Collective::kAllreduce || o.dtype != DataType::kFloat32 || o.op != ReduceOp::kSum))
     throw InvalidArgument("-C rows need --coll allreduce -d float32 -o sum (codecs compress float32 sums)");
   // A bad spec fails here, with its reason. PowerSGD is not a one-payload codec: it has its own path.
   for (const auto& spec : o.codecs) {

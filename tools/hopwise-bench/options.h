@@ -20,7 +20,7 @@ struct Options {
   int iters = 20, warmup = 5;
   bool check = false;
   std::string csv_path;
-  bool overlap = false;  // add the async-overlap table
+  bool overlap = false;             // add the async-overlap table
   std::vector<std::string> codecs;  // -C SPEC (repeatable): a compressed-allreduce row per codec
 };
 

@@ -93,8 +93,9 @@ Args parse_args(int argc, char** argv, const std::vector<std::string>& flags) {
       if (std::find(flags.begin(), flags.end(), name) == flags.end()) {
         std::vector<std::string> shown;
         for (const auto& f : flags) shown.push_back(f == "--output" ? "-o/--output" : f);
-        throw UsageError(fmt::format("unknown option '{}' for '{}'; it takes: {}", s, a.command,
-                                     shown.empty() ? std::string("no options") : fmt::format("{}", fmt::join(shown, ", "))));
+        throw UsageError(
+            fmt::format("unknown option '{}' for '{}'; it takes: {}", s, a.command,
+                        shown.empty() ? std::string("no options") : fmt::format("{}", fmt::join(shown, ", "))));
       }
       if (!has_value) {
         if (i + 1 >= argc) throw UsageError(fmt::format("option '{}' needs a value", s));
@@ -177,11 +178,12 @@ int kind_rank(NodeKind k) {
 }
 
 void summary(const Topology& t) {
-  fmt::print("{} ({}): {} hosts, {} packages, {} NUMA nodes, {} PCI switches/bridges, {} GPUs, {} NVSwitches, {} "
-             "NICs, {} links\n",
-             t.source_name, t.source_format, t.count(NodeKind::Host), t.count(NodeKind::CpuPackage),
-             t.count(NodeKind::Numa), t.count(NodeKind::PciSwitch), t.count(NodeKind::Gpu),
-             t.count(NodeKind::NvSwitch), t.count(NodeKind::Nic), t.links().size());
+  fmt::print(
+      "{} ({}): {} hosts, {} packages, {} NUMA nodes, {} PCI switches/bridges, {} GPUs, {} NVSwitches, {} "
+      "NICs, {} links\n",
+      t.source_name, t.source_format, t.count(NodeKind::Host), t.count(NodeKind::CpuPackage), t.count(NodeKind::Numa),
+      t.count(NodeKind::PciSwitch), t.count(NodeKind::Gpu), t.count(NodeKind::NvSwitch), t.count(NodeKind::Nic),
+      t.links().size());
 }
 
 int cmd_show(const Source& src) {
@@ -228,7 +230,7 @@ int cmd_show(const Source& src) {
     }
   }
   std::function<void(int, const std::string&, bool, bool)> rec = [&](int u, const std::string& prefix, bool last,
-                                                                    bool top) {
+                                                                     bool top) {
     fmt::print("{}{}{}\n", prefix, top ? "" : (last ? "└─ " : "├─ "), node_label(t.node(u)));
     const std::string child_prefix = top ? prefix : prefix + (last ? "   " : "│  ");
     const auto& k = kids[static_cast<size_t>(u)];
@@ -423,8 +425,8 @@ void write_text(const Args& a, const std::string& text) {
 void render_graphviz(const Topology& t, const std::string& out, const std::string& format) {
   if (std::system("command -v dot >/dev/null 2>&1") != 0)
     throw hopwise::InvalidArgument(fmt::format(
-        "rendering {} needs Graphviz's `dot` on PATH, which was not found; install graphviz or write -o {}.dot",
-        out, fs::path(out).replace_extension("").string()));
+        "rendering {} needs Graphviz's `dot` on PATH, which was not found; install graphviz or write -o {}.dot", out,
+        fs::path(out).replace_extension("").string()));
   const std::string tmp = out + ".tmp.dot";
   save_text(tmp, to_dot(t));
   auto quote = [](const std::string& s) {

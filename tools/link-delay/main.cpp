@@ -62,8 +62,10 @@ int main(int argc, char** argv) {
   int queue = 0;
   long delay_us = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--queue") == 0) queue = std::atoi(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--delay-us") == 0) delay_us = std::atol(argv[i + 1]);
+    if (std::strcmp(argv[i], "--queue") == 0)
+      queue = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--delay-us") == 0)
+      delay_us = std::atol(argv[i + 1]);
   }
   if (delay_us < 0 || argc != 5) {
     std::fprintf(stderr, "usage: hopwise-link-delay --queue N --delay-us MICROSECONDS\n");

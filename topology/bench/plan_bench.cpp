@@ -32,7 +32,8 @@ Cluster make_cluster(int hosts) {
     int prev = -1;
     for (int s = 0; s < 2; ++s) {
       const int pkg = t.add_node({.kind = NodeKind::CpuPackage, .name = p + fmt::format("Package{}", s), .index = s});
-      const int numa = t.add_node({.kind = NodeKind::Numa, .name = p + fmt::format("NUMA{}", s), .numa = s, .index = s});
+      const int numa =
+          t.add_node({.kind = NodeKind::Numa, .name = p + fmt::format("NUMA{}", s), .numa = s, .index = s});
       t.add_link({host, pkg, LinkKind::Internal});
       t.add_link({pkg, numa, LinkKind::Internal});
       if (prev >= 0) t.add_link({prev, numa, LinkKind::InterSocket, 1, 0, 0, 40, 0});
@@ -47,8 +48,8 @@ Cluster make_cluster(int hosts) {
           t.add_link({gpu, nvs, LinkKind::NVLink, 18, 0, 0, 18 * 20.6, 0});
           gpus[static_cast<size_t>(h)].push_back(gpu);
         }
-        const int nic = t.add_node({.kind = NodeKind::Nic, .name = p + fmt::format("mlx5_{}", s * 2 + w),
-                                    .speed_gbps = 400});
+        const int nic =
+            t.add_node({.kind = NodeKind::Nic, .name = p + fmt::format("mlx5_{}", s * 2 + w), .speed_gbps = 400});
         t.add_link({sw, nic, LinkKind::PCIe, 1, 5, 16, 0, 0});
         if (net >= 0) t.add_link({nic, net, LinkKind::Network, 1, 0, 0, 50, 0});
       }
@@ -95,7 +96,7 @@ int main(int argc, char** argv) {
                crossings(plan.identity_ring_order), plan.exact ? "yes" : "no");
     at_max = ms[2];
   }
-  fmt::print("goal: under 100 ms at {} ranks on one core: {} ({:.2f} ms)\n", max_ranks,
-             at_max < 100 ? "met" : "MISSED", at_max);
+  fmt::print("goal: under 100 ms at {} ranks on one core: {} ({:.2f} ms)\n", max_ranks, at_max < 100 ? "met" : "MISSED",
+             at_max);
   return 0;
 }

@@ -35,14 +35,14 @@ Received decode(const std::string& bytes, int index) {
     r.view.cpus = j.value("cpus", "");
     r.view.gpu_bus = j.value("gpu", "");
   } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument(fmt::format("topology view {} does not parse ({}); every rank must run the same hopwise",
-                                      index, e.what()));
+    throw InvalidArgument(
+        fmt::format("topology view {} does not parse ({}); every rank must run the same hopwise", index, e.what()));
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(fmt::format("topology view {}: {}; every rank must run the same hopwise", index, e.what()));
   }
   if (r.view.rank != index)
-    throw InvalidArgument(fmt::format("topology view {} says it is from rank {}; views must be in rank order", index,
-                                      r.view.rank));
+    throw InvalidArgument(
+        fmt::format("topology view {} says it is from rank {}; views must be in rank order", index, r.view.rank));
   if (r.view.host.empty()) throw InvalidArgument(fmt::format("topology view {} names no host", index));
   if (nl != std::string::npos) r.machine = bytes.substr(nl + 1);
   return r;
@@ -166,8 +166,7 @@ Cluster assemble_cluster(const std::vector<std::string>& views) {
   for (const auto& h : c.hosts) {
     auto it = machine_of.find(h);
     if (it == machine_of.end())
-      throw InvalidArgument(fmt::format("no rank on host '{}' sent its machine; the first rank of each host must",
-                                        h));
+      throw InvalidArgument(fmt::format("no rank on host '{}' sent its machine; the first rank of each host must", h));
     const Topology m = parse_json(*it->second, fmt::format("machine of host '{}'", h));
     ids_of_host.push_back(append_machine(c.topology, m, h, many));
   }

@@ -15,18 +15,12 @@ namespace hopwise::topology {
 
 std::string_view to_string(TopologyFormat f) {
   switch (f) {
-    case TopologyFormat::HwlocXml:
-      return "hwloc-xml";
-    case TopologyFormat::NcclXml:
-      return "nccl-xml";
-    case TopologyFormat::NcclGraphXml:
-      return "nccl-graph-xml";
-    case TopologyFormat::NvidiaSmi:
-      return "nvidia-smi";
-    case TopologyFormat::Json:
-      return "json";
-    default:
-      return "unknown";
+    case TopologyFormat::HwlocXml: return "hwloc-xml";
+    case TopologyFormat::NcclXml: return "nccl-xml";
+    case TopologyFormat::NcclGraphXml: return "nccl-graph-xml";
+    case TopologyFormat::NvidiaSmi: return "nvidia-smi";
+    case TopologyFormat::Json: return "json";
+    default: return "unknown";
   }
 }
 
@@ -83,17 +77,12 @@ Topology parse_topology(std::string_view text, const std::string& source) {
   if (text.find('\0') != std::string_view::npos)
     throw InvalidArgument(fmt::format("{}:1: input contains NUL bytes; expected a text topology file", source));
   switch (detect_format(text)) {
-    case TopologyFormat::HwlocXml:
-      return parse_hwloc_xml(text, source);
+    case TopologyFormat::HwlocXml: return parse_hwloc_xml(text, source);
     case TopologyFormat::NcclXml:
-    case TopologyFormat::NcclGraphXml:
-      return parse_nccl_xml(text, source);
-    case TopologyFormat::NvidiaSmi:
-      return parse_nvidia_smi(text, source);
-    case TopologyFormat::Json:
-      return parse_json(text, source);
-    default:
-      break;
+    case TopologyFormat::NcclGraphXml: return parse_nccl_xml(text, source);
+    case TopologyFormat::NvidiaSmi: return parse_nvidia_smi(text, source);
+    case TopologyFormat::Json: return parse_json(text, source);
+    default: break;
   }
   // Say where the first unexpected content sits.
   int line = 1;

@@ -164,7 +164,8 @@ void probe_cudart(Topology& t, GpuProbe& out) {
     out.cudart_loaded = true;
     int n = 0;
     if (count(&n) != 0) return;  // no driver or no device: keep PCI order
-    for (const int id : t.nodes_of(NodeKind::Gpu)) t.node(id).attrs.insert_or_assign("cuda_visible", std::string(1, '0'));
+    for (const int id : t.nodes_of(NodeKind::Gpu))
+      t.node(id).attrs.insert_or_assign("cuda_visible", std::string(1, '0'));
     for (int d = 0; d < n; ++d) {
       char bus[32] = {};
       if (bus_of(bus, sizeof bus - 1, d) != 0) continue;

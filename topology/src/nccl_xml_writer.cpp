@@ -70,14 +70,10 @@ std::string to_nccl_xml(const Topology& t) {
   auto cls_of = [&](const Node& n) -> std::string {
     if (auto it = n.attrs.find("class"); it != n.attrs.end() && it->second.size() >= 4) return it->second;
     switch (n.kind) {
-      case NodeKind::Gpu:
-        return "0x030200";
-      case NodeKind::Nic:
-        return "0x020700";
-      case NodeKind::NvSwitch:
-        return "0x068000";
-      default:
-        return "0x060400";
+      case NodeKind::Gpu: return "0x030200";
+      case NodeKind::Nic: return "0x020700";
+      case NodeKind::NvSwitch: return "0x068000";
+      default: return "0x060400";
     }
   };
   std::vector<char> done(t.nodes().size(), 0);

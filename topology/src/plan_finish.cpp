@@ -65,8 +65,8 @@ std::string human_time(double s) {
 
 std::string Plan::describe() const {
   std::string out;
-  out += fmt::format("plan: {} ranks on {} host(s), ring {}, {} channel(s){}\n", ranks, hosts, exact ? "exact" : "heuristic",
-                     std::max<size_t>(1, channels.size()),
+  out += fmt::format("plan: {} ranks on {} host(s), ring {}, {} channel(s){}\n", ranks, hosts,
+                     exact ? "exact" : "heuristic", std::max<size_t>(1, channels.size()),
                      channels.size() > 1 ? " (the ring and its reverse share no directed link)" : "");
   std::vector<std::string> names;
   for (int r : ring) names.push_back(rank_name(*this, r));
@@ -95,12 +95,12 @@ std::string Plan::describe() const {
   out += tree_text(*this, trees.first);
   out += fmt::format("tree 2 (root {}, depth {}):\n", trees.second.root, trees.second.depth());
   out += tree_text(*this, trees.second);
-  out += fmt::format("tree bottleneck: {:.1f} GB/s, max latency {:.1f} us\n", tree_bottleneck_gbps,
-                     tree_max_latency_us);
+  out +=
+      fmt::format("tree bottleneck: {:.1f} GB/s, max latency {:.1f} us\n", tree_bottleneck_gbps, tree_max_latency_us);
   out += "allreduce estimate:\n";
   for (double bytes : {8.0 * 1024, 1024.0 * 1024, 256.0 * 1024 * 1024}) {
     const std::string size = bytes >= 1024 * 1024 ? fmt::format("{:.0f} MiB", bytes / (1024 * 1024))
-                                                   : fmt::format("{:.0f} KiB", bytes / 1024);
+                                                  : fmt::format("{:.0f} KiB", bytes / 1024);
     out += fmt::format("  {:>8}: ring {}, double tree {}\n", size, human_time(ring_allreduce_seconds(bytes)),
                        human_time(tree_allreduce_seconds(bytes)));
   }

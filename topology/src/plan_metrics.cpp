@@ -119,9 +119,10 @@ std::vector<RankPlacement> place_ranks(const Topology& t, int n) {
   if (devices.empty()) devices = t.nodes_of(NodeKind::CpuPackage);
   if (devices.empty()) devices = t.nodes_of(NodeKind::Host);
   if (devices.empty())
-    throw InvalidArgument(fmt::format("topology '{}' has no GPU, NUMA node, CPU package or host to place ranks on; "
-                                      "load a file that describes one",
-                                      t.source_name));
+    throw InvalidArgument(
+        fmt::format("topology '{}' has no GPU, NUMA node, CPU package or host to place ranks on; "
+                    "load a file that describes one",
+                    t.source_name));
   if (n <= 0) n = static_cast<int>(devices.size());
   std::map<int, int> host_of;
   std::vector<RankPlacement> out(static_cast<size_t>(n));
@@ -155,7 +156,9 @@ EdgeMetric cross_host_metric(const std::vector<double>& host_gbps, int ha, int h
   EdgeMetric m;
   m.cls = PathClass::NET;
   m.hops = 2;  // NIC -> network -> NIC
-  auto at_host = [&](int h) { return h >= 0 && static_cast<size_t>(h) < host_gbps.size() ? host_gbps[static_cast<size_t>(h)] : 0.0; };
+  auto at_host = [&](int h) {
+    return h >= 0 && static_cast<size_t>(h) < host_gbps.size() ? host_gbps[static_cast<size_t>(h)] : 0.0;
+  };
   const double a = at_host(ha), b = at_host(hb);
   m.bandwidth_gbps = a > 0 && b > 0 ? std::min(a, b) : class_default_bandwidth_gbps(PathClass::NET);
   m.latency_us = class_default_latency_us(PathClass::NET);

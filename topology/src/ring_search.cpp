@@ -86,9 +86,10 @@ void check_problem(const RingProblem& p) {
   const size_t nn = static_cast<size_t>(std::max(p.n, 0)) * static_cast<size_t>(std::max(p.n, 0));
   if (p.n < 0 || p.bw.size() != nn || p.cost.size() != nn || (!p.latency.empty() && p.latency.size() != nn) ||
       (!p.host.empty() && p.host.size() != static_cast<size_t>(p.n)))
-    throw InvalidArgument(fmt::format("ring problem over {} ranks has {} bandwidths, {} costs, {} latencies and {} "
-                                      "hosts; give n*n of each matrix (latency may be empty) and n hosts or none",
-                                      p.n, p.bw.size(), p.cost.size(), p.latency.size(), p.host.size()));
+    throw InvalidArgument(
+        fmt::format("ring problem over {} ranks has {} bandwidths, {} costs, {} latencies and {} "
+                    "hosts; give n*n of each matrix (latency may be empty) and n hosts or none",
+                    p.n, p.bw.size(), p.cost.size(), p.latency.size(), p.host.size()));
 }
 
 size_t worst_edge(const RingProblem& p, const std::vector<int>& order) {
@@ -119,8 +120,8 @@ std::vector<int> exact_ring(const RingProblem& p) {
   check_problem(p);
   const int n = p.n;
   if (n > kMaxExactRanks)
-    throw InvalidArgument(fmt::format("exact_ring solves at most {} ranks, got {}; use heuristic_ring or best_ring",
-                                      kMaxExactRanks, n));
+    throw InvalidArgument(
+        fmt::format("exact_ring solves at most {} ranks, got {}; use heuristic_ring or best_ring", kMaxExactRanks, n));
   if (n <= 2) return identity_ring(n);
   // 1. The largest bottleneck B for which a Hamiltonian cycle exists.
   std::vector<double> values;
@@ -128,8 +129,7 @@ std::vector<int> exact_ring(const RingProblem& p) {
     for (int b = 0; b < n; ++b)
       if (a != b) values.push_back(p.bandwidth(a, b));
   std::sort(values.begin(), values.end());
-  values.erase(std::unique(values.begin(), values.end(), [](double x, double y) { return bw_eq(x, y); }),
-               values.end());
+  values.erase(std::unique(values.begin(), values.end(), [](double x, double y) { return bw_eq(x, y); }), values.end());
   int lo = 0, hi = static_cast<int>(values.size()) - 1;  // values[lo] always feasible (complete graph)
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;

@@ -11,7 +11,7 @@
 #include "hopwise/comm/algorithm.h"
 #include "hopwise/comm/transport.h"
 #include "hopwise/common/dtype.h"
-#include "hopwise/topology/plan.h"
+#include "hopwise/topology/shapes.h"
 
 namespace hopwise::comm::algo {
 
@@ -24,8 +24,8 @@ inline constexpr int kTagTreeReduce = 16000;         // + tree index
 inline constexpr int kTagTreeBroadcast = 16100;      // + tree index
 inline constexpr int kTagBarrier = 16200;            // + round
 inline constexpr int kTagDirect = 16250;
-inline constexpr int kTagCheck = 16300;              // HOPWISE_DEBUG=CHECK fingerprints
-inline constexpr int kTagAlive = 16301;              // after a timeout: "I gave up too"
+inline constexpr int kTagCheck = 16300;  // HOPWISE_DEBUG=CHECK fingerprints
+inline constexpr int kTagAlive = 16301;  // after a timeout: "I gave up too"
 
 struct Context {
   Transport& transport;
@@ -64,7 +64,9 @@ inline constexpr int kRingChannelTagStride = 20000;
 struct Blocks {
   std::vector<std::size_t> offsets;
   std::size_t off(int b) const { return offsets[static_cast<std::size_t>(b)]; }
-  std::size_t len(int b) const { return offsets[static_cast<std::size_t>(b) + 1] - offsets[static_cast<std::size_t>(b)]; }
+  std::size_t len(int b) const {
+    return offsets[static_cast<std::size_t>(b) + 1] - offsets[static_cast<std::size_t>(b)];
+  }
   static Blocks even(std::size_t count, int p);           // near-equal split, the first count % p one larger
   static Blocks uniform(std::size_t block_count, int p);  // p blocks of block_count
 };
@@ -96,23 +98,23 @@ void halving_doubling_allreduce(const Context& c, const void* in, void* out, std
 void tree_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
                     double scale, const std::vector<const topology::TreeShape*>& trees);
 // Pipelined reduce to tree.root: `out` is only written at the root.
-void tree_reduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
-                 double scale, const topology::TreeShape& tree);
+void tree_reduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, double scale,
+                 const topology::TreeShape& tree);
 // Pipelined broadcast from tree.root.
 void tree_broadcast(const Context& c, void* buf, std::size_t count, DataType dt, const topology::TreeShape& tree);
 
 // One shot: everyone sends everything to everyone, then reduces locally in rank order (small messages).
 // Uses the transport's shared slots when it has them and the data fits (no messages at all).
 void one_shot_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
-                      double scale);
+                        double scale);
 // The shared-slot path alone; false (nothing done) where the transport has no slots or the data does not fit.
-bool one_shot_allreduce_shared(const Context& c, const void* in, void* out, std::size_t count, DataType dt,
-                             ReduceOp op, double scale);
+bool one_shot_allreduce_shared(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
+                               double scale);
 
 // Reduce-scatter + allgather through the shared slots (one host, no messages), chunked by the slot size.
 // False (nothing done) where the transport has no shared slots.
-bool two_shot_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt,
-                             ReduceOp op, double scale);
+bool two_shot_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
+                        double scale);
 
 // Reduce within a host to its leader (local rank 0), ring allreduce among the leaders, broadcast within the host.
 // `local`: this rank's host group; `leaders`: the leaders' group on leaders, nullptr elsewhere; `tree`: over the

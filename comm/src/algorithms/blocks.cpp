@@ -1,5 +1,5 @@
-#include <algorithm>
 #include <fmt/core.h>
+#include <algorithm>
 
 #include "algorithms.h"
 #include "hopwise/common/error.h"

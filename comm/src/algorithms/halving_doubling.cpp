@@ -20,8 +20,10 @@ void exchange_reduce(const Context& c, const char* send, std::size_t send_n, cha
   const std::size_t ce = std::max<std::size_t>(1, c.chunk_bytes / es);
   char* temp = static_cast<char*>(c.workspace.get(Scratch::kRecvA, recv_n * es + 64));
   Requests recvs(t), sends(t);
-  for (std::size_t j = 0; j < recv_n; j += ce) recvs.push_back(t.irecv(temp + j * es, std::min(ce, recv_n - j) * es, peer, tag));
-  for (std::size_t j = 0; j < send_n; j += ce) sends.push_back(t.isend(send + j * es, std::min(ce, send_n - j) * es, peer, tag));
+  for (std::size_t j = 0; j < recv_n; j += ce)
+    recvs.push_back(t.irecv(temp + j * es, std::min(ce, recv_n - j) * es, peer, tag));
+  for (std::size_t j = 0; j < send_n; j += ce)
+    sends.push_back(t.isend(send + j * es, std::min(ce, send_n - j) * es, peer, tag));
   std::size_t k = 0;
   for (std::size_t j = 0; j < recv_n; j += ce, ++k) {
     t.wait(recvs[k]);
@@ -37,8 +39,10 @@ void exchange(const Context& c, const char* send, std::size_t send_n, char* recv
   Transport& t = c.transport;
   const std::size_t ce = std::max<std::size_t>(1, c.chunk_bytes / es);
   Requests reqs(t);
-  for (std::size_t j = 0; j < recv_n; j += ce) reqs.push_back(t.irecv(recv + j * es, std::min(ce, recv_n - j) * es, peer, tag));
-  for (std::size_t j = 0; j < send_n; j += ce) reqs.push_back(t.isend(send + j * es, std::min(ce, send_n - j) * es, peer, tag));
+  for (std::size_t j = 0; j < recv_n; j += ce)
+    reqs.push_back(t.irecv(recv + j * es, std::min(ce, recv_n - j) * es, peer, tag));
+  for (std::size_t j = 0; j < send_n; j += ce)
+    reqs.push_back(t.isend(send + j * es, std::min(ce, send_n - j) * es, peer, tag));
   t.wait_all(reqs);
 }
 
@@ -119,7 +123,6 @@ void halving_doubling_allreduce(const Context& c, const void* in_v, void* out_v,
   }
 }
 
-
 AlgorithmInfo halving_doubling_row() {
   AlgorithmInfo r;
   r.name = "hd";
@@ -130,8 +133,8 @@ AlgorithmInfo halving_doubling_row() {
     const CostParams& m = *q.params;
     const double n = static_cast<double>(q.bytes), P = q.ranks, frac = (P - 1) / P;
     const double be = beta_for(m, n / P);
-    double t = 2 * log2_ceil(q.ranks) * alpha_for(m, std::min(kModelChunk, n / 2)) + 2 * frac * n * be +
-               frac * n * m.gamma;
+    double t =
+        2 * log2_ceil(q.ranks) * alpha_for(m, std::min(kModelChunk, n / 2)) + 2 * frac * n * be + frac * n * m.gamma;
     const bool pow2 = (q.ranks & (q.ranks - 1)) == 0;
     if (!pow2) t += 2 * alpha_for(m, std::min(kModelChunk, n)) + 2 * n * be + n * m.gamma;  // fold and unfold
     return t;

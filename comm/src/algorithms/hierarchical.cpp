@@ -3,10 +3,10 @@
 // broadcast within each host. The groups are GroupTransports over the communicator's transport.
 #include <cstring>
 
+#include <algorithm>
+#include "../plan_state.h"
 #include "algorithms.h"
 #include "hopwise/comm/cost_model.h"
-#include "../plan_state.h"
-#include <algorithm>
 #include "hopwise/common/reduce.h"
 
 namespace hopwise::comm::algo {
@@ -24,7 +24,6 @@ void hierarchical_allreduce(const Context& local, const Context* leaders, const 
   if (scale != 1.0) scale_by(dt, out, count, scale);
 }
 
-
 AlgorithmInfo hierarchical_row() {
   AlgorithmInfo r;
   r.name = "hier";
@@ -39,11 +38,11 @@ AlgorithmInfo hierarchical_row() {
     const int per_host = (q.ranks + static_cast<int>(H) - 1) / static_cast<int>(H);
     const double d = std::max(1.0, log2_ceil(per_host + 1) - 1);
     const double be = beta_for(m, std::min(kModelChunk, n));
-    const double local = per_host > 1 ? 2 * (d + 1) * alpha_for(m, std::min(kModelChunk, n)) + 4 * n * be + n * m.gamma : 0;
-    const double leaders =
-        H > 1 ? 2 * (H - 1) * alpha_for(m, std::min(kModelChunk, n / H)) + 2 * (H - 1) / H * n * be +
-                    (H - 1) / H * n * m.gamma
-              : 0;
+    const double local =
+        per_host > 1 ? 2 * (d + 1) * alpha_for(m, std::min(kModelChunk, n)) + 4 * n * be + n * m.gamma : 0;
+    const double leaders = H > 1 ? 2 * (H - 1) * alpha_for(m, std::min(kModelChunk, n / H)) + 2 * (H - 1) / H * n * be +
+                                       (H - 1) / H * n * m.gamma
+                                 : 0;
     return local + leaders;
   };
   r.run = [](AlgorithmContext& a, const CollectiveCall& c) {

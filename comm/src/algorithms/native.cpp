@@ -14,7 +14,7 @@ AlgorithmInfo native_row() {
   r.name = "native";
   r.aliases = {"mpi"};
   r.collectives = {Collective::kAllreduce, Collective::kReduceScatter, Collective::kAllgather,
-                   Collective::kBroadcast,  Collective::kReduce,        Collective::kBarrier};
+                   Collective::kBroadcast, Collective::kReduce,        Collective::kBarrier};
   r.needs_native = true;
   r.summary = "the transport library's own collective (MPI_Allreduce, ...)";
   r.estimate = [](const CostQuery& q) {
@@ -33,7 +33,9 @@ AlgorithmInfo native_row() {
   };
   r.run = [](AlgorithmContext& a, const CollectiveCall& c) {
     NativeCollectives* nat = a.transport.native();
-    if (nat == nullptr) throw Error(fmt::format("internal: 'native' chosen over {}, which has no collectives of its own", a.transport.name()));
+    if (nat == nullptr)
+      throw Error(
+          fmt::format("internal: 'native' chosen over {}, which has no collectives of its own", a.transport.name()));
     switch (c.kind) {
       case Collective::kAllreduce:
         nat->allreduce(c.in, c.out, c.count, c.dt, c.op);

@@ -7,15 +7,15 @@
 // copies its input into its slot and raises its sequence flag; once every flag is up, each reads all slots.
 #include <sched.h>
 
+#include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <fmt/core.h>
-#include <fmt/ranges.h>
 
+#include <functional>
 #include "hopwise/common/error.h"
 #include "shared_flags.h"
-#include <functional>
 
 #include "algorithms.h"
 #include "hopwise/comm/cost_model.h"
@@ -37,8 +37,8 @@ void reduce_inputs(int p, DataType dt, ReduceOp op, void* out, std::size_t count
 
 }  // namespace
 
-bool one_shot_allreduce_shared(const Context& c, const void* in, void* out, std::size_t count, DataType dt,
-                             ReduceOp op, double scale) {
+bool one_shot_allreduce_shared(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
+                               double scale) {
   Transport& t = c.transport;
   SharedSlots* sh = t.shared_slots();
   const std::size_t bytes = count * dtype_size(dt);
@@ -57,7 +57,7 @@ bool one_shot_allreduce_shared(const Context& c, const void* in, void* out, std:
 }
 
 void one_shot_allreduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
-                      double scale) {
+                        double scale) {
   if (one_shot_allreduce_shared(c, in, out, count, dt, op, scale)) return;
   Transport& t = c.transport;
   const int p = t.size(), me = t.rank();
@@ -70,7 +70,8 @@ void one_shot_allreduce(const Context& c, const void* in, void* out, std::size_t
   for (int r = 0; r < p; ++r) {
     if (r == me) continue;
     for (std::size_t j = 0; j < bytes; j += piece)
-      reqs.push_back(t.irecv(others + static_cast<std::size_t>(r) * bytes + j, std::min(piece, bytes - j), r, kTagDirect));
+      reqs.push_back(
+          t.irecv(others + static_cast<std::size_t>(r) * bytes + j, std::min(piece, bytes - j), r, kTagDirect));
   }
   for (int k = 1; k < p; ++k) {
     const int r = (me + k) % p;  // stagger the destinations so that not everyone writes to rank 0 first
@@ -84,10 +85,10 @@ void one_shot_allreduce(const Context& c, const void* in, void* out, std::size_t
     std::memcpy(others + static_cast<std::size_t>(me) * bytes, in, bytes);
     mine = others + static_cast<std::size_t>(me) * bytes;
   }
-  reduce_inputs(p, dt, op, out, count, [&](int r) { return r == me ? mine : others + static_cast<std::size_t>(r) * bytes; });
+  reduce_inputs(p, dt, op, out, count,
+                [&](int r) { return r == me ? mine : others + static_cast<std::size_t>(r) * bytes; });
   if (scale != 1.0) scale_by(dt, out, count, scale);
 }
-
 
 AlgorithmInfo one_shot_row() {
   AlgorithmInfo r;

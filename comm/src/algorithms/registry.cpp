@@ -47,8 +47,10 @@ struct Table {
       if (taken(n))
         throw InvalidArgument(fmt::format("register_algorithm: the name '{}' is already taken; pick another", n));
     if (!row.run || row.collectives.empty())
-      throw InvalidArgument(fmt::format("register_algorithm: '{}' needs a run function and the collectives it "
-                                        "implements", row.name));
+      throw InvalidArgument(
+          fmt::format("register_algorithm: '{}' needs a run function and the collectives it "
+                      "implements",
+                      row.name));
     const std::size_t i = count.load();
     if (i == kMaxAlgorithms)
       throw InvalidArgument(fmt::format("register_algorithm: the table is full ({} rows)", kMaxAlgorithms));

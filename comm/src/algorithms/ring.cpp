@@ -9,9 +9,9 @@
 #include <exception>
 #include <thread>
 
+#include "../plan_state.h"
 #include "algorithms.h"
 #include "hopwise/comm/cost_model.h"
-#include "../plan_state.h"
 #include "hopwise/common/reduce.h"
 
 namespace hopwise::comm::algo {
@@ -114,7 +114,9 @@ void allgather_phase(const Context& c, char* buf, const Blocks& blocks, DataType
     const int b = r.block(order, r.i - s);
     for_chunks(blocks.len(b), ce, [&](std::size_t k, std::size_t j, std::size_t n) {
       t.wait(recvs[static_cast<std::size_t>(s)][k]);
-      if (s + 1 < steps) sends.push_back(t.isend(buf + (blocks.off(b) + j) * es, n * es, r.next, c.tag_offset + kTagRingAllgather + s + 1));
+      if (s + 1 < steps)
+        sends.push_back(
+            t.isend(buf + (blocks.off(b) + j) * es, n * es, r.next, c.tag_offset + kTagRingAllgather + s + 1));
     });
   }
   t.wait_all(sends);
@@ -128,8 +130,7 @@ void ring_allreduce(const Context& c, const void* in, void* out, std::size_t cou
   const Blocks blocks = Blocks::even(count, t.size());
   const std::size_t es = dtype_size(dt);
   char* o = static_cast<char*>(out);
-  reduce_scatter_phase(c, static_cast<const char*>(in), o, o + blocks.off(t.rank()) * es, blocks, dt, op, scale,
-                       order);
+  reduce_scatter_phase(c, static_cast<const char*>(in), o, o + blocks.off(t.rank()) * es, blocks, dt, op, scale, order);
   allgather_phase(c, o, blocks, dt, order);
 }
 
@@ -189,7 +190,6 @@ void ring_allgather(const Context& c, const void* in, void* out, std::size_t sen
   if (mine != in && sendcount != 0) std::memmove(mine, in, sendcount * es);
   allgather_phase(c, o, blocks, dt, order);
 }
-
 
 void planned_ring_allreduce(AlgorithmContext& a, const CollectiveCall& c) {
   const Context ctx = context_of(a);

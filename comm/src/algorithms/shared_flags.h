@@ -3,11 +3,11 @@
 
 #include <sched.h>
 
+#include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <fmt/core.h>
-#include <fmt/ranges.h>
 #include <vector>
 
 #include "hopwise/comm/transport.h"

@@ -4,9 +4,9 @@
 // a rank that is a leaf in one tree does the interior work of the other at the same time.
 #include <cstring>
 
+#include "../plan_state.h"
 #include "algorithms.h"
 #include "hopwise/comm/cost_model.h"
-#include "../plan_state.h"
 #include "hopwise/common/reduce.h"
 
 namespace hopwise::comm::algo {
@@ -46,7 +46,8 @@ void reduce_phase(const Context& c, const char* in, char* acc, DataType dt, Redu
     const std::size_t n = std::min(ce, j.n - k * ce);
     const int child = j.tree->children[static_cast<std::size_t>(me)][ci];
     const std::size_t s = st[ji].slot_base + ci * kWindow + k % kWindow;
-    st[ji].recvs[ci * kWindow + k % kWindow] = t.irecv(temp + s * ce * es, n * es, child, kTagTreeReduce + j.tree_index);
+    st[ji].recvs[ci * kWindow + k % kWindow] =
+        t.irecv(temp + s * ce * es, n * es, child, kTagTreeReduce + j.tree_index);
   };
   for (std::size_t ji = 0; ji < jobs.size(); ++ji) {
     const auto& kids = jobs[ji].tree->children[static_cast<std::size_t>(me)];
@@ -136,8 +137,8 @@ void tree_allreduce(const Context& c, const void* in, void* out, std::size_t cou
   broadcast_phase(c, static_cast<char*>(out), dt, jobs);
 }
 
-void tree_reduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
-                 double scale, const topology::TreeShape& tree) {
+void tree_reduce(const Context& c, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, double scale,
+                 const topology::TreeShape& tree) {
   const auto jobs = split_jobs(count, {&tree});
   // Interior ranks other than the root need somewhere for their partial sums: the caller's out is not theirs.
   char* acc = c.transport.rank() == tree.root
@@ -149,7 +150,6 @@ void tree_reduce(const Context& c, const void* in, void* out, std::size_t count,
 void tree_broadcast(const Context& c, void* buf, std::size_t count, DataType dt, const topology::TreeShape& tree) {
   broadcast_phase(c, static_cast<char*>(buf), dt, split_jobs(count, {&tree}));
 }
-
 
 AlgorithmInfo tree_row() {
   AlgorithmInfo r;

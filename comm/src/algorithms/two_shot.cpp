@@ -1,21 +1,21 @@
-// Two-shot allreduce ("shm") through the shared slots of ranks on one host, with no messages: chunk by chunk, every rank copies
-// its input into its slot and raises its ready flag; rank j reduces block j of the chunk across all slots (in
-// rank order) and leaves the result in block j of its own slot, then raises its done flag; every rank copies the
-// p result blocks out. Each rank moves about 3n bytes (copy in, reduce its n/p over p inputs, copy out) against
-// the ring's 2(p-1) message copies, and waits on two flags per chunk instead of 2(p-1) message rounds.
-// Two buffers per slot alternate between chunks, so the next chunk's copy-in overlaps the others' reading.
+// Two-shot allreduce ("shm") through the shared slots of ranks on one host, with no messages: chunk by chunk, every
+// rank copies its input into its slot and raises its ready flag; rank j reduces block j of the chunk across all slots
+// (in rank order) and leaves the result in block j of its own slot, then raises its done flag; every rank copies the p
+// result blocks out. Each rank moves about 3n bytes (copy in, reduce its n/p over p inputs, copy out) against the
+// ring's 2(p-1) message copies, and waits on two flags per chunk instead of 2(p-1) message rounds. Two buffers per slot
+// alternate between chunks, so the next chunk's copy-in overlaps the others' reading.
 #include <cstring>
 
+#include <cmath>
 #include "algorithms.h"
 #include "hopwise/comm/cost_model.h"
-#include <cmath>
 #include "hopwise/common/reduce.h"
 #include "shared_flags.h"
 
 namespace hopwise::comm::algo {
 
-bool two_shot_allreduce(const Context& c, const void* in_v, void* out_v, std::size_t count, DataType dt,
-                             ReduceOp op, double scale) {
+bool two_shot_allreduce(const Context& c, const void* in_v, void* out_v, std::size_t count, DataType dt, ReduceOp op,
+                        double scale) {
   Transport& t = c.transport;
   SharedSlots* sh = t.shared_slots();
   if (sh == nullptr) return false;
@@ -63,7 +63,6 @@ bool two_shot_allreduce(const Context& c, const void* in_v, void* out_v, std::si
   return true;
 }
 
-
 AlgorithmInfo two_shot_row() {
   AlgorithmInfo r;
   r.name = "shm";
@@ -79,8 +78,7 @@ AlgorithmInfo two_shot_row() {
   };
   r.run = [](AlgorithmContext& a, const CollectiveCall& c) {
     // Where the transport has no shared slots (ranks on several hosts), the planned ring does the work.
-    if (!two_shot_allreduce(context_of(a), c.in, c.out, c.count, c.dt, c.op, c.scale))
-      planned_ring_allreduce(a, c);
+    if (!two_shot_allreduce(context_of(a), c.in, c.out, c.count, c.dt, c.op, c.scale)) planned_ring_allreduce(a, c);
   };
   return r;
 }

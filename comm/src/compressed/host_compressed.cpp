@@ -21,8 +21,8 @@ namespace {
 
 class HostCodecBackend {
  public:
-  HostCodecBackend(detail::CommunicatorImpl& impl, const compression::Codec& c, compression::CodecState& st, const float* in,
-                   float* out, std::size_t n)
+  HostCodecBackend(detail::CommunicatorImpl& impl, const compression::Codec& c, compression::CodecState& st,
+                   const float* in, float* out, std::size_t n)
       : impl_(impl), c_(c), st_(st), in_(in), out_(out), n_(n) {}
   std::size_t scale_count() const { return c_.scale_count(n_); }
   std::size_t payload_bytes() const { return c_.payload_bytes(n_); }
@@ -132,15 +132,17 @@ Task powersgd_task(int rank, std::span<const PowerSgdTensor> tensors, const comp
     const PowerSgdTensor& m = tensors[i];
     const std::size_t n = m.rows * m.cols;
     if (m.state == nullptr)
-      throw InvalidArgument(fmt::format("allreduce_powersgd: matrix {} ({} x {}) on rank {} has no state; keep one "
-                                        "compression::PowerSgdState per matrix across steps",
-                                        i, m.rows, m.cols, rank));
+      throw InvalidArgument(
+          fmt::format("allreduce_powersgd: matrix {} ({} x {}) on rank {} has no state; keep one "
+                      "compression::PowerSgdState per matrix across steps",
+                      i, m.rows, m.cols, rank));
     checks::buffers(fmt::format("allreduce_powersgd (matrix {})", i), m.in, n, m.out, n, DataType::kFloat32, rank);
     t.count += n;
   }
   t.compression = ps.name();
   t.extra = fmt::format(", matrices={}", tensors.size());
-  t.job = [matrices = std::vector<PowerSgdTensor>(tensors.begin(), tensors.end()), &ps, op](detail::CommunicatorImpl& impl) {
+  t.job = [matrices = std::vector<PowerSgdTensor>(tensors.begin(), tensors.end()), &ps,
+           op](detail::CommunicatorImpl& impl) {
     HostPowerSgdBackend b(impl, ps);
     compressed::powersgd_allreduce(b, std::span<const PowerSgdTensor>(matrices), op);
   };
@@ -155,8 +157,8 @@ Work Communicator::allreduce_compressed_async(const float* in, float* out, std::
   return impl_->submit(compressed_task(rank(), in, out, count, codec, state, op));
 }
 
-void Communicator::allreduce_compressed(const float* in, float* out, std::size_t count,
-                                        const compression::Codec& codec, compression::CodecState& state, ReduceOp op) {
+void Communicator::allreduce_compressed(const float* in, float* out, std::size_t count, const compression::Codec& codec,
+                                        compression::CodecState& state, ReduceOp op) {
   impl_->run_sync(compressed_task(rank(), in, out, count, codec, state, op));
 }
 

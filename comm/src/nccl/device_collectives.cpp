@@ -72,8 +72,8 @@ void Impl::check_ptr(const void* p, std::size_t count, std::string_view what, st
 
 void Impl::check_peer(int r, std::string_view what, std::string_view arg) const {
   if (r < 0 || r >= size)
-    throw InvalidArgument(fmt::format("rank {}: {}: {} {} is out of range; use a rank in 0..{}", rank, what, arg, r,
-                                      size - 1));
+    throw InvalidArgument(
+        fmt::format("rank {}: {}: {} {} is out of range; use a rank in 0..{}", rank, what, arg, r, size - 1));
 }
 
 std::size_t Impl::times_size(std::size_t count, DataType dt, std::string_view what) const {
@@ -94,9 +94,10 @@ DeviceWork DeviceCommunicator::allreduce_async(const void* in, void* out, std::s
   const auto* a = static_cast<const char*>(in);
   const auto* b = static_cast<const char*>(out);
   if (in != out && bytes > 0 && a < b + bytes && b < a + bytes)
-    throw InvalidArgument(fmt::format("rank {}: allreduce input and output overlap without being the same buffer; "
-                                      "pass in == out for in place, or separate buffers",
-                                      m.rank));
+    throw InvalidArgument(
+        fmt::format("rank {}: allreduce input and output overlap without being the same buffer; "
+                    "pass in == out for in place, or separate buffers",
+                    m.rank));
   const DeviceAlgorithm algo = m.algorithm;
   return m.run(fmt::format("{} ({})", describe("allreduce", count, dt), to_string(algo)), stream, bytes,
                [&](const std::string& what) {
@@ -135,8 +136,7 @@ DeviceWork DeviceCommunicator::broadcast_async(void* buf, std::size_t count, Dat
   m.check_ptr(buf, count, "broadcast", "buffer");
   return m.run(fmt::format("{} from root {}", describe("broadcast", count, dt), root), stream, bytes,
                [&](const std::string& what) {
-                 if (count > 0)
-                   m.settle(ncclBroadcast(buf, buf, count, nccl_dtype(dt), root, m.comm, m.stream), what);
+                 if (count > 0) m.settle(ncclBroadcast(buf, buf, count, nccl_dtype(dt), root, m.comm, m.stream), what);
                });
 }
 
@@ -168,9 +168,10 @@ DeviceWork DeviceCommunicator::send_async(const void* buf, std::size_t count, Da
   Impl& m = *impl_;
   m.check_peer(peer, "send", "peer");
   if (peer == m.rank && count > 0)
-    throw InvalidArgument(fmt::format("rank {}: send to itself is never matched by a separate recv under NCCL; use "
-                                      "send_recv() to exchange with yourself",
-                                      m.rank));
+    throw InvalidArgument(
+        fmt::format("rank {}: send to itself is never matched by a separate recv under NCCL; use "
+                    "send_recv() to exchange with yourself",
+                    m.rank));
   const std::size_t bytes = checked_bytes(count, dt, "send");
   m.check_ptr(buf, count, "send", "buffer");
   return m.run(fmt::format("{} to rank {}", describe("send", count, dt), peer), stream, bytes,
@@ -183,9 +184,10 @@ DeviceWork DeviceCommunicator::recv_async(void* buf, std::size_t count, DataType
   Impl& m = *impl_;
   m.check_peer(peer, "recv", "peer");
   if (peer == m.rank && count > 0)
-    throw InvalidArgument(fmt::format("rank {}: recv from itself is never matched by a separate send under NCCL; use "
-                                      "send_recv() to exchange with yourself",
-                                      m.rank));
+    throw InvalidArgument(
+        fmt::format("rank {}: recv from itself is never matched by a separate send under NCCL; use "
+                    "send_recv() to exchange with yourself",
+                    m.rank));
   const std::size_t bytes = checked_bytes(count, dt, "recv");
   m.check_ptr(buf, count, "recv", "buffer");
   return m.run(fmt::format("{} from rank {}", describe("recv", count, dt), peer), stream, bytes,
@@ -202,11 +204,10 @@ DeviceWork DeviceCommunicator::send_recv_async(const void* sendbuf, std::size_t 
   const std::size_t bytes = checked_bytes(sendcount, dt, "send_recv") + checked_bytes(recvcount, dt, "send_recv");
   m.check_ptr(sendbuf, sendcount, "send_recv", "send buffer");
   m.check_ptr(recvbuf, recvcount, "send_recv", "receive buffer");
-  return m.run(fmt::format("send_recv ({} {} to rank {}, {} from rank {})", sendcount, to_string(dt), dst, recvcount,
-                           src),
-               stream, bytes, [&](const std::string& what) {
-                 m.group_send_recv(sendbuf, sendcount, dst, recvbuf, recvcount, src, dt, what);
-               });
+  return m.run(
+      fmt::format("send_recv ({} {} to rank {}, {} from rank {})", sendcount, to_string(dt), dst, recvcount, src),
+      stream, bytes,
+      [&](const std::string& what) { m.group_send_recv(sendbuf, sendcount, dst, recvbuf, recvcount, src, dt, what); });
 }
 
 // The sync calls: the async call, then the host waits.

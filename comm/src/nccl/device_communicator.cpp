@@ -26,14 +26,15 @@ std::string_view to_string(DeviceAlgorithm a) { return a == DeviceAlgorithm::kRi
 DeviceAlgorithm parse_device_algorithm(std::string_view name) {
   if (name == "native" || name == "nccl") return DeviceAlgorithm::kNative;
   if (name == "ring") return DeviceAlgorithm::kRing;
-  throw InvalidArgument(fmt::format("unknown device algorithm '{}'; choose native (NCCL's own collectives) or ring "
-                                    "(the planned ring over ncclSend/ncclRecv)",
-                                    name));
+  throw InvalidArgument(
+      fmt::format("unknown device algorithm '{}'; choose native (NCCL's own collectives) or ring "
+                  "(the planned ring over ncclSend/ncclRecv)",
+                  name));
 }
 
 DeviceOptions DeviceOptions::from_env() {
   DeviceOptions o;
-  o.timeout_s = Options::from_env().timeout_s;
+  o.timeout_s = Options::timeout_from_env();  // not the whole host Options: a bad HOPWISE_ALGO is not ours
   const std::string algo = env::get_or("HOPWISE_NCCL_ALGO", "native");
   try {
     o.algorithm = parse_device_algorithm(algo);
@@ -111,14 +112,16 @@ void Impl::init() {
     std::string why;
     const int n = cuda::device_count(&why);
     if (n == 0)
-      throw TransportError(fmt::format("rank {}: no CUDA device is visible ({}); DeviceCommunicator needs a GPU per "
-                                       "rank: check nvidia-smi and CUDA_VISIBLE_DEVICES, or use "
-                                       "hopwise::comm::Communicator for host memory",
-                                       rank, why));
+      throw TransportError(
+          fmt::format("rank {}: no CUDA device is visible ({}); DeviceCommunicator needs a GPU per "
+                      "rank: check nvidia-smi and CUDA_VISIBLE_DEVICES, or use "
+                      "hopwise::comm::Communicator for host memory",
+                      rank, why));
     if (options.device >= n)
-      throw InvalidArgument(fmt::format("rank {}: DeviceOptions::device is {} but only {} CUDA device(s) are "
-                                        "visible; pick 0..{} or -1 (local rank modulo the devices)",
-                                        rank, options.device, n, n - 1));
+      throw InvalidArgument(
+          fmt::format("rank {}: DeviceOptions::device is {} but only {} CUDA device(s) are "
+                      "visible; pick 0..{} or -1 (local rank modulo the devices)",
+                      rank, options.device, n, n - 1));
     device = options.device >= 0 ? options.device : local_rank % n;
     cuda::check(cudaSetDevice(device), fmt::format("cudaSetDevice({})", device), rank);
     cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", rank);
@@ -137,10 +140,10 @@ void Impl::init() {
   for (int r = 0; r < size; ++r)
     if (gpus[static_cast<std::size_t>(r)].rfind('1', 0) != 0) failed.push_back(r);
   if (!failed.empty())
-    throw TransportError(fmt::format("rank {}: another rank ({}) could not set up its GPU ({}); DeviceCommunicator "
-                                     "needs a GPU on every rank",
-                                     rank, fmt::join(failed, ", "),
-                                     gpus[static_cast<std::size_t>(failed.front())].substr(1)));
+    throw TransportError(
+        fmt::format("rank {}: another rank ({}) could not set up its GPU ({}); DeviceCommunicator "
+                    "needs a GPU on every rank",
+                    rank, fmt::join(failed, ", "), gpus[static_cast<std::size_t>(failed.front())].substr(1)));
 
   // Rank 0's unique id, with whether it could make one: "1" + the id, or "0" + NCCL's error.
   ncclUniqueId id{};
@@ -155,9 +158,10 @@ void Impl::init() {
   }
   const std::string got = host_broadcast("nccl_id", offer, 0);
   if (got.size() != 1 + sizeof(id) || got[0] != '1')
-    throw TransportError(fmt::format("rank {}: rank 0 could not create the NCCL unique id ({}); check NCCL's network "
-                                     "setup (NCCL_SOCKET_IFNAME, NCCL_DEBUG=WARN)",
-                                     rank, got.empty() ? "no answer" : got.substr(1)));
+    throw TransportError(
+        fmt::format("rank {}: rank 0 could not create the NCCL unique id ({}); check NCCL's network "
+                    "setup (NCCL_SOCKET_IFNAME, NCCL_DEBUG=WARN)",
+                    rank, got.empty() ? "no answer" : got.substr(1)));
   std::memcpy(&id, got.data() + 1, sizeof(id));
 
   // Nonblocking, so that a rank that never arrives makes init time out instead of hang.
@@ -168,9 +172,10 @@ void Impl::init() {
   if (r != ncclSuccess && r != ncclInProgress) {
     if (comm != nullptr) ncclCommAbort(comm);
     comm = nullptr;
-    throw TransportError(fmt::format("rank {}: ncclCommInitRankConfig over {} ranks on device {} failed: {}; check "
-                                     "NCCL_DEBUG=WARN output",
-                                     rank, size, device, nccl_text(r)));
+    throw TransportError(
+        fmt::format("rank {}: ncclCommInitRankConfig over {} ranks on device {} failed: {}; check "
+                    "NCCL_DEBUG=WARN output",
+                    rank, size, device, nccl_text(r)));
   }
   settle(r, fmt::format("communicator setup (ncclCommInitRankConfig over {} ranks, device {})", size, device));
 }
@@ -245,8 +250,7 @@ void check_options(const DeviceOptions& o) {
 
 }  // namespace
 
-DeviceCommunicator::DeviceCommunicator(MPI_Comm comm, DeviceOptions options)
-    : impl_(std::make_shared<Impl>()) {
+DeviceCommunicator::DeviceCommunicator(MPI_Comm comm, DeviceOptions options) : impl_(std::make_shared<Impl>()) {
   check_options(options);
   Impl& m = *impl_;
   m.options = options;
@@ -275,9 +279,10 @@ DeviceCommunicator::DeviceCommunicator(std::shared_ptr<Store> store, int rank, i
   check_options(options);
   if (!store) throw InvalidArgument("DeviceCommunicator: the store is null; pass the store every rank meets in");
   if (size < 1 || rank < 0 || rank >= size || local_rank < 0)
-    throw InvalidArgument(fmt::format("DeviceCommunicator: rank {} of {} ranks (local rank {}) is not a rank; pass "
-                                      "0 <= rank < size and local_rank >= 0",
-                                      rank, size, local_rank));
+    throw InvalidArgument(
+        fmt::format("DeviceCommunicator: rank {} of {} ranks (local rank {}) is not a rank; pass "
+                    "0 <= rank < size and local_rank >= 0",
+                    rank, size, local_rank));
   Impl& m = *impl_;
   m.options = options;
   m.store = std::move(store);
@@ -324,9 +329,10 @@ void DeviceCommunicator::set_ring_order(std::vector<int> order) {
   bool ok = static_cast<int>(order.size()) == n;
   for (int i = 0; ok && i < n; ++i) ok = sorted[static_cast<std::size_t>(i)] == i;
   if (!ok)
-    throw InvalidArgument(fmt::format("rank {}: set_ring_order: the ring must list every rank 0..{} exactly once "
-                                      "(got {} entries)",
-                                      impl_->rank, n - 1, order.size()));
+    throw InvalidArgument(
+        fmt::format("rank {}: set_ring_order: the ring must list every rank 0..{} exactly once "
+                    "(got {} entries)",
+                    impl_->rank, n - 1, order.size()));
   std::lock_guard lock(impl_->mutex);
   impl_->ring = std::move(order);
 }

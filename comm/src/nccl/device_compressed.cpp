@@ -45,9 +45,9 @@ class DeviceCodecBackend {
   void encode(std::byte* p, const float* s) { codec_.encode(in_, n_, p, st_, s, impl_.stream); }
   // Payloads add up element-wise in the payload dtype (uint8 wraps: int8 codes sum as two's complement).
   void allreduce_payload(std::byte* p) {
-    impl_.settle(ncclAllReduce(p, p, c_.payload_count(n_), nccl_dtype(c_.payload_dtype()), ncclSum, impl_.comm,
-                               impl_.stream),
-                 what_);
+    impl_.settle(
+        ncclAllReduce(p, p, c_.payload_count(n_), nccl_dtype(c_.payload_dtype()), ncclSum, impl_.comm, impl_.stream),
+        what_);
   }
   void allgather_payloads(const std::byte* mine, std::byte* all) {
     impl_.settle(ncclAllGather(mine, all, gather_stride(), ncclUint8, impl_.comm, impl_.stream), what_);

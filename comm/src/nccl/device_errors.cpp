@@ -59,9 +59,10 @@ void Impl::abort(const std::string& reason) {
 void Impl::check_usable(const std::string& what) const {
   if (closed) throw Error(fmt::format("rank {}: cannot run NCCL {}: the communicator was destroyed", rank, what));
   if (aborted)
-    throw Error(fmt::format("rank {}: cannot run NCCL {}: this NCCL communicator was aborted earlier ({}); create a "
-                            "new DeviceCommunicator on every rank to go on",
-                            rank, what, abort_reason));
+    throw Error(
+        fmt::format("rank {}: cannot run NCCL {}: this NCCL communicator was aborted earlier ({}); create a "
+                    "new DeviceCommunicator on every rank to go on",
+                    rank, what, abort_reason));
 }
 
 void Impl::fail_nccl(ncclResult_t r, const std::string& what) {
@@ -69,19 +70,21 @@ void Impl::fail_nccl(ncclResult_t r, const std::string& what) {
   const std::string text = fmt::format("{}{}", nccl_text(r), detail && *detail ? fmt::format(": {}", detail) : "");
   if (r == ncclInvalidArgument || r == ncclInvalidUsage)
     throw InvalidArgument(fmt::format("rank {}: NCCL {} rejected its arguments: {}", rank, what, text));
-  const std::string msg = fmt::format("rank {}: NCCL {} failed: {}; communicator aborted (a peer rank may have "
-                                      "failed, or the network or NVLink reported an error); check every rank's "
-                                      "log (NCCL_DEBUG=WARN tells more)",
-                                      rank, what, text);
+  const std::string msg = fmt::format(
+      "rank {}: NCCL {} failed: {}; communicator aborted (a peer rank may have "
+      "failed, or the network or NVLink reported an error); check every rank's "
+      "log (NCCL_DEBUG=WARN tells more)",
+      rank, what, text);
   abort(msg);
   throw TransportError(msg);
 }
 
 void Impl::fail_timeout(const std::string& what) {
-  const std::string msg = fmt::format("rank {}: NCCL {} did not complete within {:g} s; communicator aborted (a "
-                                      "peer rank is late or dead, or ranks called different collectives). Raise "
-                                      "HOPWISE_TIMEOUT_S if a peer is just slow.",
-                                      rank, what, options.timeout_s);
+  const std::string msg = fmt::format(
+      "rank {}: NCCL {} did not complete within {:g} s; communicator aborted (a "
+      "peer rank is late or dead, or ranks called different collectives). Raise "
+      "HOPWISE_TIMEOUT_S if a peer is just slow.",
+      rank, what, options.timeout_s);
   abort(msg);
   throw TimeoutError(msg, {});
 }
@@ -119,8 +122,8 @@ void Impl::settle(ncclResult_t r, const std::string& what) {
 bool Impl::query(cudaEvent_t ev, const std::string& what) {
   // First: an abort ends NCCL's kernels, so the events of work queued before it fire without the work done.
   if (aborted)
-    throw Error(fmt::format("rank {}: NCCL {} cannot complete: the communicator was aborted ({})", rank, what,
-                            abort_reason));
+    throw Error(
+        fmt::format("rank {}: NCCL {} cannot complete: the communicator was aborted ({})", rank, what, abort_reason));
   cuda::CurrentGuard guard(device);
   const cudaError_t e = cudaEventQuery(ev);
   if (e == cudaSuccess) return true;

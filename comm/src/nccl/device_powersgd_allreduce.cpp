@@ -23,7 +23,11 @@ class DevicePowerSgdBackend {
   using M = DevicePowerSgdTensor;
   DevicePowerSgdBackend(DeviceCommunicator& comm, const compression::DevicePowerSgd& ps, DeviceBuffer& factors,
                         std::size_t& wire, void* caller)
-      : comm_(comm), ps_(ps), factors_(factors), wire_(wire), caller_(static_cast<cudaStream_t>(caller)),
+      : comm_(comm),
+        ps_(ps),
+        factors_(factors),
+        wire_(wire),
+        caller_(static_cast<cudaStream_t>(caller)),
         cs_(static_cast<cudaStream_t>(comm.stream())) {}
 
   bool compressed_step(const M& m) const { return ps_.compressed_step(m.rows, m.cols, *m.state); }
@@ -84,9 +88,10 @@ void DevicePowerSgdAllreduce::allreduce(std::span<const DevicePowerSgdTensor> te
   checks::sum_or_avg(fmt::format("rank {}: PowerSGD allreduce", comm_.rank()), op, "PowerSGD sums");
   for (const auto& t : tensors)
     if (t.state == nullptr)
-      throw InvalidArgument(fmt::format("rank {}: PowerSGD allreduce: a {}x{} matrix has no state; keep one "
-                                        "DevicePowerSgdState per tensor",
-                                        comm_.rank(), t.rows, t.cols));
+      throw InvalidArgument(
+          fmt::format("rank {}: PowerSGD allreduce: a {}x{} matrix has no state; keep one "
+                      "DevicePowerSgdState per tensor",
+                      comm_.rank(), t.rows, t.cols));
   wire_bytes_ = 0;
   DevicePowerSgdBackend b(comm_, ps_, factors_, wire_bytes_, stream);
   compressed::powersgd_allreduce(b, tensors, op);

@@ -144,12 +144,12 @@ void DeviceWork::on_complete(std::function<void(std::exception_ptr)> fn) {
   // It gives way to the caller's thread while on the completion thread, and waits its turn at shutdown.
   s.impl->completions->watch(
       [state, deadline] { return state->poll_once(state->impl->completions->on_this_thread(), deadline); }, [] {},
-                             [state] {
-                               state->settle(std::make_exception_ptr(
-                                   Error(fmt::format("rank {}: NCCL {}: the communicator was destroyed before this "
-                                                     "work completed",
-                                                     state->impl->rank, state->what))));
-                             });
+      [state] {
+        state->settle(
+            std::make_exception_ptr(Error(fmt::format("rank {}: NCCL {}: the communicator was destroyed before this "
+                                                      "work completed",
+                                                      state->impl->rank, state->what))));
+      });
 }
 
 double DeviceWork::elapsed_ms() const {

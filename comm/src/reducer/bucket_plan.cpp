@@ -53,10 +53,11 @@ void check_same_layout(std::span<const std::uint64_t> all, int rank, std::string
   for (std::size_t r = 0; r < all.size(); ++r)
     if (all[r] != all[0]) differ.push_back(static_cast<int>(r));
   if (!differ.empty())
-    throw InvalidArgument(fmt::format("rank {}: {} bucket layout differs from rank 0's on rank(s) {}; every rank "
-                                      "must register the same parameters (names, sizes, order) with the same bucket "
-                                      "and compression options",
-                                      rank, kind, fmt::join(differ, ",")));
+    throw InvalidArgument(
+        fmt::format("rank {}: {} bucket layout differs from rank 0's on rank(s) {}; every rank "
+                    "must register the same parameters (names, sizes, order) with the same bucket "
+                    "and compression options",
+                    rank, kind, fmt::join(differ, ",")));
 }
 
 std::optional<std::vector<int>> rebuild_order(std::span<const int> observed, std::size_t n) {

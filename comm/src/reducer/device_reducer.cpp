@@ -61,24 +61,26 @@ struct DeviceGradientReducer::Impl {
   std::vector<Param> params;
   std::unordered_map<std::string, int> by_name;
   std::vector<Bucket> buckets;
-  DeviceBuffer flat;  // every bucket, back to back
+  DeviceBuffer flat;                   // every bucket, back to back
   cudaStream_t copy_stream = nullptr;  // copies gradients into buckets, after their producers
   cudaEvent_t copied_out = nullptr;    // finish()'s copy-out done: the next copy-in may overwrite the buckets
   int next_launch = 0;
   bool finalized = false;
-  int steps = 0;                 // finish() calls that completed
-  std::vector<int> ready_order;  // this step's mark_ready order (for the rebuild after step 1)
+  int steps = 0;                                    // finish() calls that completed
+  std::vector<int> ready_order;                     // this step's mark_ready order (for the rebuild after step 1)
   std::unique_ptr<compression::DeviceCodec> codec;  // null: plain average
   std::vector<DeviceWork> previous;                 // last step's buckets, host-waited at the next finish
 
   Impl(DeviceCommunicator& c, ReducerOptions o)
       : comm(c), options(std::move(o)), rank(c.rank()), size(c.size()), device(c.device()) {
     if (!(options.bucket_mb > 0) || !(options.first_bucket_mb > 0))
-      throw InvalidArgument("DeviceGradientReducer: bucket_mb and first_bucket_mb must be positive (HOPWISE_BUCKET_MB)");
+      throw InvalidArgument(
+          "DeviceGradientReducer: bucket_mb and first_bucket_mb must be positive (HOPWISE_BUCKET_MB)");
     const auto spec = compression::parse_codec_spec(options.compression);
     if (spec.name == "powersgd")
-      throw InvalidArgument("DeviceGradientReducer: PowerSGD is not available on device gradients; use a codec "
-                            "(HOPWISE_COMPRESSION=fp16, int8, topk:ratio=..., ...) or none");
+      throw InvalidArgument(
+          "DeviceGradientReducer: PowerSGD is not available on device gradients; use a codec "
+          "(HOPWISE_COMPRESSION=fp16, int8, topk:ratio=..., ...) or none");
     if (spec.name != "none") codec = std::make_unique<compression::DeviceCodec>(options.compression);
     CurrentGuard guard(device);
     cuda::check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", rank);
@@ -163,8 +165,8 @@ struct DeviceGradientReducer::Impl {
       // The copy stream is the bucket's producer: the allreduce starts once its copy-ins are done.
       if (codec) {
         b.wire_bytes = codec->host().payload_bytes(b.count) + codec->host().scale_count(b.count) * sizeof(float);
-        b.work = comm.allreduce_compressed_async(data, data, b.count, *codec, *b.codec_state, ReduceOp::kAvg,
-                                                 copy_stream);
+        b.work =
+            comm.allreduce_compressed_async(data, data, b.count, *codec, *b.codec_state, ReduceOp::kAvg, copy_stream);
       } else {
         b.wire_bytes = b.count * sizeof(float);
         b.work = comm.allreduce_async(data, data, b.count, DataType::kFloat32, ReduceOp::kAvg, copy_stream);
@@ -194,12 +196,13 @@ DeviceGradientReducer::~DeviceGradientReducer() = default;
 int DeviceGradientReducer::add_parameter(std::string name, float* grad, std::size_t count) {
   Impl& m = *impl_;
   if (m.finalized)
-    throw InvalidArgument(fmt::format("rank {}: add_parameter('{}') after finalize(); register every parameter first",
-                                      m.rank, name));
+    throw InvalidArgument(
+        fmt::format("rank {}: add_parameter('{}') after finalize(); register every parameter first", m.rank, name));
   if (m.by_name.count(name) != 0)
-    throw InvalidArgument(fmt::format("rank {}: add_parameter('{}'): a parameter of that name is already registered; "
-                                      "names must be unique",
-                                      m.rank, name));
+    throw InvalidArgument(
+        fmt::format("rank {}: add_parameter('{}'): a parameter of that name is already registered; "
+                    "names must be unique",
+                    m.rank, name));
   cuda::check_device_pointer(grad, count, fmt::format("rank {}: add_parameter('{}')", m.rank, name), "gradient",
                              m.device, "GradientReducer");
   Param p;
@@ -229,28 +232,28 @@ void DeviceGradientReducer::finalize() {
 
 void DeviceGradientReducer::mark_ready(int index, void* stream) {
   Impl& m = *impl_;
-  if (!m.finalized)
-    throw InvalidArgument("mark_ready() before finalize(); call finalize() once after add_parameter()");
+  if (!m.finalized) throw InvalidArgument("mark_ready() before finalize(); call finalize() once after add_parameter()");
   if (index < 0 || index >= static_cast<int>(m.params.size()))
     throw InvalidArgument(fmt::format("rank {}: mark_ready({}): no such parameter; indices run 0..{}", m.rank, index,
                                       static_cast<long long>(m.params.size()) - 1));
   Param& p = m.params[static_cast<std::size_t>(index)];
   if (p.ready)
-    throw InvalidArgument(fmt::format("rank {}: gradient '{}' was marked ready twice in one step; mark each "
-                                      "parameter once per step, then call finish()",
-                                      m.rank, p.name));
+    throw InvalidArgument(
+        fmt::format("rank {}: gradient '{}' was marked ready twice in one step; mark each "
+                    "parameter once per step, then call finish()",
+                    m.rank, p.name));
   Bucket& b = m.buckets[static_cast<std::size_t>(p.bucket)];
   {
     CurrentGuard guard(m.device);
     cuda::check(cudaEventRecord(p.produced, static_cast<cudaStream_t>(stream)),
-               fmt::format("cudaEventRecord on the stream that produced gradient '{}' (a valid stream of device {}?)",
-                           p.name, m.device),
-               m.rank);
+                fmt::format("cudaEventRecord on the stream that produced gradient '{}' (a valid stream of device {}?)",
+                            p.name, m.device),
+                m.rank);
     cuda::check(cudaStreamWaitEvent(m.copy_stream, p.produced, 0), "cudaStreamWaitEvent", m.rank);
     if (p.count > 0)
       cuda::check(cudaMemcpyAsync(m.bucket_data(b) + p.offset, p.grad, p.count * sizeof(float),
-                                 cudaMemcpyDeviceToDevice, m.copy_stream),
-                 fmt::format("cudaMemcpyAsync (gradient '{}' into its bucket)", p.name), m.rank);
+                                  cudaMemcpyDeviceToDevice, m.copy_stream),
+                  fmt::format("cudaMemcpyAsync (gradient '{}' into its bucket)", p.name), m.rank);
   }
   p.ready = true;
   m.ready_order.push_back(index);
@@ -262,8 +265,8 @@ void DeviceGradientReducer::mark_ready(std::string_view name, void* stream) {
   Impl& m = *impl_;
   const auto it = m.by_name.find(std::string(name));
   if (it == m.by_name.end())
-    throw InvalidArgument(fmt::format("rank {}: mark_ready('{}'): no parameter of that name was registered", m.rank,
-                                      name));
+    throw InvalidArgument(
+        fmt::format("rank {}: mark_ready('{}'): no parameter of that name was registered", m.rank, name));
   mark_ready(it->second, stream);
 }
 
@@ -274,10 +277,11 @@ StepStats DeviceGradientReducer::finish(void* stream, bool synchronize) {
   for (const Param& p : m.params)
     if (!p.ready) missing.push_back(p.name);
   if (!missing.empty())
-    throw InvalidArgument(fmt::format("rank {}: finish(): gradient(s) {} were never marked ready this step; call "
-                                      "mark_ready() for every registered parameter in backward (or register only "
-                                      "the parameters that get gradients)",
-                                      m.rank, fmt::join(missing, ", ")));
+    throw InvalidArgument(
+        fmt::format("rank {}: finish(): gradient(s) {} were never marked ready this step; call "
+                    "mark_ready() for every registered parameter in backward (or register only "
+                    "the parameters that get gradients)",
+                    m.rank, fmt::join(missing, ", ")));
   // Last step's buckets are normally long done: waiting surfaces their errors and timeouts.
   for (DeviceWork& w : m.previous) w.wait();
   m.previous.clear();
@@ -292,8 +296,8 @@ StepStats DeviceGradientReducer::finish(void* stream, bool synchronize) {
         const Param& p = m.params[static_cast<std::size_t>(i)];
         if (p.count > 0)
           cuda::check(cudaMemcpyAsync(p.grad, m.bucket_data(b) + p.offset, p.count * sizeof(float),
-                                     cudaMemcpyDeviceToDevice, st),
-                     fmt::format("cudaMemcpyAsync (averaged gradient '{}' back)", p.name), m.rank);
+                                      cudaMemcpyDeviceToDevice, st),
+                      fmt::format("cudaMemcpyAsync (averaged gradient '{}' back)", p.name), m.rank);
       }
       s.bytes += b.wire_bytes;
     }
@@ -326,9 +330,10 @@ StepStats DeviceGradientReducer::finish(void* stream, bool synchronize) {
         "reducer_order", std::string(reinterpret_cast<const char*>(order.data()), order.size() * sizeof(std::int32_t)),
         0);
     if (got.size() != order.size() * sizeof(std::int32_t))
-      throw InvalidArgument(fmt::format("rank {}: rank 0 observed {} gradients ready but this rank registered {}; "
-                                        "every rank must register the same parameters",
-                                        m.rank, got.size() / sizeof(std::int32_t), order.size()));
+      throw InvalidArgument(
+          fmt::format("rank {}: rank 0 observed {} gradients ready but this rank registered {}; "
+                      "every rank must register the same parameters",
+                      m.rank, got.size() / sizeof(std::int32_t), order.size()));
     if (!order.empty()) std::memcpy(order.data(), got.data(), got.size());
     const std::vector<int> observed(order.begin(), order.end());
     if (const auto rebuilt = bucket_plan::rebuild_order(observed, m.params.size())) {

@@ -43,10 +43,10 @@ struct Param {
 };
 
 struct Bucket {
-  std::vector<int> params;   // in the order they sit in the bucket
+  std::vector<int> params;  // in the order they sit in the bucket
   std::size_t count = 0;
-  float* view = nullptr;     // the caller's memory when the params are contiguous, else null
-  std::vector<float> flat;   // otherwise: gathered here, reduced, scattered back
+  float* view = nullptr;    // the caller's memory when the params are contiguous, else null
+  std::vector<float> flat;  // otherwise: gathered here, reduced, scattered back
   int pending = 0;
   bool launched = false;
   std::size_t wire_bytes = 0;  // what this step's launch puts on the wire
@@ -114,7 +114,8 @@ struct GradientReducer::Impl {
       std::sort(by_addr.begin(), by_addr.end(), [&](int x, int y) { return params[x].grad < params[y].grad; });
       bool contiguous = true;
       for (std::size_t k = 1; k < by_addr.size(); ++k)
-        contiguous = contiguous && params[by_addr[k - 1]].grad + params[by_addr[k - 1]].count == params[by_addr[k]].grad;
+        contiguous =
+            contiguous && params[by_addr[k - 1]].grad + params[by_addr[k - 1]].count == params[by_addr[k]].grad;
       b.view = contiguous && !by_addr.empty() ? params[by_addr.front()].grad : nullptr;
       if (!b.view) b.flat.assign(b.count, 0.0f);
     }
@@ -147,9 +148,9 @@ struct GradientReducer::Impl {
       } else {
         b.wire_bytes = codec ? codec->payload_bytes(b.count) + codec->scale_count(b.count) * sizeof(float)
                              : b.count * sizeof(float);
-        b.work = codec
-                     ? comm.allreduce_compressed_async(b.data(), b.data(), b.count, *codec, b.codec_state, ReduceOp::kAvg)
-                     : comm.allreduce_async(b.data(), b.data(), b.count, DataType::kFloat32, ReduceOp::kAvg);
+        b.work =
+            codec ? comm.allreduce_compressed_async(b.data(), b.data(), b.count, *codec, b.codec_state, ReduceOp::kAvg)
+                  : comm.allreduce_async(b.data(), b.data(), b.count, DataType::kFloat32, ReduceOp::kAvg);
       }
       b.launched = true;
       ++next_launch;
@@ -209,12 +210,14 @@ void GradientReducer::mark_ready(int index) {
   Impl& m = *impl_;
   if (!m.finalized) throw InvalidArgument("mark_ready() before finalize(); call finalize() once after add_parameter()");
   if (index < 0 || index >= static_cast<int>(m.params.size()))
-    throw InvalidArgument(fmt::format("mark_ready({}): no such parameter; indices run 0..{}", index, m.params.size() - 1));
+    throw InvalidArgument(
+        fmt::format("mark_ready({}): no such parameter; indices run 0..{}", index, m.params.size() - 1));
   Param& p = m.params[static_cast<std::size_t>(index)];
   if (p.ready)
-    throw InvalidArgument(fmt::format("gradient '{}' was marked ready twice in one step; mark each parameter once "
-                                      "per step, then call finish()",
-                                      p.name));
+    throw InvalidArgument(
+        fmt::format("gradient '{}' was marked ready twice in one step; mark each parameter once "
+                    "per step, then call finish()",
+                    p.name));
   p.ready = true;
   m.ready_order.push_back(index);
   --m.buckets[static_cast<std::size_t>(p.bucket)].pending;
@@ -228,10 +231,11 @@ StepStats GradientReducer::finish() {
   for (const Param& p : m.params)
     if (!p.ready) missing.push_back(p.name);
   if (!missing.empty())
-    throw InvalidArgument(fmt::format("finish(): gradient(s) {} were never marked ready this step; call "
-                                      "mark_ready() for every registered parameter in backward (or register only "
-                                      "the parameters that get gradients)",
-                                      fmt::join(missing, ", ")));
+    throw InvalidArgument(
+        fmt::format("finish(): gradient(s) {} were never marked ready this step; call "
+                    "mark_ready() for every registered parameter in backward (or register only "
+                    "the parameters that get gradients)",
+                    fmt::join(missing, ", ")));
   m.launch_ready();
   StepStats s;
   const auto t0 = Clock::now();

@@ -31,7 +31,8 @@ bool use_f16c() {
 __attribute__((target("avx2,f16c"))) void fp16_encode_f16c(const float* g, std::size_t n, std::uint16_t* h) {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(g + i), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(g + i), _MM_FROUND_TO_NEAREST_INT));
   for (; i < n; ++i) h[i] = float_to_fp16(g[i]);
 }
 

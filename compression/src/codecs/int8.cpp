@@ -74,9 +74,10 @@ class Int8Codec final : public RowCodec {
   }
   int levels(int world_size) const {
     if (world_size > 127)
-      throw InvalidArgument(fmt::format("codec '{}': the payloads of {} ranks cannot be summed in int8 (at most 127 "
-                                        "ranks); use fp16, bf16 or a gather codec",
-                                        name(), world_size));
+      throw InvalidArgument(
+          fmt::format("codec '{}': the payloads of {} ranks cannot be summed in int8 (at most 127 "
+                      "ranks); use fp16, bf16 or a gather codec",
+                      name(), world_size));
     return 127 / std::max(1, world_size);
   }
   std::size_t block_;

@@ -38,9 +38,10 @@ class RandomKCodec final : public RowCodec {
  private:
   std::uint64_t shared_key(const CodecState& s) const {
     if (s.step == 0)
-      throw InvalidArgument(fmt::format("codec '{}': decode before any encode on this state; the indices come from "
-                                        "the step of the latest encode",
-                                        name()));
+      throw InvalidArgument(
+          fmt::format("codec '{}': decode before any encode on this state; the indices come from "
+                      "the step of the latest encode",
+                      name()));
     return randomk_key(s.seed, s.step - 1);
   }
   static std::size_t index(std::uint64_t key, std::size_t j, std::size_t n, std::size_t k) {

@@ -28,9 +28,8 @@ class SignCodec final : public RowCodec {
 
  protected:
   void do_encode(const float* g, std::size_t n, std::byte* p, CodecState&, const float*) const override {
-    const float mean = n ? static_cast<float>(lane_sum(g, n, [](float v) { return std::fabs(v); }) /
-                                              static_cast<double>(n))
-                         : 0.0f;
+    const float mean =
+        n ? static_cast<float>(lane_sum(g, n, [](float v) { return std::fabs(v); }) / static_cast<double>(n)) : 0.0f;
     store_f32(p, mean);
     auto* out = reinterpret_cast<std::uint8_t*>(p + 4);
     const std::size_t full = n / 8;
@@ -64,7 +63,7 @@ constexpr ParamDef kParams[] = {ef_param("1")};
 
 }  // namespace
 
-extern constinit const CodecRow kSignRow{
-    "sign", kParams, std::size(kParams), Pattern::kGather, &make, {DeviceKernel::kSign, 0, false}};
+extern constinit const CodecRow kSignRow{"sign",           kParams, std::size(kParams),
+                                         Pattern::kGather, &make,   {DeviceKernel::kSign, 0, false}};
 
 }  // namespace hopwise::compression::detail

@@ -13,8 +13,8 @@ void terngrad_kernel(const float* g, std::size_t n, std::uint8_t* out, float inv
   auto code = [&](std::size_t i) { return terngrad_code(g[i], inv, rs.uniform(i)); };
   const std::size_t full = n / 4;
   for (std::size_t j = 0; j < full; ++j)
-    out[j] = static_cast<std::uint8_t>(code(4 * j) | code(4 * j + 1) << 2 | code(4 * j + 2) << 4 |
-                                       code(4 * j + 3) << 6);
+    out[j] =
+        static_cast<std::uint8_t>(code(4 * j) | code(4 * j + 1) << 2 | code(4 * j + 2) << 4 | code(4 * j + 3) << 6);
   if (n % 4) {
     std::uint32_t b = 0;
     for (std::size_t i = 4 * full; i < n; ++i) b |= code(i) << (2 * (i - 4 * full));
@@ -67,7 +67,7 @@ constexpr ParamDef kParams[] = {ef_param("0")};
 
 }  // namespace
 
-extern constinit const CodecRow kTernGradRow{
-    "terngrad", kParams, std::size(kParams), Pattern::kGather, &make, {DeviceKernel::kTernGrad, 0x7e44, false}};
+extern constinit const CodecRow kTernGradRow{"terngrad",       kParams, std::size(kParams),
+                                             Pattern::kGather, &make,   {DeviceKernel::kTernGrad, 0x7e44, false}};
 
 }  // namespace hopwise::compression::detail

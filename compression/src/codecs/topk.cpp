@@ -18,9 +18,10 @@ namespace {
 
 void check_index_range(const Codec& c, std::size_t n) {
   if (n > std::numeric_limits<std::uint32_t>::max())
-    throw InvalidArgument(fmt::format("codec '{}': {} elements do not fit its uint32 indices; split the tensor below "
-                                      "2^32 elements",
-                                      c.name(), n));
+    throw InvalidArgument(
+        fmt::format("codec '{}': {} elements do not fit its uint32 indices; split the tensor below "
+                    "2^32 elements",
+                    c.name(), n));
 }
 
 class TopKCodec final : public RowCodec {
@@ -72,9 +73,10 @@ class TopKCodec final : public RowCodec {
       std::uint32_t i;
       std::memcpy(&i, p + 4 * j, sizeof i);
       if (i >= n)
-        throw InvalidArgument(fmt::format("codec '{}': payload index {} is out of range for {} elements (corrupt "
-                                          "payload or a different n than at encode)",
-                                          name(), i, n));
+        throw InvalidArgument(
+            fmt::format("codec '{}': payload index {} is out of range for {} elements (corrupt "
+                        "payload or a different n than at encode)",
+                        name(), i, n));
       out[i] += load_f32(p + 4 * k + 4 * j);
     }
   }
@@ -95,7 +97,7 @@ constexpr ParamDef kParams[] = {
 }  // namespace
 
 extern constinit const CodecRow kTopKRow{
-    "topk", kParams, std::size(kParams), Pattern::kGather, &make,
-    {DeviceKernel::kTopK, 0, /*decode_synchronizes=*/true}};
+    "topk",           kParams, std::size(kParams),
+    Pattern::kGather, &make,   {DeviceKernel::kTopK, 0, /*decode_synchronizes=*/true}};
 
 }  // namespace hopwise::compression::detail

@@ -17,7 +17,7 @@
 #include "hopwise/comm/work.h"
 #include "hopwise/common/dtype.h"
 #include "hopwise/topology/cluster.h"
-#include "hopwise/topology/plan.h"
+#include "hopwise/topology/shapes.h"
 
 namespace hopwise::compression {
 class Codec;
@@ -45,6 +45,8 @@ struct Options {
   // and plan the ring and trees on the job's cluster (collective). HOPWISE_TOPO_FILE replaces discovery with a file.
   bool discover_topology = false;
   static Options from_env();
+  // HOPWISE_TIMEOUT_S alone (checked), for the communicators that read no other knob of these.
+  static double timeout_from_env();
 };
 
 // One gradient matrix of a PowerSGD allreduce: rows x cols float32, row-major; `state` is the tensor's own
@@ -150,7 +152,6 @@ class Communicator {
   void set_algorithm(Algorithm a);
   const CostModel& cost_model() const;
   CollectiveStats stats() const;
-
 
  private:
   void plan_topology(const Options& options);

@@ -19,13 +19,13 @@ class Transport;
 class Workspace;
 
 struct CostParams {
-  double alpha = 0, beta = 0, gamma = 0;  // hopwise over the transport
-  double alpha_rendezvous = 0;            // extra latency of a message above the eager limit (4 KiB)
-  double alpha_shared = 0;                // a 1-element direct allreduce through shared slots (0 = no slots)
-  double shared_slot_bytes = 0;           // the largest buffer the shared slots take
-  double beta_shared = 0;                 // seconds per byte of the shared-memory allreduce (shm)
+  double alpha = 0, beta = 0, gamma = 0;     // hopwise over the transport
+  double alpha_rendezvous = 0;               // extra latency of a message above the eager limit (4 KiB)
+  double alpha_shared = 0;                   // a 1-element direct allreduce through shared slots (0 = no slots)
+  double shared_slot_bytes = 0;              // the largest buffer the shared slots take
+  double beta_shared = 0;                    // seconds per byte of the shared-memory allreduce (shm)
   double alpha_native = 0, beta_native = 0;  // the transport library's own allreduce (0 = none)
-  std::string source;                     // "calibrated" or "defaults"
+  std::string source;                        // "calibrated" or "defaults"
   static CostParams defaults();
 };
 

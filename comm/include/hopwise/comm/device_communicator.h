@@ -47,10 +47,10 @@ std::string_view to_string(DeviceAlgorithm a);
 DeviceAlgorithm parse_device_algorithm(std::string_view name);
 
 struct DeviceOptions {
-  double timeout_s = 300;                                // HOPWISE_TIMEOUT_S (through Options::from_env)
+  double timeout_s = 300;                                // HOPWISE_TIMEOUT_S (Options::timeout_from_env)
   DeviceAlgorithm algorithm = DeviceAlgorithm::kNative;  // HOPWISE_NCCL_ALGO=native|ring (allreduce only)
   int device = -1;                                       // -1: local rank (on its host) modulo the visible GPUs
-  std::size_t ring_chunk_bytes = 8 << 20;  // largest message of the ring allreduce (bounds its workspace)
+  std::size_t ring_chunk_bytes = 8 << 20;                // largest message of the ring allreduce (bounds its workspace)
   static DeviceOptions from_env();
 };
 
@@ -129,8 +129,7 @@ class DeviceCommunicator {
   void allgather(const void* in, void* out, std::size_t sendcount, DataType dt, void* stream = nullptr);
   void broadcast(void* buf, std::size_t count, DataType dt, int root, void* stream = nullptr);
   // out is written at root only (and may be null elsewhere).
-  void reduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, int root,
-              void* stream = nullptr);
+  void reduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, int root, void* stream = nullptr);
   void barrier();
   // Point-to-point (NCCL matches sends and receives between two ranks in call order; there are no tags).
   void send(const void* buf, std::size_t count, DataType dt, int peer, void* stream = nullptr);
@@ -159,8 +158,7 @@ class DeviceCommunicator {
   // all-gather them and every rank decodes each. op: sum or avg. `in` may equal `out`; codec and state must
   // outlive the work. ----
   void allreduce_compressed(const float* in, float* out, std::size_t count, const compression::DeviceCodec& codec,
-                            compression::DeviceCodecState& state, ReduceOp op = ReduceOp::kSum,
-                            void* stream = nullptr);
+                            compression::DeviceCodecState& state, ReduceOp op = ReduceOp::kSum, void* stream = nullptr);
   DeviceWork allreduce_compressed_async(const float* in, float* out, std::size_t count,
                                         const compression::DeviceCodec& codec, compression::DeviceCodecState& state,
                                         ReduceOp op = ReduceOp::kSum, void* stream = nullptr);

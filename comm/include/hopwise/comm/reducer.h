@@ -14,10 +14,10 @@
 namespace hopwise::comm {
 
 struct ReducerOptions {
-  double bucket_mb = 25;        // HOPWISE_BUCKET_MB: cap of a bucket
-  double first_bucket_mb = 1;   // the first bucket (last layers) small, so that communication starts early
-  bool overlap = true;          // false: launch every bucket in finish() (the no-overlap baseline)
-  bool rebuild = true;          // rebuild buckets after the first step from the observed ready order
+  double bucket_mb = 25;       // HOPWISE_BUCKET_MB: cap of a bucket
+  double first_bucket_mb = 1;  // the first bucket (last layers) small, so that communication starts early
+  bool overlap = true;         // false: launch every bucket in finish() (the no-overlap baseline)
+  bool rebuild = true;         // rebuild buckets after the first step from the observed ready order
   // HOPWISE_COMPRESSION: codec spec for every bucket (compression/codec.h), or "powersgd:rank=R[,warmup=N]": each
   // registered matrix as its rank-R factors (compression/powersgd.h).
   std::string compression = "none";
@@ -25,7 +25,7 @@ struct ReducerOptions {
 };
 
 struct StepStats {
-  std::size_t bytes = 0;       // bytes this rank put on the wire this step (codec payloads when compressing)
+  std::size_t bytes = 0;  // bytes this rank put on the wire this step (codec payloads when compressing)
   int buckets = 0;
   double comm_ms = 0;          // the buckets' time on the progress thread, summed
   double exposed_comm_ms = 0;  // time finish() spent waiting: the communication backward did not hide

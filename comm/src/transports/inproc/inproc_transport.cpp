@@ -37,9 +37,10 @@ struct Mailbox {
 // Copies send -> recv and completes both. Caller holds the destination mailbox mutex.
 void complete(Op* send, Op* recv) {
   if (send->bytes > recv->bytes) {
-    recv->error = send->error = fmt::format("message of {} bytes from rank {} (tag {}) overflows the {}-byte receive "
-                                            "on rank {}; post receives at least as large as the sends",
-                                            send->bytes, send->src, send->tag, recv->bytes, recv->dst);
+    recv->error = send->error = fmt::format(
+        "message of {} bytes from rank {} (tag {}) overflows the {}-byte receive "
+        "on rank {}; post receives at least as large as the sends",
+        send->bytes, send->src, send->tag, recv->bytes, recv->dst);
   } else if (send->bytes != 0) {
     std::memcpy(recv->recv_buf, send->send_buf, send->bytes);
   }
@@ -147,8 +148,8 @@ std::vector<int> InProcessTransport::cancel_pending(std::span<Request> reqs) {
 // Every op completes under its destination's mailbox mutex and notifies that mailbox's condition variable,
 // so a waiter sleeps on the destination box of the op it waits for.
 void InProcessTransport::wait_all(std::span<Request> reqs) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_);
   std::string error;
   for (Request& r : reqs) {
     if (!r.active) continue;

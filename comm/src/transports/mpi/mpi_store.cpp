@@ -77,8 +77,10 @@ StoreRequest unpack(const std::string& b) {
     get(&n, 4);
     std::string s(n, '\0');
     get(s.data(), n);
-    if (i < nk) r.keys.push_back(std::move(s));
-    else r.value = std::move(s);
+    if (i < nk)
+      r.keys.push_back(std::move(s));
+    else
+      r.value = std::move(s);
   }
   return r;
 }
@@ -89,7 +91,7 @@ struct MpiStore::Server {
   MPI_Comm comm;
   std::atomic<bool> stop{false};
   std::map<std::string, std::string> values;
-  std::vector<std::pair<int, StoreRequest>> parked;  // (source, get or wait) for keys not yet set
+  std::vector<std::pair<int, StoreRequest>> parked;         // (source, get or wait) for keys not yet set
   std::deque<std::pair<MPI_Request, std::string>> replies;  // sends in flight, with their buffers
   std::thread thread;
 
@@ -107,8 +109,10 @@ struct MpiStore::Server {
   }
 
   void answer(int from, const StoreRequest& r) {
-    if (r.op == kGet) reply(from, r, values.at(r.keys.front()));
-    else reply(from, r, {});
+    if (r.op == kGet)
+      reply(from, r, values.at(r.keys.front()));
+    else
+      reply(from, r, {});
   }
 
   void handle(int from, StoreRequest r) {
@@ -117,9 +121,7 @@ struct MpiStore::Server {
         values[r.keys.front()] = r.value;
         reply(from, r, {});
         break;
-      case kCheck:
-        reply(from, r, ready(r) ? "1" : "0");
-        return;
+      case kCheck: reply(from, r, ready(r) ? "1" : "0"); return;
       case kAdd: {
         std::string& s = values[r.keys.front()];
         const std::int64_t v = (s.empty() ? 0 : std::stoll(s)) + r.delta;
@@ -128,8 +130,10 @@ struct MpiStore::Server {
         break;
       }
       default:
-        if (ready(r)) answer(from, r);
-        else parked.emplace_back(from, std::move(r));
+        if (ready(r))
+          answer(from, r);
+        else
+          parked.emplace_back(from, std::move(r));
         return;
     }
     for (std::size_t i = 0; i < parked.size();) {  // a set or add may complete parked requests
@@ -195,14 +199,15 @@ MpiStore::~MpiStore() {
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-std::string MpiStore::call(int op, const std::vector<std::string>& keys, const std::string& value,
-                           std::int64_t delta, Seconds timeout) {
+std::string MpiStore::call(int op, const std::vector<std::string>& keys, const std::string& value, std::int64_t delta,
+                           Seconds timeout) {
   const int reply_tag = kFirstReplyTag + static_cast<int>(seq_++ % kReplyTags);
   const std::string req = pack(op, reply_tag, keys, value, delta);
   MPI_Request send = MPI_REQUEST_NULL;
   check_mpi(MPI_Isend(req.data(), static_cast<int>(req.size()), MPI_BYTE, 0, kRequestTag, comm_, &send),
             "MPI_Isend (store request)");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(timeout);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(timeout);
   auto idle = std::chrono::microseconds(10);
   for (;;) {
     int flag = 0;
@@ -231,9 +236,7 @@ std::string MpiStore::call(int op, const std::vector<std::string>& keys, const s
   }
 }
 
-void MpiStore::set(const std::string& key, const std::string& value) {
-  call(kSet, {key}, value, 0, Seconds(300));
-}
+void MpiStore::set(const std::string& key, const std::string& value) { call(kSet, {key}, value, 0, Seconds(300)); }
 std::string MpiStore::get(const std::string& key, Seconds timeout) { return call(kGet, {key}, {}, 0, timeout); }
 void MpiStore::wait(const std::vector<std::string>& keys, Seconds timeout) { call(kWait, keys, {}, 0, timeout); }
 bool MpiStore::check(const std::vector<std::string>& keys) { return call(kCheck, keys, {}, 0, Seconds(300)) == "1"; }

@@ -37,9 +37,10 @@ std::uint64_t from_mpi(MPI_Request r) {
 
 int to_int_count(std::size_t n, const char* what) {
   if (n > static_cast<std::size_t>(INT_MAX))
-    throw InvalidArgument(fmt::format("{}: {} elements exceed MPI's int count limit; split the call or choose a "
-                                      "hopwise algorithm (ring, hd, tree), which sends in chunks",
-                                      what, n));
+    throw InvalidArgument(
+        fmt::format("{}: {} elements exceed MPI's int count limit; split the call or choose a "
+                    "hopwise algorithm (ring, hd, tree), which sends in chunks",
+                    what, n));
   return static_cast<int>(n);
 }
 
@@ -99,13 +100,13 @@ class MpiNative final : public NativeCollectives {
  public:
   explicit MpiNative(MPI_Comm comm) : comm_(comm) {}
   void allreduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) override {
-    check_mpi(MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, to_int_count(count, "MPI_Allreduce"),
-                            mpi_datatype(dt), mpi_op(dt, op), comm_),
+    check_mpi(MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, to_int_count(count, "MPI_Allreduce"), mpi_datatype(dt),
+                            mpi_op(dt, op), comm_),
               "MPI_Allreduce");
   }
   void reduce_scatter(const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op) override {
-    check_mpi(MPI_Reduce_scatter_block(in, out, to_int_count(recvcount, "MPI_Reduce_scatter_block"),
-                                       mpi_datatype(dt), mpi_op(dt, op), comm_),
+    check_mpi(MPI_Reduce_scatter_block(in, out, to_int_count(recvcount, "MPI_Reduce_scatter_block"), mpi_datatype(dt),
+                                       mpi_op(dt, op), comm_),
               "MPI_Reduce_scatter_block");
   }
   // `in` at this rank's block of `out` is the in-place form, which MPI spells MPI_IN_PLACE.
@@ -141,7 +142,8 @@ void check_mpi(int rc, const char* what) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw TransportError(fmt::format("{} failed: {} (MPI error {})", what, std::string_view(text, static_cast<std::size_t>(len)), rc));
+  throw TransportError(
+      fmt::format("{} failed: {} (MPI error {})", what, std::string_view(text, static_cast<std::size_t>(len)), rc));
 }
 
 void ensure_mpi_initialized() {
@@ -161,9 +163,10 @@ void ensure_mpi_initialized() {
     MPI_Query_thread(&provided);
   }
   if (provided < MPI_THREAD_MULTIPLE)
-    throw Error(fmt::format("MPI provides thread level {} but hopwise's progress thread needs MPI_THREAD_MULTIPLE ({}); "
-                            "initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let hopwise do it",
-                            provided, MPI_THREAD_MULTIPLE));
+    throw Error(
+        fmt::format("MPI provides thread level {} but hopwise's progress thread needs MPI_THREAD_MULTIPLE ({}); "
+                    "initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let hopwise do it",
+                    provided, MPI_THREAD_MULTIPLE));
 }
 
 MPI_Datatype mpi_datatype(DataType dt) {

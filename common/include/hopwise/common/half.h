@@ -51,7 +51,7 @@ inline std::uint16_t float_to_fp16(float f) {
   const std::uint32_t u = float_to_bits(f);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   const std::uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow to inf
   if (abs < 0x38800000u) {                                                    // subnormal or zero
     // Add 0.5 (as float) so that the FPU performs the round-to-nearest-even at the 2^-24 position.

@@ -27,10 +27,10 @@ namespace hopwise::compression {
 struct DeviceCodecState {
   DeviceCodecState() = default;
   DeviceCodecState(std::uint64_t seed, int rank, int world_size) : host(seed, rank, world_size) {}
-  CodecState host;                    // seed, rank, world size and step, as on the CPU (its vectors stay empty)
-  DeviceBuffer residual;              // ef=1: n floats, zeroed at the first encode
-  std::size_t residual_n = 0;         // elements of the residual (0 until the first ef=1 encode)
-  DeviceBuffer scratch;               // working memory of the kernels (grown once, kept)
+  CodecState host;             // seed, rank, world size and step, as on the CPU (its vectors stay empty)
+  DeviceBuffer residual;       // ef=1: n floats, zeroed at the first encode
+  std::size_t residual_n = 0;  // elements of the residual (0 until the first ef=1 encode)
+  DeviceBuffer scratch;        // working memory of the kernels (grown once, kept)
 };
 
 class DeviceCodec {
@@ -51,8 +51,8 @@ class DeviceCodec {
               void* stream) const;
   void decode(const std::byte* payload, std::size_t n, float* out, DeviceCodecState& state, const float* scales,
               void* stream) const;
-  void decode_add(const std::byte* payload, std::size_t n, float* out, DeviceCodecState& state,
-                  const float* scales, void* stream) const;
+  void decode_add(const std::byte* payload, std::size_t n, float* out, DeviceCodecState& state, const float* scales,
+                  void* stream) const;
   // Whether decode() and decode_add() synchronize `stream` (top-k does, to report out-of-range indices as the CPU
   // codec does); a caller with a timeout waits for the stream first.
   bool decode_synchronizes() const;

@@ -31,13 +31,13 @@ namespace hopwise::compression {
 struct DevicePowerSgdState {
   DevicePowerSgdState() = default;
   explicit DevicePowerSgdState(std::uint64_t seed) : seed(seed) {}
-  std::uint64_t seed = 0;  // the same on every rank for the same tensor
-  std::uint64_t step = 0;  // completed steps: decompress() calls and skip()ped warm-up steps
-  DeviceBuffer q;        // warm start, r' x cols floats
-  DeviceBuffer m;        // ef=1: this step's M = grad + residual, rows x cols floats
-  DeviceBuffer p_hat;    // orthonormalized P of this step, rows x r' floats
-  DeviceBuffer q_local;  // ef=1: this rank's P^T M of the last step, r' x cols floats
-  DeviceBuffer basis;    // rows x r' doubles: Gram-Schmidt's working copy of P^
+  std::uint64_t seed = 0;         // the same on every rank for the same tensor
+  std::uint64_t step = 0;         // completed steps: decompress() calls and skip()ped warm-up steps
+  DeviceBuffer q;                 // warm start, r' x cols floats
+  DeviceBuffer m;                 // ef=1: this step's M = grad + residual, rows x cols floats
+  DeviceBuffer p_hat;             // orthonormalized P of this step, rows x r' floats
+  DeviceBuffer q_local;           // ef=1: this rank's P^T M of the last step, r' x cols floats
+  DeviceBuffer basis;             // rows x r' doubles: Gram-Schmidt's working copy of P^
   std::size_t q_count = 0;        // floats in q: what PowerSgdState::q.size() would be
   std::size_t q_local_count = 0;  // floats in q_local: PowerSgdState::q_local.size() (0 until the first step)
   const float* grad = nullptr;    // ef=0: M is the gradient itself (device memory), read again by compute_q

@@ -31,8 +31,8 @@ namespace hopwise::compression {
 struct PowerSgdState {
   PowerSgdState() = default;
   explicit PowerSgdState(std::uint64_t seed) : seed(seed) {}
-  std::uint64_t seed = 0;  // the same on every rank for the same tensor
-  std::uint64_t step = 0;  // completed steps: decompress() calls and skip()ped warm-up steps
+  std::uint64_t seed = 0;       // the same on every rank for the same tensor
+  std::uint64_t step = 0;       // completed steps: decompress() calls and skip()ped warm-up steps
   std::vector<float> q;         // warm start, r' x cols (empty until the first compute_p)
   std::vector<float> m;         // ef=1: this step's M = grad + residual (the residual stays implicit, see residual())
   std::vector<float> p_hat;     // orthonormalized P of this step, rows x r'

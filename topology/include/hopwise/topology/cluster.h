@@ -23,10 +23,10 @@ struct RankView {
 std::string encode_view(const RankView& v, const Topology* machine);
 
 struct Cluster {
-  Topology topology;                   // all hosts; with several hosts, joined by one Network vertex "network"
+  Topology topology;                     // all hosts; with several hosts, joined by one Network vertex "network"
   std::vector<RankPlacement> placement;  // per rank
-  std::vector<std::string> hosts;      // host names in host-index order (order of first rank)
-  std::vector<RankView> views;         // per rank, as received
+  std::vector<std::string> hosts;        // host names in host-index order (order of first rank)
+  std::vector<RankView> views;           // per rank, as received
 };
 
 // views[r] is what rank r encoded. Each host's machine comes from the first of its ranks that sent one. With more

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "hopwise/topology/graph.h"
-#include "hopwise/topology/plan.h"
+#include "hopwise/topology/shapes.h"
 
 namespace hopwise::topology {
 
@@ -49,16 +49,14 @@ int class_weight(PathClass c);  // LOC 0, NVL 1, NVB 2, C2C 2, PIX 3, PXB 4, PHB
 // host[r] of every rank. Built from a Topology by make_problem, or directly (tests, synthetic machines).
 struct RingProblem {
   int n = 0;
-  std::vector<double> bw;       // GB/s
-  std::vector<double> cost;     // path cost
-  std::vector<double> latency;  // us
-  std::vector<int> host;        // empty: all on host 0
+  std::vector<double> bw;          // GB/s
+  std::vector<double> cost;        // path cost
+  std::vector<double> latency;     // us
+  std::vector<int> host;           // empty: all on host 0
   std::vector<EdgeMetric> metric;  // optional, per pair (filled by make_problem)
   double bandwidth(int a, int b) const { return bw[static_cast<std::size_t>(a * n + b)]; }
   double cost_of(int a, int b) const { return cost[static_cast<std::size_t>(a * n + b)]; }
-  double latency_of(int a, int b) const {
-    return latency.empty() ? 0 : latency[static_cast<std::size_t>(a * n + b)];
-  }
+  double latency_of(int a, int b) const { return latency.empty() ? 0 : latency[static_cast<std::size_t>(a * n + b)]; }
 };
 RingProblem make_problem(const Topology& t, const std::vector<RankPlacement>& placement);
 

@@ -37,7 +37,7 @@ class MpiStore final : public Store {
                    Seconds timeout);
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
-  std::unique_ptr<Server> server_;  // rank 0 only
+  std::unique_ptr<Server> server_;     // rank 0 only
   std::atomic<std::uint64_t> seq_{0};  // numbers the requests (their reply tags)
 };
 

@@ -1,4 +1,5 @@
-#include "hopwise/topology/plan.h"
+// Ring orders and tree shapes (shapes.h): the identity ring, binary and double binary trees, depth, and the checks.
+#include "hopwise/topology/shapes.h"
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -35,9 +36,10 @@ void validate_ring(const std::vector<int>& order, int n) {
     if (ok) seen[static_cast<std::size_t>(r)] = 1;
   }
   if (!ok)
-    throw InvalidArgument(fmt::format("ring order [{}] is not a permutation of the {} ranks 0..{}; pass each rank "
-                                      "exactly once",
-                                      fmt::join(order, ","), n, n - 1));
+    throw InvalidArgument(
+        fmt::format("ring order [{}] is not a permutation of the {} ranks 0..{}; pass each rank "
+                    "exactly once",
+                    fmt::join(order, ","), n, n - 1));
 }
 
 TreeShape binary_tree(const std::vector<int>& order) {
@@ -62,9 +64,10 @@ DoubleTree double_binary_tree(const std::vector<int>& order) {
 
 void validate_tree(const TreeShape& t, int n) {
   auto fail = [&](const std::string& why) {
-    throw InvalidArgument(fmt::format("tree over {} ranks is invalid: {}; give every rank but the root one parent "
-                                      "and list it among that parent's children",
-                                      n, why));
+    throw InvalidArgument(
+        fmt::format("tree over {} ranks is invalid: {}; give every rank but the root one parent "
+                    "and list it among that parent's children",
+                    n, why));
   };
   if (static_cast<int>(t.parent.size()) != n || static_cast<int>(t.children.size()) != n)
     fail(fmt::format("parent has {} entries and children {}", t.parent.size(), t.children.size()));

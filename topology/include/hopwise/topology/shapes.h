@@ -1,5 +1,5 @@
 // The shapes that the topology planner hands to comm/: a ring order and trees over ranks.
-// Pure data plus checks; the planner of the topology issue fills them from the machine, rank order until then.
+// Pure data plus checks; the planner (planner.h) fills them from the machine, and rank order stands in without a plan.
 #pragma once
 
 #include <vector>
