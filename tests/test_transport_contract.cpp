@@ -202,10 +202,11 @@ TEST(TransportContract, AbandonAfterAFailedPeerDoesNotWait) {
 
 // ---- the rendezvous contract (store.h), over each world's way to meet ----
 void each_store(const StoreBody& body) {
-  for (int n : world().sizes()) {
-    SCOPED_TRACE(fmt::format("{} store, {} ranks", world().name, n));
-    world().run_store(n, body);
-  }
+  for (const auto& [kind, run] : world().stores)
+    for (int n : world().sizes()) {
+      SCOPED_TRACE(fmt::format("{} world, {} store, {} ranks", world().name, kind, n));
+      run(n, body);
+    }
 }
 
 TEST(StoreContract, SetGetWaitAddCheck) {

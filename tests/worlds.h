@@ -9,8 +9,13 @@
 
 #include <fmt/core.h>
 
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,6 +24,8 @@
 
 #include "hopwise/comm/communicator.h"
 #include "hopwise/comm/store.h"
+#include "hopwise/comm/stores/file_store.h"
+#include "hopwise/comm/stores/tcp_store.h"
 #include "hopwise/comm/transports/inproc_transport.h"
 #include "hopwise/comm/transports/mpi_store.h"
 #include "hopwise/comm/transports/mpi_transport.h"
@@ -38,8 +45,8 @@ struct World {
   // rank's exception (after every rank has finished).
   std::function<void(int ranks, const RankBody& body)> run;
   bool can_abandon = true;  // abandon() leaves the world usable for the next case
-  // Runs body on every rank with the world's way to meet (one store shared by all ranks).
-  std::function<void(int ranks, const StoreBody& body)> run_store;
+  // The ways this world's ranks can meet: each runs body on every rank with that kind of store.
+  std::vector<std::pair<std::string, std::function<void(int ranks, const StoreBody& body)>>> stores;
 };
 
 inline void run_inprocess_world(int ranks, const RankBody& body) {
@@ -59,14 +66,14 @@ inline void run_inprocess_world(int ranks, const RankBody& body) {
     if (e) std::rethrow_exception(e);
 }
 
-inline void run_inprocess_store(int ranks, const StoreBody& body) {
-  hc::InProcessStore store;
+// Runs make_and_run(rank) on one thread per rank; rethrows the first rank's exception.
+inline void on_threads(int ranks, const std::function<void(int)>& fn) {
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
       try {
-        body(store, r, ranks);
+        fn(r);
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
       }
@@ -74,6 +81,82 @@ inline void run_inprocess_store(int ranks, const StoreBody& body) {
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+inline std::string unique_test_name(const char* what) {
+  static std::atomic<int> n{0};
+  return fmt::format("hopwise-test-{}-{}-{}", what, ::getpid(), n++);
+}
+
+// The in-process ways to meet: one InProcessStore shared by the threads; a FileStore per thread on one directory
+// (rank 0 claims it); a TcpStore per thread, rank 0 serving on a port the kernel picks.
+inline void inprocess_shared_store(int ranks, const StoreBody& body) {
+  hc::InProcessStore store;
+  on_threads(ranks, [&](int r) { body(store, r, ranks); });
+}
+
+inline void inprocess_file_stores(int ranks, const StoreBody& body) {
+  const std::string dir = (std::filesystem::temp_directory_path() / unique_test_name("store")).string();
+  const std::string job = unique_test_name("job");
+  hc::FileStore claimed(dir, true, job);
+  on_threads(ranks, [&](int r) {
+    hc::FileStore mine(dir, false, job, std::chrono::seconds(30));
+    body(mine, r, ranks);
+  });
+  std::filesystem::remove_all(dir);
+}
+
+inline void inprocess_tcp_stores(int ranks, const StoreBody& body) {
+  const std::string job = unique_test_name("job");
+  hc::TcpStore server("127.0.0.1", 0, true, job);  // rank 0's server, and its client
+  const int port = server.port();
+  on_threads(ranks, [&](int r) {
+    if (r == 0) return body(server, 0, ranks);
+    hc::TcpStore mine("127.0.0.1", port, false, job, std::chrono::seconds(30));
+    body(mine, r, ranks);
+  });
+}
+
+// Under MPI: the ranks agree on the directory or port through MPI, then meet through the store alone.
+inline void mpi_world_stores(const std::string& kind, const StoreBody& body) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::exception_ptr error;
+  std::unique_ptr<hc::Store> store;
+  std::string dir;
+  try {
+    if (kind == "mpi") {
+      store = std::make_unique<hc::MpiStore>();
+    } else if (kind == "file") {
+      char name[256] = {};
+      if (rank == 0)
+        std::snprintf(name, sizeof name, "%s",
+                      (std::filesystem::temp_directory_path() / unique_test_name("mpistore")).c_str());
+      MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
+      dir = name;
+      store = std::make_unique<hc::FileStore>(dir, rank == 0, std::string("job-") + name, std::chrono::seconds(30));
+    } else {
+      int port = 0;
+      std::unique_ptr<hc::TcpStore> server;
+      if (rank == 0) {
+        server = std::make_unique<hc::TcpStore>("127.0.0.1", 0, true, "mpi-tcp-job");
+        port = server->port();
+      }
+      MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
+      if (server)
+        store = std::move(server);
+      else
+        store = std::make_unique<hc::TcpStore>("127.0.0.1", port, false, "mpi-tcp-job", std::chrono::seconds(30));
+    }
+    body(*store, rank, size);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank's last request answered before rank 0's server stops
+  store.reset();
+  if (rank == 0 && !dir.empty()) std::filesystem::remove_all(dir);
+  if (error) std::rethrow_exception(error);
 }
 
 inline int mpi_job_size() {
@@ -87,20 +170,16 @@ inline const std::vector<World>& worlds() {
        [] {
          return std::vector<int>{1, 2, 3, 4, 7};
        },
-       run_inprocess_world, true, run_inprocess_store},
-      {"mpi", [] { return std::vector<int>{mpi_job_size()}; },
-       [](int, const RankBody& body) { body(std::make_unique<hc::MpiTransport>()); }, false,
-       [](int, const StoreBody& body) {
-         hc::MpiStore store;
-         std::exception_ptr error;
-         try {
-           body(store, store.rank(), store.size());
-         } catch (...) {
-           error = std::current_exception();
-         }
-         MPI_Barrier(MPI_COMM_WORLD);  // every rank's last request answered before rank 0's server stops
-         if (error) std::rethrow_exception(error);
-       }},
+       run_inprocess_world,
+       true,
+       {{"inproc", inprocess_shared_store}, {"file", inprocess_file_stores}, {"tcp", inprocess_tcp_stores}}},
+      {"mpi",
+       [] { return std::vector<int>{mpi_job_size()}; },
+       [](int, const RankBody& body) { body(std::make_unique<hc::MpiTransport>()); },
+       false,
+       {{"mpi", [](int, const StoreBody& b) { mpi_world_stores("mpi", b); }},
+        {"file", [](int, const StoreBody& b) { mpi_world_stores("file", b); }},
+        {"tcp", [](int, const StoreBody& b) { mpi_world_stores("tcp", b); }}}},
   };
   return all;
 }

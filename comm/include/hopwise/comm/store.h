@@ -1,7 +1,8 @@
 // The rendezvous interface: a key-value store every rank of a job can reach, through which ranks meet before any
 // transport connects them (addresses, the NCCL unique id, layout fingerprints). Ways to meet: InProcessStore
-// (ranks as threads), MpiStore (rank 0 of an MPI communicator serves; transports/mpi_store.h); the next ways (a
-// file, TCP, torch's own store) implement the same four calls.
+// (ranks as threads), MpiStore (rank 0 of an MPI communicator serves; transports/mpi_store.h), TcpStore (rank 0
+// serves an address; stores/tcp_store.h) and FileStore (a directory every rank sees; stores/file_store.h). The
+// served ones share one meaning (comm/src/stores/store_protocol.h); tests/worlds.h runs the contract over each.
 #pragma once
 
 #include <chrono>

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "../../stores/store_protocol.h"
 #include "hopwise/comm/transports/mpi_transport.h"
 #include "hopwise/common/error.h"
 
@@ -20,130 +21,25 @@ namespace hopwise::comm {
 
 namespace {
 
-enum Op : std::int32_t { kSet = 1, kGet = 2, kWait = 3, kAdd = 4, kCheck = 5 };
+using StoreRequest = store_protocol::Request;
 // Each request names the tag of its reply (a rotating sequence), so that the late reply to a request that timed
 // out is never taken for the answer to a later one.
 constexpr int kRequestTag = 1, kFirstReplyTag = 2, kReplyTags = 16384;
-
-// StoreRequest: op, reply tag, delta, key count, then (length, bytes) per key, then (length, bytes) of the value.
-std::string pack(int op, int reply_tag, const std::vector<std::string>& keys, const std::string& value,
-                 std::int64_t delta) {
-  std::string b;
-  auto put = [&](const void* p, std::size_t n) { b.append(static_cast<const char*>(p), n); };
-  const std::int32_t o = op, t = reply_tag;
-  const auto nk = static_cast<std::uint32_t>(keys.size());
-  put(&o, 4);
-  put(&t, 4);
-  put(&delta, 8);
-  put(&nk, 4);
-  for (const auto* s : [&] {
-         std::vector<const std::string*> all;
-         for (const auto& k : keys) all.push_back(&k);
-         all.push_back(&value);
-         return all;
-       }()) {
-    const auto n = static_cast<std::uint32_t>(s->size());
-    put(&n, 4);
-    put(s->data(), s->size());
-  }
-  return b;
-}
-
-struct StoreRequest {
-  int op = 0, reply_tag = 0;
-  std::int64_t delta = 0;
-  std::vector<std::string> keys;
-  std::string value;
-};
-
-StoreRequest unpack(const std::string& b) {
-  StoreRequest r;
-  std::size_t at = 0;
-  auto get = [&](void* p, std::size_t n) {
-    if (at + n > b.size()) throw Error("store: a malformed request reached rank 0's server");
-    std::memcpy(p, b.data() + at, n);
-    at += n;
-  };
-  std::int32_t o = 0, t = 0;
-  std::uint32_t nk = 0;
-  get(&o, 4);
-  get(&t, 4);
-  get(&r.delta, 8);
-  get(&nk, 4);
-  r.op = o;
-  r.reply_tag = t;
-  for (std::uint32_t i = 0; i <= nk; ++i) {
-    std::uint32_t n = 0;
-    get(&n, 4);
-    std::string s(n, '\0');
-    get(s.data(), n);
-    if (i < nk)
-      r.keys.push_back(std::move(s));
-    else
-      r.value = std::move(s);
-  }
-  return r;
-}
 
 }  // namespace
 
 struct MpiStore::Server {
   MPI_Comm comm;
   std::atomic<bool> stop{false};
-  std::map<std::string, std::string> values;
-  std::vector<std::pair<int, StoreRequest>> parked;         // (source, get or wait) for keys not yet set
+  store_protocol::Table table;
   std::deque<std::pair<MPI_Request, std::string>> replies;  // sends in flight, with their buffers
   std::thread thread;
 
   void reply(int to, const StoreRequest& r, std::string bytes) {
     replies.emplace_back(MPI_REQUEST_NULL, std::move(bytes));
     auto& [req, buf] = replies.back();
-    check_mpi(MPI_Isend(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, to, r.reply_tag, comm, &req),
+    check_mpi(MPI_Isend(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, to, r.id, comm, &req),
               "MPI_Isend (store reply)");
-  }
-
-  bool ready(const StoreRequest& r) const {
-    for (const auto& k : r.keys)
-      if (!values.count(k)) return false;
-    return true;
-  }
-
-  void answer(int from, const StoreRequest& r) {
-    if (r.op == kGet)
-      reply(from, r, values.at(r.keys.front()));
-    else
-      reply(from, r, {});
-  }
-
-  void handle(int from, StoreRequest r) {
-    switch (r.op) {
-      case kSet:
-        values[r.keys.front()] = r.value;
-        reply(from, r, {});
-        break;
-      case kCheck: reply(from, r, ready(r) ? "1" : "0"); return;
-      case kAdd: {
-        std::string& s = values[r.keys.front()];
-        const std::int64_t v = (s.empty() ? 0 : std::stoll(s)) + r.delta;
-        s = std::to_string(v);
-        reply(from, r, s);
-        break;
-      }
-      default:
-        if (ready(r))
-          answer(from, r);
-        else
-          parked.emplace_back(from, std::move(r));
-        return;
-    }
-    for (std::size_t i = 0; i < parked.size();) {  // a set or add may complete parked requests
-      if (ready(parked[i].second)) {
-        answer(parked[i].first, parked[i].second);
-        parked.erase(parked.begin() + static_cast<std::ptrdiff_t>(i));
-      } else {
-        ++i;
-      }
-    }
   }
 
   void loop() {
@@ -169,7 +65,8 @@ struct MpiStore::Server {
       MPI_Get_count(&st, MPI_BYTE, &n);
       std::string buf(static_cast<std::size_t>(n), '\0');
       MPI_Mrecv(buf.data(), n, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-      handle(st.MPI_SOURCE, unpack(buf));
+      table.handle(st.MPI_SOURCE, store_protocol::unpack(buf),
+                   [this](int to, const StoreRequest& r, std::string v) { reply(to, r, std::move(v)); });
     }
   }
 };
@@ -202,7 +99,7 @@ MpiStore::~MpiStore() {
 std::string MpiStore::call(int op, const std::vector<std::string>& keys, const std::string& value, std::int64_t delta,
                            Seconds timeout) {
   const int reply_tag = kFirstReplyTag + static_cast<int>(seq_++ % kReplyTags);
-  const std::string req = pack(op, reply_tag, keys, value, delta);
+  const std::string req = store_protocol::pack({op, reply_tag, delta, keys, value});
   MPI_Request send = MPI_REQUEST_NULL;
   check_mpi(MPI_Isend(req.data(), static_cast<int>(req.size()), MPI_BYTE, 0, kRequestTag, comm_, &send),
             "MPI_Isend (store request)");
@@ -236,12 +133,20 @@ std::string MpiStore::call(int op, const std::vector<std::string>& keys, const s
   }
 }
 
-void MpiStore::set(const std::string& key, const std::string& value) { call(kSet, {key}, value, 0, Seconds(300)); }
-std::string MpiStore::get(const std::string& key, Seconds timeout) { return call(kGet, {key}, {}, 0, timeout); }
-void MpiStore::wait(const std::vector<std::string>& keys, Seconds timeout) { call(kWait, keys, {}, 0, timeout); }
-bool MpiStore::check(const std::vector<std::string>& keys) { return call(kCheck, keys, {}, 0, Seconds(300)) == "1"; }
+void MpiStore::set(const std::string& key, const std::string& value) {
+  call(store_protocol::kSet, {key}, value, 0, Seconds(300));
+}
+std::string MpiStore::get(const std::string& key, Seconds timeout) {
+  return call(store_protocol::kGet, {key}, {}, 0, timeout);
+}
+void MpiStore::wait(const std::vector<std::string>& keys, Seconds timeout) {
+  call(store_protocol::kWait, keys, {}, 0, timeout);
+}
+bool MpiStore::check(const std::vector<std::string>& keys) {
+  return call(store_protocol::kCheck, keys, {}, 0, Seconds(300)) == "1";
+}
 std::int64_t MpiStore::add(const std::string& key, std::int64_t delta) {
-  return std::stoll(call(kAdd, {key}, {}, delta, Seconds(300)));
+  return std::stoll(call(store_protocol::kAdd, {key}, {}, delta, Seconds(300)));
 }
 
 }  // namespace hopwise::comm

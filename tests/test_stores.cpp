@@ -1,0 +1,170 @@
+// The stores' failure cases, which the contract suite (test_transport_contract) does not reach: an address nobody
+// serves, a port or directory that belongs to another job, stale keys, and a late reply after a timeout.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "hopwise/comm/stores/file_store.h"
+#include "hopwise/comm/stores/tcp_store.h"
+#include "hopwise/common/error.h"
+#include "worlds.h"
+
+namespace {
+
+namespace hc = hopwise::comm;
+using Clock = std::chrono::steady_clock;
+using std::chrono::duration;
+
+double since(Clock::time_point t0) { return duration<double>(Clock::now() - t0).count(); }
+
+// A port nobody listens on: bound once by the kernel's choice, then closed.
+int closed_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string fresh_dir() {
+  return (std::filesystem::temp_directory_path() / hwtest::unique_test_name("stores")).string();
+}
+
+TEST(TcpStore, AnAddressNobodyServesIsNamedWithinTheTimeout) {
+  const int port = closed_port();
+  const auto t0 = Clock::now();
+  try {
+    hc::TcpStore s("127.0.0.1", port, false, "job", duration<double>(0.5));
+    ADD_FAILURE() << "connected to a port nobody serves";
+  } catch (const hopwise::TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("tcp://127.0.0.1:{}", port)), std::string::npos) << e.what();
+  }
+  EXPECT_GE(since(t0), 0.3);
+  EXPECT_LT(since(t0), 5.0);
+}
+
+TEST(TcpStore, ARankThatStartsFirstWaitsForTheServer) {
+  const int port = closed_port();
+  std::thread late_server([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    hc::TcpStore server("127.0.0.1", port, true, "job");
+    server.set("k", "v");
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // serve the client's get
+  });
+  hc::TcpStore client("127.0.0.1", port, false, "job", std::chrono::seconds(10));
+  EXPECT_EQ(client.get("k", std::chrono::seconds(10)), "v");
+  late_server.join();
+}
+
+TEST(TcpStore, AServerOfAnotherJobRefusesNamingBoth) {
+  hc::TcpStore server("127.0.0.1", 0, true, "job-A");
+  try {
+    hc::TcpStore other("127.0.0.1", server.port(), false, "job-B", std::chrono::seconds(5));
+    ADD_FAILURE() << "a client of another job was served";
+  } catch (const hopwise::Error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("job-A"), std::string::npos) << w;
+    EXPECT_NE(w.find("job-B"), std::string::npos) << w;
+  }
+  server.set("still", "fine");  // the server goes on serving its own job
+  EXPECT_EQ(server.get("still", std::chrono::seconds(5)), "fine");
+}
+
+TEST(TcpStore, ALateReplyAfterATimeoutIsNotTakenForTheNextAnswer) {
+  hc::TcpStore server("127.0.0.1", 0, true, "job");
+  hc::TcpStore client("127.0.0.1", server.port(), false, "job", std::chrono::seconds(5));
+  EXPECT_THROW(client.get("later", duration<double>(0.2)), hopwise::TimeoutError);
+  server.set("later", "the parked get's answer");  // answers the timed-out get now
+  server.set("other", "the right answer");
+  EXPECT_EQ(client.get("other", std::chrono::seconds(5)), "the right answer");
+  EXPECT_EQ(client.get("later", std::chrono::seconds(5)), "the parked get's answer");
+}
+
+TEST(TcpStore, ServingAPortInUseIsAnErrorNamingIt) {
+  hc::TcpStore first("127.0.0.1", 0, true, "job");
+  try {
+    hc::TcpStore second("127.0.0.1", first.port(), true, "job");
+    ADD_FAILURE() << "two servers on one port";
+  } catch (const hopwise::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(first.port())), std::string::npos) << e.what();
+  }
+}
+
+TEST(FileStore, ADirectoryOfAnotherJobIsRefusedNotTrusted) {
+  const std::string dir = fresh_dir();
+  {
+    hc::FileStore old(dir, true, "job-old");
+    old.set("k", "stale value");
+  }
+  // The next run's claiming rank and its other ranks both refuse it, naming both jobs.
+  for (bool claim : {true, false}) {
+    try {
+      hc::FileStore next(dir, claim, "job-new", duration<double>(0.3));
+      ADD_FAILURE() << "a directory of another job was trusted (claim " << claim << ")";
+    } catch (const hopwise::Error& e) {
+      const std::string w = e.what();
+      EXPECT_NE(w.find("job-old"), std::string::npos) << w;
+      EXPECT_NE(w.find("job-new"), std::string::npos) << w;
+    }
+  }
+  // The same job may open it again (a rank that restarts its store).
+  hc::FileStore again(dir, true, "job-old");
+  EXPECT_EQ(again.get("k", std::chrono::seconds(1)), "stale value");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FileStore, KeysOfNoRecordedJobAreRefused) {
+  const std::string dir = fresh_dir();
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/k-6b") << "left over";
+  EXPECT_THROW(hc::FileStore(dir, true, "job"), hopwise::Error);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FileStore, AnUnclaimedDirectoryTimesOutNamingIt) {
+  const std::string dir = fresh_dir();
+  const auto t0 = Clock::now();
+  try {
+    hc::FileStore s(dir, false, "job", duration<double>(0.3));
+    ADD_FAILURE() << "an unclaimed directory was used";
+  } catch (const hopwise::TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir), std::string::npos) << e.what();
+  }
+  EXPECT_LT(since(t0), 5.0);
+}
+
+TEST(FileStore, AddIsAtomicAcrossProcesses) {
+  const std::string dir = fresh_dir();
+  hc::FileStore s(dir, true, "job");
+  constexpr int kChildren = 4, kAdds = 200;
+  std::vector<pid_t> kids;
+  for (int c = 0; c < kChildren; ++c) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      hc::FileStore mine(dir, false, "job", std::chrono::seconds(10));
+      for (int i = 0; i < kAdds; ++i) mine.add("counter", 1);
+      ::_exit(0);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t k : kids) {
+    int st = 0;
+    ::waitpid(k, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  EXPECT_EQ(s.add("counter", 0), kChildren * kAdds);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
