@@ -18,6 +18,7 @@
 #include "collective_reference.h"
 #include "hopwise/comm/device_communicator.h"
 #include "hopwise/common/cuda_reduce.h"
+#include "rank_printer.h"
 
 namespace hwtest {
 
@@ -38,19 +39,6 @@ struct Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
   void sync() const { cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize"); }
-};
-
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (!r.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?", r.line_number(),
-                 r.message());
-  }
-
- private:
-  int rank_;
 };
 
 inline int run_nccl_tests(int argc, char** argv) {

@@ -2,7 +2,22 @@
 
 #include <chrono>
 
+#include "hopwise/common/log.h"
+
 namespace hopwise::comm {
+
+void run_callbacks(const std::vector<std::function<void(std::exception_ptr)>>& callbacks, const std::exception_ptr& e,
+                   const char* what) {
+  for (const auto& cb : callbacks) {
+    try {
+      cb(e);
+    } catch (const std::exception& x) {
+      log::warn("a {} callback threw (ignored): {}", what, x.what());
+    } catch (...) {
+      log::warn("a {} callback threw a non-standard exception (ignored)", what);
+    }
+  }
+}
 
 void CompletionThread::shutdown() {
   {

@@ -6,12 +6,18 @@
 
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 namespace hopwise::comm {
+
+// Runs each callback with the work's error; a callback that throws is logged (naming `what`, e.g. "Work") and
+// skipped, so that the others still run and the thread that runs them goes on.
+void run_callbacks(const std::vector<std::function<void(std::exception_ptr)>>& callbacks, const std::exception_ptr& e,
+                   const char* what);
 
 class CompletionThread {
  public:

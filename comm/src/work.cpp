@@ -10,18 +10,6 @@ namespace {
 
 using Callbacks = std::vector<std::function<void(std::exception_ptr)>>;
 
-void run_callbacks(const Callbacks& cbs, const std::exception_ptr& e) {
-  for (const auto& cb : cbs) {
-    try {
-      cb(e);
-    } catch (const std::exception& x) {
-      log::warn("a Work callback threw (ignored): {}", x.what());
-    } catch (...) {
-      log::warn("a Work callback threw a non-standard exception (ignored)");
-    }
-  }
-}
-
 }  // namespace
 
 void Work::State::finish(std::exception_ptr e, std::string text) {
@@ -38,9 +26,9 @@ void Work::State::finish(std::exception_ptr e, std::string text) {
   cv.notify_all();
   if (cbs.empty()) return;
   if (auto c = completions.lock())
-    c->post([cbs = std::move(cbs), e] { run_callbacks(cbs, e); });
+    c->post([cbs = std::move(cbs), e] { run_callbacks(cbs, e, "Work"); });
   else
-    run_callbacks(cbs, e);
+    run_callbacks(cbs, e, "Work");
 }
 
 void Work::wait() {
@@ -76,7 +64,7 @@ void Work::on_complete(std::function<void(std::exception_ptr)> fn) {
     }
   }
   if (complete) {  // already complete: run here
-    run_callbacks({fn}, error);
+    run_callbacks({fn}, error, "Work");
     return;
   }
   if (!watch) return;

@@ -13,18 +13,6 @@ namespace {
 
 using Callbacks = std::vector<std::function<void(std::exception_ptr)>>;
 
-void run_callbacks(const Callbacks& cbs, const std::exception_ptr& e) {
-  for (const auto& cb : cbs) {
-    try {
-      cb(e);
-    } catch (const std::exception& x) {
-      log::warn("a DeviceWork callback threw (ignored): {}", x.what());
-    } catch (...) {
-      log::warn("a DeviceWork callback threw a non-standard exception (ignored)");
-    }
-  }
-}
-
 }  // namespace
 
 DeviceWork::State::~State() {
@@ -46,7 +34,7 @@ void DeviceWork::State::settle(std::exception_ptr e) {
     error = e;
     cbs.swap(callbacks);
   }
-  if (!cbs.empty()) impl->completions->post([cbs = std::move(cbs), e] { run_callbacks(cbs, e); });
+  if (!cbs.empty()) impl->completions->post([cbs = std::move(cbs), e] { run_callbacks(cbs, e, "DeviceWork"); });
 }
 
 void DeviceWork::State::rethrow() {
@@ -133,7 +121,7 @@ void DeviceWork::on_complete(std::function<void(std::exception_ptr)> fn) {
     }
   }
   if (now) {
-    run_callbacks({fn}, error);
+    run_callbacks({fn}, error, "DeviceWork");
     return;
   }
   if (!watch) return;

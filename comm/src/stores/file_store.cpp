@@ -62,13 +62,17 @@ FileStore::FileStore(std::string dir, bool claim, std::string job, Seconds timeo
     if (exists(job_file)) {
       const std::string other = read_file(job_file);
       if (other != job)
-        throw Error(fmt::format("store: directory '{}' holds the keys of job '{}', not of this job '{}' (stale files "
-                                "of an earlier run?): remove it or use a new directory", dir_, other, job));
+        throw Error(
+            fmt::format("store: directory '{}' holds the keys of job '{}', not of this job '{}' (stale files "
+                        "of an earlier run?): remove it or use a new directory",
+                        dir_, other, job));
     } else {
       for (const auto& e : fs::directory_iterator(dir_))
         if (e.path().filename().string().rfind("k-", 0) == 0)
-          throw Error(fmt::format("store: directory '{}' holds keys of no recorded job (stale files?): remove it or "
-                                  "use a new directory", dir_));
+          throw Error(
+              fmt::format("store: directory '{}' holds keys of no recorded job (stale files?): remove it or "
+                          "use a new directory",
+                          dir_));
       write_file(job_file, job);
     }
     return;
@@ -83,10 +87,13 @@ FileStore::FileStore(std::string dir, bool claim, std::string job, Seconds timeo
       timeout);
   if (ok) return;
   if (!seen.empty())
-    throw Error(fmt::format("store: directory '{}' belongs to job '{}', not to this job '{}' (stale files of an "
-                            "earlier run?): remove it or use a new directory", dir_, seen, job));
+    throw Error(
+        fmt::format("store: directory '{}' belongs to job '{}', not to this job '{}' (stale files of an "
+                    "earlier run?): remove it or use a new directory",
+                    dir_, seen, job));
   throw TimeoutError(fmt::format("store: directory '{}' was not claimed within {:.1f} s: the claiming rank (rank 0) "
-                                 "has not started, or this is not its directory", dir_, timeout.count()),
+                                 "has not started, or this is not its directory",
+                                 dir_, timeout.count()),
                      {0});
 }
 
@@ -148,7 +155,7 @@ std::int64_t FileStore::add(const std::string& key, std::int64_t delta) {
   const std::string lock_path = dir_ + "/lock";
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
   if (fd < 0) throw TransportError(fmt::format("store: cannot open '{}': {}", lock_path, std::strerror(errno)));
-  struct flock fl{};
+  struct flock fl {};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
   if (::fcntl(fd, F_SETLKW, &fl) != 0) {

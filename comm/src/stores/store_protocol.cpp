@@ -80,8 +80,10 @@ void Table::handle(int client, Request r, const Reply& reply) {
     case kCheck: reply(client, r, ready(r) ? "1" : "0"); return;
     case kHello: reply(client, r, {}); return;
     default:
-      if (ready(r)) answer(client, r, reply);
-      else parked_.emplace_back(client, std::move(r));
+      if (ready(r))
+        answer(client, r, reply);
+      else
+        parked_.emplace_back(client, std::move(r));
       return;
   }
   for (std::size_t i = 0; i < parked_.size();) {  // a set or add may complete parked requests

@@ -89,8 +89,8 @@ struct TcpStore::Server {
         return;
       }
       if (r.value != job) {
-        reply(fd, r, false, fmt::format("this store serves job '{}', not '{}' (a port reused by another job?)", job,
-                                        r.value));
+        reply(fd, r, false,
+              fmt::format("this store serves job '{}', not '{}' (a port reused by another job?)", job, r.value));
         c.closing = true;
         return;
       }
@@ -106,8 +106,7 @@ struct TcpStore::Server {
       fds.clear();
       fds.push_back({wake[0], POLLIN, 0});
       fds.push_back({listen_fd, POLLIN, 0});
-      for (auto& [fd, c] : clients)
-        fds.push_back({fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
+      for (auto& [fd, c] : clients) fds.push_back({fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
       if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
       if (fds[0].revents) return;  // shutting down
       if (fds[1].revents & POLLIN) {
@@ -127,8 +126,10 @@ struct TcpStore::Server {
         bool gone = (fds[i].revents & (POLLERR | POLLHUP | POLLNVAL)) && !(fds[i].revents & POLLIN);
         if (fds[i].revents & POLLIN) {
           const ssize_t n = ::read(fd, buf, sizeof buf);
-          if (n <= 0) gone = true;
-          else c.in.append(buf, static_cast<std::size_t>(n));
+          if (n <= 0)
+            gone = true;
+          else
+            c.in.append(buf, static_cast<std::size_t>(n));
           std::string frame;
           try {
             while (!c.closing && take_frame(c.in, frame)) on_frame(fd, c, frame);
@@ -138,8 +139,10 @@ struct TcpStore::Server {
         }
         if (!c.out.empty()) {
           const ssize_t n = ::send(fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-          if (n > 0) c.out.erase(0, static_cast<std::size_t>(n));
-          else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) gone = true;
+          if (n > 0)
+            c.out.erase(0, static_cast<std::size_t>(n));
+          else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            gone = true;
         }
         if (gone || (c.closing && c.out.empty())) {
           table.drop(fd);
@@ -176,8 +179,8 @@ TcpStore::TcpStore(std::string host, int port, bool serve, std::string job, Seco
     a.sin_addr.s_addr = htonl(INADDR_ANY);
     a.sin_port = htons(static_cast<std::uint16_t>(port));
     if (::bind(s.listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(s.listen_fd, 256) != 0)
-      throw TransportError(fmt::format("store: cannot serve on port {}: {} (another job there? pick another port)",
-                                       port, errno_text()));
+      throw TransportError(
+          fmt::format("store: cannot serve on port {}: {} (another job there? pick another port)", port, errno_text()));
     socklen_t len = sizeof a;
     ::getsockname(s.listen_fd, reinterpret_cast<sockaddr*>(&a), &len);
     port_ = ntohs(a.sin_port);
@@ -190,8 +193,10 @@ TcpStore::TcpStore(std::string host, int port, bool serve, std::string job, Seco
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   if (const int rc = ::getaddrinfo(host_.c_str(), std::to_string(port_).c_str(), &hints, &res); rc != 0)
-    throw InvalidArgument(fmt::format("store: cannot resolve '{}': {}; use a host name or address every rank can "
-                                      "reach", host_, ::gai_strerror(rc)));
+    throw InvalidArgument(
+        fmt::format("store: cannot resolve '{}': {}; use a host name or address every rank can "
+                    "reach",
+                    host_, ::gai_strerror(rc)));
   auto pause = std::chrono::milliseconds(10);
   std::string last;
   for (;;) {
@@ -223,15 +228,16 @@ TcpStore::~TcpStore() {
 
 std::string TcpStore::address() const { return fmt::format("tcp://{}:{}", host_, port_); }
 
-std::string TcpStore::call(int op, const std::vector<std::string>& keys, const std::string& value,
-                           std::int64_t delta, Seconds timeout) {
+std::string TcpStore::call(int op, const std::vector<std::string>& keys, const std::string& value, std::int64_t delta,
+                           Seconds timeout) {
   std::lock_guard lock(mutex_);
   const std::int32_t id = next_id_++;
   std::string out;
   append_frame(out, store_protocol::pack({op, id, delta, keys, value}));
   for (std::size_t at = 0; at < out.size();) {
     const ssize_t n = ::send(fd_, out.data() + at, out.size() - at, MSG_NOSIGNAL);
-    if (n <= 0) throw TransportError(fmt::format("store: sending to {} failed: {} (rank 0 gone?)", address(), errno_text()));
+    if (n <= 0)
+      throw TransportError(fmt::format("store: sending to {} failed: {} (rank 0 gone?)", address(), errno_text()));
     at += static_cast<std::size_t>(n);
   }
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
@@ -259,8 +265,8 @@ std::string TcpStore::call(int op, const std::vector<std::string>& keys, const s
     if (::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000))) <= 0) continue;
     const ssize_t n = ::read(fd_, buf, sizeof buf);
     if (n <= 0)
-      throw TransportError(fmt::format("store: {} closed the connection (rank 0 gone, or it refused this job)",
-                                       address()));
+      throw TransportError(
+          fmt::format("store: {} closed the connection (rank 0 gone, or it refused this job)", address()));
     inbox_.append(buf, static_cast<std::size_t>(n));
   }
 }
