@@ -16,6 +16,10 @@ namespace {
 
 constexpr std::size_t kMaxAlgorithms = 64;
 
+bool answers_to(const AlgorithmInfo& row, std::string_view name) {
+  return row.name == name || std::find(row.aliases.begin(), row.aliases.end(), name) != row.aliases.end();
+}
+
 struct Table {
   std::array<AlgorithmInfo, kMaxAlgorithms> rows;  // rows[i] has id i + 1 (id 0 is auto)
   std::atomic<std::size_t> count{0};
@@ -29,21 +33,17 @@ struct Table {
 
   bool taken(std::string_view name) const {
     if (name == "auto") return true;
-    for (std::size_t i = 0; i < count.load(std::memory_order_acquire); ++i) {
-      const AlgorithmInfo& r = rows[i];
-      if (r.name == name || std::find(r.aliases.begin(), r.aliases.end(), name) != r.aliases.end()) return true;
-    }
+    for (std::size_t i = 0; i < count.load(std::memory_order_acquire); ++i)
+      if (answers_to(rows[i], name)) return true;
     return false;
   }
 
   Algorithm add(AlgorithmInfo row) {
     std::lock_guard lock(adding);
     if (row.name.empty()) throw InvalidArgument("register_algorithm: the row needs a name");
-    for (const std::string& n : [&] {
-           std::vector<std::string> all{row.name};
-           all.insert(all.end(), row.aliases.begin(), row.aliases.end());
-           return all;
-         }())
+    std::vector<std::string> names = row.aliases;
+    names.push_back(row.name);
+    for (const std::string& n : names)
       if (taken(n))
         throw InvalidArgument(fmt::format("register_algorithm: the name '{}' is already taken; pick another", n));
     if (!row.run || row.collectives.empty())
@@ -113,7 +113,7 @@ Algorithm parse_algorithm(std::string_view n) {
   std::string names = "auto";
   for (Algorithm a : all_algorithms()) {
     const AlgorithmInfo& r = algorithm_info(a);
-    if (r.name == n || std::find(r.aliases.begin(), r.aliases.end(), n) != r.aliases.end()) return a;
+    if (answers_to(r, n)) return a;
     names += ", " + r.name;
   }
   throw InvalidArgument(fmt::format("unknown algorithm '{}'; use one of {}", n, names));

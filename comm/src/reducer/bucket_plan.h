@@ -50,4 +50,16 @@ void check_same_layout(std::span<const std::uint64_t> all, int rank, std::string
 // differs from reverse_order, else nothing (the buckets already follow it).
 std::optional<std::vector<int>> rebuild_order(std::span<const int> observed, std::size_t n);
 
+// Every bucket's gradient names in bucket order (bucket_names() of either reducer): buckets with the gradient
+// indices `params`, gradients with a `name`.
+template <class Buckets, class Gradients>
+std::vector<std::vector<std::string>> names_of(const Buckets& buckets, const Gradients& gradients) {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& b : buckets) {
+    out.emplace_back();
+    for (int i : b.params) out.back().push_back(gradients[static_cast<std::size_t>(i)].name);
+  }
+  return out;
+}
+
 }  // namespace hopwise::comm::bucket_plan

@@ -349,12 +349,7 @@ StepStats DeviceGradientReducer::finish(void* stream, bool synchronize) {
 std::size_t DeviceGradientReducer::bucket_count() const { return impl_->buckets.size(); }
 
 std::vector<std::vector<std::string>> DeviceGradientReducer::bucket_names() const {
-  std::vector<std::vector<std::string>> out;
-  for (const Bucket& b : impl_->buckets) {
-    out.emplace_back();
-    for (int i : b.params) out.back().push_back(impl_->params[static_cast<std::size_t>(i)].name);
-  }
-  return out;
+  return bucket_plan::names_of(impl_->buckets, impl_->params);
 }
 
 }  // namespace hopwise::comm

@@ -7,10 +7,7 @@
 #include <fmt/core.h>
 
 #include <chrono>
-#include <cstring>
 #include <deque>
-#include <map>
-#include <mutex>
 #include <vector>
 
 #include "../../stores/store_protocol.h"
