@@ -16,7 +16,8 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
                  r.message());
   }
   void OnTestEnd(const ::testing::TestInfo& t) override {
-    if (t.result()->Failed()) std::fprintf(stderr, "[rank %d] [  FAILED  ] %s.%s\n", rank_, t.test_suite_name(), t.name());
+    if (t.result()->Failed())
+      std::fprintf(stderr, "[rank %d] [  FAILED  ] %s.%s\n", rank_, t.test_suite_name(), t.name());
   }
 
  private:

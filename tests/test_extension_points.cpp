@@ -267,16 +267,28 @@ TEST(WorkCallbacks, AFailedCallGivesTheCallbackItsError) {
 
 TEST(WorkCallbacks, PendingCallbacksRunWhenTheCommunicatorGoes) {
   std::atomic<int> ran{0};
+  std::promise<void> go;
+  std::shared_future<void> released = go.get_future().share();
+  std::thread releaser;
   {
     Group g(2, test_options());
     const std::string err = g.run([&](int, hc::Communicator& c) {
       std::vector<float> x(1 << 16, 1.0f);
       hc::Work w = c.allreduce_async(x.data(), x.data(), x.size(), DataType::kFloat32);
+      // The first callback holds the completion thread until released, so the second is still queued when the
+      // communicators go.
+      w.on_complete([released](std::exception_ptr) { released.wait(); });
       w.on_complete([&](std::exception_ptr) { ++ran; });
       w.wait();
     });
     EXPECT_EQ(err, "");
-  }
+    EXPECT_EQ(ran.load(), 0);
+    releaser = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      go.set_value();
+    });
+  }  // the group's destructor waits for the release, then runs the queued callbacks
+  releaser.join();
   EXPECT_EQ(ran.load(), 2);
 }
 

@@ -49,24 +49,7 @@ struct World {
   std::vector<std::pair<std::string, std::function<void(int ranks, const StoreBody& body)>>> stores;
 };
 
-inline void run_inprocess_world(int ranks, const RankBody& body) {
-  auto world = hc::make_inprocess_world(ranks);
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        body(std::make_unique<hc::InProcessTransport>(world, r));
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
-// Runs make_and_run(rank) on one thread per rank; rethrows the first rank's exception.
+// Runs fn(rank) on one thread per rank; rethrows the first rank's exception once every rank has finished.
 inline void on_threads(int ranks, const std::function<void(int)>& fn) {
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
   std::vector<std::thread> threads;
@@ -81,6 +64,11 @@ inline void on_threads(int ranks, const std::function<void(int)>& fn) {
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+inline void run_inprocess_world(int ranks, const RankBody& body) {
+  auto world = hc::make_inprocess_world(ranks);
+  on_threads(ranks, [&](int r) { body(std::make_unique<hc::InProcessTransport>(world, r)); });
 }
 
 inline std::string unique_test_name(const char* what) {
@@ -200,16 +188,6 @@ inline hc::Options suite_options(hc::Algorithm a = hc::Algorithm::kAuto, double 
   o.calibrate = false;
   o.discover_topology = false;
   return o;
-}
-
-// Runs body(communicator) on every rank of every size of the current world.
-inline void for_each_world_size(const std::function<void(hc::Communicator&)>& body,
-                                hc::Algorithm a = hc::Algorithm::kAuto) {
-  for (int n : world().sizes())
-    world().run(n, [&](std::unique_ptr<hc::Transport> t) {
-      hc::Communicator c(std::move(t), suite_options(a));
-      body(c);
-    });
 }
 
 }  // namespace hwtest
