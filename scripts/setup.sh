@@ -10,6 +10,9 @@ packages=(
   nlohmann-json3-dev                 # the topology JSON format
   libhwloc-dev                       # discovery of the live machine: CPUs, NUMA, PCIe, NICs
   libgtest-dev                       # the test suite
+  libucx-dev                         # UCX: the host-memory transport of jobs without MPI (torchrun)
+  python3-torch                      # torchrun (launches jobs without MPI), PyTorch DDP as the peer
+  libopenblas0-pthread               # torch's BLAS: without it Debian's torch multiplies with the reference BLAS
   libgloo-dev                        # Gloo: the second peer in hopwise-bench's allreduce tables
   libeigen3-dev                      # the training job's matrix products
   zlib1g-dev                         # reading the gzip-compressed IDX files

@@ -60,7 +60,9 @@ void each(const std::function<void()>& body, const std::vector<int>& sizes = wor
 }
 
 // The heavy cases run at one in-process size (threads on a shared machine) and at the job's size under MPI.
-std::vector<int> heavy_sizes() { return world().name == "inproc" ? std::vector<int>{3} : world().sizes(); }
+std::vector<int> heavy_sizes() {
+  return world().ranks == World::Ranks::kThreads ? std::vector<int>{3} : world().sizes();
+}
 
 bool world_has_native() { return world().name == "mpi"; }
 

@@ -1,10 +1,12 @@
 // The transports the parameterized suites (test_transport_contract, test_collectives_suite) run over, one row
 // each: a new transport joins by adding its row to worlds() and, if it needs a launcher, one ctest line.
 //
-// A suite's body is written from one rank's view: body(transport) runs on every rank. The "inproc" world runs
-// it on one thread per rank; the "mpi" world runs this process's rank of the job (the binary is started under
-// mpirun, and the world's size is the job's). main() (world_main.h) picks the world: "mpi" under mpirun (or
-// HOPWISE_TEST_WORLD=mpi), else "inproc".
+// A suite's body is written from one rank's view: body(transport) runs on every rank. The "inproc" and
+// "ucx-threads" worlds run it on one thread per rank (InProcessTransport; UcxTransport meeting through one
+// InProcessStore); the "mpi" and "ucx" worlds run this process's rank of an mpirun job (MpiTransport; UcxTransport
+// meeting through an MpiStore); the "launch" world runs this process's rank of a job started any way (torchrun),
+// with the transport the launch chooses (launch.h), no MPI. main() (world_main.h) picks the world:
+// HOPWISE_TEST_WORLD, else "mpi" under mpirun, else "inproc".
 #pragma once
 
 #include <fmt/core.h>
@@ -23,12 +25,14 @@
 #include <vector>
 
 #include "hopwise/comm/communicator.h"
+#include "hopwise/comm/launch.h"
 #include "hopwise/comm/store.h"
 #include "hopwise/comm/stores/file_store.h"
 #include "hopwise/comm/stores/tcp_store.h"
 #include "hopwise/comm/transports/inproc_transport.h"
 #include "hopwise/comm/transports/mpi_store.h"
 #include "hopwise/comm/transports/mpi_transport.h"
+#include "hopwise/comm/transports/ucx_transport.h"
 
 namespace hwtest {
 
@@ -39,6 +43,7 @@ using StoreBody = std::function<void(hc::Store& store, int rank, int size)>;
 
 struct World {
   std::string name;
+  enum class Ranks { kThreads, kMpirun, kLaunched } ranks = Ranks::kThreads;  // what a rank is
   // The world sizes a case runs at.
   std::function<std::vector<int>()> sizes;
   // Runs body on every rank of a world of `ranks` ranks, each with a transport of its own; rethrows the first
@@ -147,6 +152,40 @@ inline void mpi_world_stores(const std::string& kind, const StoreBody& body) {
   if (error) std::rethrow_exception(error);
 }
 
+// UCX ranks as threads: one UcxTransport per thread, meeting through one InProcessStore.
+inline void run_ucx_threads(int ranks, const RankBody& body) {
+  auto store = std::make_shared<hc::InProcessStore>();
+  on_threads(ranks, [&](int r) {
+    body(std::make_unique<hc::UcxTransport>(store, r, ranks, "ucx-threads", std::chrono::seconds(60)));
+  });
+}
+
+// UCX ranks as the processes of an mpirun job, meeting through an MpiStore made for the case; the barrier lets
+// every rank finish with the store before rank 0's goes.
+inline void run_ucx_mpirun(const RankBody& body) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::exception_ptr error;
+  {
+    auto store = std::make_shared<hc::MpiStore>();
+    try {
+      body(std::make_unique<hc::UcxTransport>(store, rank, size, "ucx-mpirun", std::chrono::seconds(60)));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+// The launch's store (torchrun: the TCP store at MASTER_ADDR:MASTER_PORT), for the store contract.
+inline void launched_store(const StoreBody& body) {
+  const hc::Launch l = hc::detect_launch();
+  auto store = hc::launch_store(l, std::chrono::seconds(60));
+  body(*store, l.rank, l.size);
+}
+
 inline int mpi_job_size() {
   const char* s = std::getenv("OMPI_COMM_WORLD_SIZE");
   return s ? std::atoi(s) : 1;
@@ -155,13 +194,38 @@ inline int mpi_job_size() {
 inline const std::vector<World>& worlds() {
   static const std::vector<World> all = {
       {"inproc",
+       World::Ranks::kThreads,
        [] {
          return std::vector<int>{1, 2, 3, 4, 7};
        },
        run_inprocess_world,
        true,
        {{"inproc", inprocess_shared_store}, {"file", inprocess_file_stores}, {"tcp", inprocess_tcp_stores}}},
+      {"ucx-threads",
+       World::Ranks::kThreads,
+       [] {
+         return std::vector<int>{1, 2, 3, 4};
+       },
+       run_ucx_threads,
+       true,
+       {{"inproc", inprocess_shared_store}}},
+      {"ucx",
+       World::Ranks::kMpirun,
+       [] { return std::vector<int>{mpi_job_size()}; },
+       [](int, const RankBody& body) { run_ucx_mpirun(body); },
+       true,
+       {{"mpi", [](int, const StoreBody& b) { mpi_world_stores("mpi", b); }}}},
+      {"launch",
+       World::Ranks::kLaunched,
+       [] { return std::vector<int>{hc::detect_launch().size}; },
+       [](int, const RankBody& body) {
+         const hc::Launch l = hc::detect_launch();
+         body(hc::make_world_transport(l, std::chrono::seconds(60)));
+       },
+       true,
+       {{"launch", [](int, const StoreBody& b) { launched_store(b); }}}},
       {"mpi",
+       World::Ranks::kMpirun,
        [] { return std::vector<int>{mpi_job_size()}; },
        [](int, const RankBody& body) { body(std::make_unique<hc::MpiTransport>()); },
        false,

@@ -11,8 +11,8 @@
 #include "algorithms/algorithms.h"
 #include "call_checks.h"
 #include "communicator_impl.h"
+#include "hopwise/comm/launch.h"
 #include "hopwise/comm/topology_exchange.h"
-#include "hopwise/comm/transports/mpi_transport.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/log.h"
@@ -50,7 +50,8 @@ void require(bool ok, const std::string& what) {
 
 }  // namespace
 
-Communicator::Communicator(Options options) : Communicator(std::make_unique<MpiTransport>(), options) {}
+Communicator::Communicator(Options options)
+    : Communicator(make_world_transport(detect_launch(), Store::Seconds(options.timeout_s)), options) {}
 
 Communicator::Communicator(std::unique_ptr<Transport> transport, Options options)
     : impl_(std::make_unique<detail::CommunicatorImpl>()) {

@@ -79,6 +79,8 @@ std::exception_ptr detail::CommunicatorImpl::execute(Task& t) {
       return std::make_exception_ptr(
           TimeoutError(text + explain_timeout(*transport, std::chrono::duration<double>(listen)), te->pending_ranks()));
     }
+    if (auto* fe = dynamic_cast<const TransportError*>(&e))  // keeps the ranks it names (a dead UCX peer)
+      return std::make_exception_ptr(TransportError(text, fe->failed_ranks()));
     if (dynamic_cast<const InvalidArgument*>(&e)) return std::make_exception_ptr(InvalidArgument(text));
     return std::make_exception_ptr(Error(text));
   }

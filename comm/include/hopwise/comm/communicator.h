@@ -66,8 +66,9 @@ struct CollectiveStats {
 
 class Communicator {
  public:
-  // Over MPI_COMM_WORLD, initializing MPI (MPI_THREAD_MULTIPLE) if the caller has not. Collective. For another
-  // MPI communicator: Communicator(std::make_unique<MpiTransport>(comm), options) (transports/mpi_transport.h).
+  // Over the whole job, as it was launched (launch.h): under mpirun MPI_COMM_WORLD (initializing MPI with
+  // MPI_THREAD_MULTIPLE if the caller has not), under torchrun UCX meeting through the TCP store; collective. For
+  // another MPI communicator: Communicator(std::make_unique<MpiTransport>(comm), options) (transports/mpi_transport.h).
   explicit Communicator(Options options = Options::from_env());
   // Over any transport (MpiTransport, InProcessTransport, ...). Collective over the transport's ranks.
   Communicator(std::unique_ptr<Transport> transport, Options options);

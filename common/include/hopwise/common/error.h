@@ -29,10 +29,17 @@ class TimeoutError : public Error {
   std::vector<int> pending_ranks_;
 };
 
-// The transport below (MPI, NCCL) reported a failure.
+// The transport below (MPI, UCX, NCCL) reported a failure; `failed_ranks` are the peers it names, where known
+// (a UCX endpoint that failed because its peer died).
 class TransportError : public Error {
  public:
   using Error::Error;
+  TransportError(const std::string& what, std::vector<int> failed_ranks)
+      : Error(what), failed_ranks_(std::move(failed_ranks)) {}
+  const std::vector<int>& failed_ranks() const { return failed_ranks_; }
+
+ private:
+  std::vector<int> failed_ranks_;
 };
 
 }  // namespace hopwise

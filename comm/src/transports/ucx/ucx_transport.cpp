@@ -1,0 +1,384 @@
+#include "hopwise/comm/transports/ucx_transport.h"
+
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "hopwise/common/error.h"
+#include "../posix_slots.h"
+
+namespace hopwise::comm {
+
+namespace {
+
+constexpr std::size_t kSlotBytes = 1 << 20;  // as MpiTransport's window
+constexpr ucp_tag_t kFullMask = ~ucp_tag_t{0};
+
+// The sender's rank in the high half, the caller's tag in the low half: a receive names both.
+ucp_tag_t make_tag(int src, int tag) {
+  return (static_cast<ucp_tag_t>(static_cast<std::uint32_t>(src)) << 32) | static_cast<std::uint32_t>(tag);
+}
+
+void check_ucs(ucs_status_t s, const char* what) {
+  if (s != UCS_OK) throw TransportError(fmt::format("{} failed: {}", what, ucs_status_string(s)));
+}
+
+// One UCX context and worker: "near" (peers on this host; UCX picks shared memory and CMA) or "far" (peers on
+// other hosts; TCP only).
+struct Engine {
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  std::string address;
+
+  Engine(int ranks, bool tcp_only) {
+    ucp_config_t* config = nullptr;
+    check_ucs(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+    // Between hosts, only what a network offers: no shared memory, CMA or other same-kernel shortcut.
+    if (tcp_only) ucp_config_modify(config, "TLS", "tcp");
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
+    params.features = UCP_FEATURE_TAG;
+    params.estimated_num_eps = static_cast<std::size_t>(ranks);
+    const ucs_status_t s = ucp_init(&params, config, &context);
+    ucp_config_release(config);
+    check_ucs(s, tcp_only ? "ucp_init (TCP between hosts; is a network interface up?)" : "ucp_init");
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_MULTI;  // the caller's thread builds the plan, the progress thread runs calls
+    if (ucp_worker_create(context, &wp, &worker) != UCS_OK) {
+      ucp_cleanup(context);
+      throw TransportError("ucp_worker_create failed");
+    }
+    ucp_address_t* a = nullptr;
+    std::size_t len = 0;
+    check_ucs(ucp_worker_get_address(worker, &a, &len), "ucp_worker_get_address");
+    address.assign(reinterpret_cast<const char*>(a), len);
+    ucp_worker_release_address(worker, a);
+  }
+  ~Engine() {
+    if (worker) ucp_worker_destroy(worker);
+    if (context) ucp_cleanup(context);
+  }
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+};
+
+std::string read_first_line(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+// The two addresses of one rank, length-prefixed.
+std::string pack(const std::string& near, const std::string& far) {
+  const auto n = static_cast<std::uint32_t>(near.size());
+  std::string out(reinterpret_cast<const char*>(&n), sizeof n);
+  return out + near + far;
+}
+std::pair<std::string, std::string> unpack(const std::string& packed, int rank) {
+  std::uint32_t n = 0;
+  if (packed.size() < sizeof n) throw TransportError(fmt::format("rank {}'s UCX address record is truncated", rank));
+  std::memcpy(&n, packed.data(), sizeof n);
+  if (packed.size() < sizeof n + n) throw TransportError(fmt::format("rank {}'s UCX address record is truncated", rank));
+  return {packed.substr(sizeof n, n), packed.substr(sizeof n + n)};
+}
+
+}  // namespace
+
+std::string host_identity() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  struct stat ns{};
+  const unsigned long long netns = ::stat("/proc/self/ns/net", &ns) == 0 ? static_cast<unsigned long long>(ns.st_ino) : 0;
+  return fmt::format("{}/net:{}/boot:{}", name, netns, read_first_line("/proc/sys/kernel/random/boot_id"));
+}
+
+struct Peer {
+  int rank = -1;
+  ucp_ep_h ep = nullptr;
+  ucp_worker_h worker = nullptr;  // the worker this peer's messages come and go through
+  std::atomic<ucs_status_t> failure{UCS_OK};  // set by UCX's error callback
+};
+
+struct UcxTransport::State {
+  std::shared_ptr<Store> store;
+  std::unique_ptr<Engine> near, far;
+  std::vector<std::unique_ptr<Peer>> peers;
+  std::unique_ptr<PosixSlots> slots;
+  bool oversubscribed = false;
+  bool abandoned = false;
+
+  void progress() {
+    while (ucp_worker_progress(near->worker) != 0) {
+    }
+    if (far)
+      while (ucp_worker_progress(far->worker) != 0) {
+      }
+  }
+};
+
+namespace {
+
+void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
+  static_cast<Peer*>(arg)->failure = status;
+}
+
+std::string failure_text(int rank, int peer, ucs_status_t s) {
+  return fmt::format(
+      "rank {}: the connection to rank {} failed ({}); that rank died, or its host is unreachable", rank, peer,
+      ucs_status_string(s));
+}
+
+}  // namespace
+
+UcxTransport::UcxTransport(std::shared_ptr<Store> store, int rank, int size, std::string name,
+                           std::chrono::duration<double> timeout)
+    : rank_(rank), size_(size), s_(std::make_unique<State>()) {
+  if (!store) throw InvalidArgument("UcxTransport needs a store to meet its peers through");
+  if (size < 1 || rank < 0 || rank >= size)
+    throw InvalidArgument(fmt::format("UcxTransport: rank {} of {} ranks; the rank must be in [0, size)", rank, size));
+  timeout_ = timeout;
+  s_->store = std::move(store);
+  Store& st = *s_->store;
+  // A name used twice on one store would read the earlier transport's addresses.
+  if (st.add(name + "/members", 1) > size)
+    throw InvalidArgument(fmt::format("UcxTransport: the store already holds a transport named '{}'; give each "
+                                      "transport of a job a name of its own",
+                                      name));
+
+  const std::vector<std::string> hosts = store_allgather(st, name + "/hosts", rank, size, host_identity(), timeout);
+  std::map<std::string, int> ids;
+  local_size_ = 0;
+  for (int r = 0; r < size; ++r) {
+    const auto& h = hosts[static_cast<std::size_t>(r)];
+    ids.emplace(h, static_cast<int>(ids.size()));
+    host_ids_.push_back(ids[h]);
+    if (h == hosts[static_cast<std::size_t>(rank)]) {
+      if (r < rank) ++local_rank_;
+      ++local_size_;
+    }
+  }
+  s_->oversubscribed = local_size_ > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  s_->near = std::make_unique<Engine>(size, false);
+  if (local_size_ < size) s_->far = std::make_unique<Engine>(size, true);
+  const std::vector<std::string> addresses = store_allgather(
+      st, name + "/addresses", rank, size, pack(s_->near->address, s_->far ? s_->far->address : ""), timeout);
+
+  for (int r = 0; r < size; ++r) {
+    auto p = std::make_unique<Peer>();
+    p->rank = r;
+    const bool same_host = host_ids_[static_cast<std::size_t>(r)] == host_id();
+    Engine& e = same_host ? *s_->near : *s_->far;
+    const auto [near, far] = unpack(addresses[static_cast<std::size_t>(r)], r);
+    const std::string& remote = same_host ? near : far;
+    if (remote.empty()) throw TransportError(fmt::format("rank {} published no UCX address for other hosts", r));
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(remote.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;  // a dead peer fails its requests instead of hanging them
+    ep.err_handler.cb = on_endpoint_error;
+    ep.err_handler.arg = p.get();
+    check_ucs(ucp_ep_create(e.worker, &ep, &p->ep), "ucp_ep_create");
+    p->worker = e.worker;
+    s_->peers.push_back(std::move(p));
+  }
+  if (local_size_ == size && size > 1)
+    s_->slots = std::make_unique<PosixSlots>(st, name + "/slots", rank, size, kSlotBytes, timeout);
+  store_allgather(st, name + "/ready", rank, size, "", timeout);
+}
+
+UcxTransport::~UcxTransport() {
+  // Flush what this rank sent (a send completes when its buffer is free, not when the peer has it), then close.
+  // An abandoned transport closes at once: its peers may be gone.
+  std::vector<ucs_status_ptr_t> closing;
+  for (auto& p : s_->peers) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = s_->abandoned || p->failure != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(p->ep, &param);
+    if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::min<std::chrono::duration<double>>(timeout_, std::chrono::seconds(10));
+  while (!closing.empty() && std::chrono::steady_clock::now() < deadline) {
+    s_->progress();
+    closing.erase(std::remove_if(closing.begin(), closing.end(),
+                                 [](ucs_status_ptr_t r) {
+                                   if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+                                   ucp_request_free(r);
+                                   return true;
+                                 }),
+                  closing.end());
+  }
+  for (auto r : closing) ucp_request_free(r);
+  s_->slots.reset();
+  s_->peers.clear();
+  s_->far.reset();
+  s_->near.reset();
+}
+
+SharedSlots* UcxTransport::shared_slots() { return s_->slots ? &s_->slots->slots() : nullptr; }
+
+void UcxTransport::abandon() { s_->abandoned = true; }
+
+Request UcxTransport::isend(const void* buf, std::size_t bytes, int peer, int tag) {
+  if (peer < 0 || peer >= size_) throw InvalidArgument(fmt::format("isend to rank {} of {}", peer, size_));
+  Peer& p = *s_->peers[static_cast<std::size_t>(peer)];
+  if (p.failure != UCS_OK) throw TransportError(failure_text(rank_, peer, p.failure), {peer});
+  ucp_request_param_t param{};
+  ucs_status_ptr_t r = ucp_tag_send_nbx(p.ep, buf, bytes, make_tag(rank_, tag), &param);
+  if (r == nullptr) return Request{0, peer, false, false};  // sent at once
+  if (UCS_PTR_IS_ERR(r)) throw TransportError(failure_text(rank_, peer, UCS_PTR_STATUS(r)), {peer});
+  return Request{reinterpret_cast<std::uint64_t>(r), peer, false, true};
+}
+
+Request UcxTransport::irecv(void* buf, std::size_t bytes, int peer, int tag) {
+  if (peer < 0 || peer >= size_) throw InvalidArgument(fmt::format("irecv from rank {} of {}", peer, size_));
+  Peer& p = *s_->peers[static_cast<std::size_t>(peer)];
+  ucp_request_param_t param{};
+  ucs_status_ptr_t r = ucp_tag_recv_nbx(p.worker, buf, bytes, make_tag(peer, tag), kFullMask, &param);
+  if (UCS_PTR_IS_ERR(r))
+    throw TransportError(fmt::format("rank {}: posting a receive from rank {} failed: {}", rank_, peer,
+                                     ucs_status_string(UCS_PTR_STATUS(r))));
+  if (r == nullptr) return Request{0, peer, true, false};
+  return Request{reinterpret_cast<std::uint64_t>(r), peer, true, true};
+}
+
+namespace {
+
+// The status of an active request, freeing it once it is final.
+ucs_status_t settle(Request& r) {
+  void* req = reinterpret_cast<void*>(r.handle);
+  const ucs_status_t s = ucp_request_check_status(req);
+  if (s == UCS_INPROGRESS) return s;
+  ucp_request_free(req);
+  r.active = false;
+  return s;
+}
+
+}  // namespace
+
+// Withdraws an active request: a receive is cancelled and progressed until UCX lets it go (so it never writes
+// later); a send is released to finish in the background (it only reads the caller's buffer).
+void UcxTransport::cancel(Request& r) {
+  if (!r.active) return;
+  void* req = reinterpret_cast<void*>(r.handle);
+  if (r.is_recv) {
+    Peer& p = *s_->peers[static_cast<std::size_t>(r.peer)];
+    ucp_request_cancel(p.worker, req);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_);
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < deadline)
+      s_->progress();
+  }
+  ucp_request_free(req);
+  r.active = false;
+}
+
+bool UcxTransport::test(Request& r) {
+  if (!r.active) return true;
+  s_->progress();
+  const int peer = r.peer;
+  const ucs_status_t s = settle(r);
+  if (s == UCS_INPROGRESS) return false;
+  if (s == UCS_ERR_MESSAGE_TRUNCATED)
+    throw TransportError(fmt::format("rank {}: a message from rank {} overflows the receive posted for it; post "
+                                     "receives at least as large as the sends",
+                                     rank_, peer));
+  if (s != UCS_OK) throw TransportError(failure_text(rank_, peer, s), {peer});
+  return true;
+}
+
+// Polls like MpiTransport::wait_all: spins while a transfer is in flight, yields when ranks outnumber cores, and
+// sleeps between polls once a wait is long (the peer is computing), so that the rank's own compute gets the core.
+void UcxTransport::wait_all(std::span<Request> reqs) {
+  const auto start = std::chrono::steady_clock::now();
+  const int yield_every = s_->oversubscribed ? 1 : 64;
+  std::string error;
+  std::vector<int> failed;
+  for (long spins = 1;; ++spins) {
+    s_->progress();
+    bool pending = false;
+    for (Request& r : reqs) {
+      if (!r.active) continue;
+      const int peer = r.peer;
+      const ucs_status_t s = settle(r);
+      if (s == UCS_INPROGRESS) {
+        // A receive is not tied to an endpoint: a failed peer's receive would wait forever.
+        const ucs_status_t f = s_->peers[static_cast<std::size_t>(peer)]->failure;
+        if (f != UCS_OK) {
+          cancel(r);
+          failed.push_back(peer);
+          if (error.empty()) error = failure_text(rank_, peer, f);
+        } else {
+          pending = true;
+        }
+      } else if (s == UCS_ERR_MESSAGE_TRUNCATED) {
+        if (error.empty())
+          error = fmt::format("rank {}: a message from rank {} overflows the receive posted for it; post receives "
+                              "at least as large as the sends",
+                              rank_, peer);
+      } else if (s != UCS_OK) {
+        failed.push_back(peer);
+        if (error.empty()) error = failure_text(rank_, peer, s);
+      }
+    }
+    if (!pending) break;
+    if (!error.empty()) {
+      for (Request& r : reqs) cancel(r);
+      break;
+    }
+    if (spins % yield_every == 0) sched_yield();
+    if (spins % 64 == 0 && std::chrono::steady_clock::now() - start > std::chrono::microseconds(300))
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (spins % 256 == 0 && std::chrono::steady_clock::now() - start > timeout_) {
+      std::vector<int> peers;
+      for (Request& r : reqs)
+        if (r.active) {
+          peers.push_back(r.peer);
+          cancel(r);
+        }
+      std::sort(peers.begin(), peers.end());
+      peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+      throw TimeoutError(fmt::format("rank {} timed out after {:.1f} s waiting for rank(s) {}; a peer died, stalled or "
+                                     "skipped this call (raise HOPWISE_TIMEOUT_S if it is only slow)",
+                                     rank_, timeout_.count(), fmt::join(peers, ",")),
+                         peers);
+    }
+  }
+  if (error.empty()) return;
+  std::sort(failed.begin(), failed.end());
+  failed.erase(std::unique(failed.begin(), failed.end()), failed.end());
+  throw TransportError(error, failed);
+}
+
+std::string UcxTransport::lanes(int peer) const {
+  if (peer < 0 || peer >= size_) throw InvalidArgument(fmt::format("lanes of rank {} of {}", peer, size_));
+  char* text = nullptr;
+  std::size_t len = 0;
+  FILE* f = ::open_memstream(&text, &len);
+  if (!f) return "";
+  ucp_ep_print_info(s_->peers[static_cast<std::size_t>(peer)]->ep, f);
+  std::fclose(f);
+  std::istringstream in(std::string(text, len));
+  std::free(text);
+  std::string line, out;
+  while (std::getline(in, line))
+    if (line.find("lane[") != std::string::npos) out += line + "\n";
+  return out;
+}
+
+}  // namespace hopwise::comm
