@@ -37,9 +37,10 @@ std::string torchrun_store_address(const std::string& why_missing) {
   const auto addr = env::get("MASTER_ADDR");
   const auto port = env::get("MASTER_PORT");
   if (!addr || !port)
-    throw InvalidArgument(fmt::format("{} but MASTER_ADDR and MASTER_PORT are not both set; set them (torchrun does) "
-                                      "or HOPWISE_STORE=tcp://HOST:PORT or file:///DIR",
-                                      why_missing));
+    throw InvalidArgument(
+        fmt::format("{} but MASTER_ADDR and MASTER_PORT are not both set; set them (torchrun does) "
+                    "or HOPWISE_STORE=tcp://HOST:PORT or file:///DIR",
+                    why_missing));
   int p = required_int("MASTER_PORT", 1);
   if (p > 65535) throw InvalidArgument(fmt::format("MASTER_PORT={} is not a port number", *port));
   // With torchrun's static rendezvous (its multi-node form) its agent already serves torch's own store on
@@ -59,15 +60,14 @@ Launch detect_launch() {
   Launch l;
   const std::string forced = env::get_or("HOPWISE_TRANSPORT", "");
   if (!forced.empty() && forced != "mpi" && forced != "ucx")
-    throw InvalidArgument(fmt::format("HOPWISE_TRANSPORT={} is not a transport; use mpi or ucx (or leave it unset)",
-                                      forced));
+    throw InvalidArgument(
+        fmt::format("HOPWISE_TRANSPORT={} is not a transport; use mpi or ucx (or leave it unset)", forced));
   const bool mpirun = under_mpirun();
   const int rank = required_int("RANK", 0), size = required_int("WORLD_SIZE", 1);
   const bool ranked_env = rank >= 0 && size >= 1;
   if ((rank >= 0) != (size >= 1) && !mpirun)
     throw InvalidArgument("RANK and WORLD_SIZE must be set together (torchrun sets both)");
-  if (ranked_env && rank >= size)
-    throw InvalidArgument(fmt::format("RANK={} is not below WORLD_SIZE={}", rank, size));
+  if (ranked_env && rank >= size) throw InvalidArgument(fmt::format("RANK={} is not below WORLD_SIZE={}", rank, size));
 
   if (mpirun) {
     l.launcher = "mpirun";
@@ -82,9 +82,10 @@ Launch detect_launch() {
   }
   l.way = forced == "ucx" || (forced.empty() && !mpirun && ranked_env) ? Launch::Way::kUcx : Launch::Way::kMpi;
   if (l.way == Launch::Way::kMpi && forced == "mpi" && !mpirun && ranked_env && size > 1)
-    throw InvalidArgument(fmt::format("HOPWISE_TRANSPORT=mpi, but this process was started by {} (RANK={}, "
-                                      "WORLD_SIZE={}), not mpirun; launch with mpirun or use HOPWISE_TRANSPORT=ucx",
-                                      l.launcher, rank, size));
+    throw InvalidArgument(
+        fmt::format("HOPWISE_TRANSPORT=mpi, but this process was started by {} (RANK={}, "
+                    "WORLD_SIZE={}), not mpirun; launch with mpirun or use HOPWISE_TRANSPORT=ucx",
+                    l.launcher, rank, size));
   if (l.way == Launch::Way::kUcx) {
     if (auto s = env::get("HOPWISE_STORE")) {
       l.store = *s;
@@ -93,12 +94,12 @@ Launch detect_launch() {
     } else if (l.size == 1) {
       l.store = "inproc";
     } else {
-      l.store = torchrun_store_address(fmt::format("{} started this rank (RANK={}, WORLD_SIZE={})", l.launcher,
-                                                   l.rank, l.size));
+      l.store = torchrun_store_address(
+          fmt::format("{} started this rank (RANK={}, WORLD_SIZE={})", l.launcher, l.rank, l.size));
     }
     if (l.store != "mpi" && l.store != "inproc" && l.store.rfind("tcp://", 0) != 0 && l.store.rfind("file://", 0) != 0)
-      throw InvalidArgument(fmt::format("HOPWISE_STORE={} is not a store address; use tcp://HOST:PORT or file:///DIR",
-                                        l.store));
+      throw InvalidArgument(
+          fmt::format("HOPWISE_STORE={} is not a store address; use tcp://HOST:PORT or file:///DIR", l.store));
     l.job = env::get_or("TORCHELASTIC_RUN_ID", fmt::format("hopwise:{}:{}", l.store, l.size));
   }
   l.why = fmt::format("{} (rank {} of {}): {}{}", l.launcher, l.rank, l.size,
@@ -112,7 +113,8 @@ namespace {
 std::shared_ptr<Store> make_launch_store(const Launch& l, Store::Seconds timeout) {
   if (l.store == "mpi") return std::make_shared<MpiStore>();
   if (l.store == "inproc") return std::make_shared<InProcessStore>();
-  if (l.store.rfind("file://", 0) == 0) return std::make_shared<FileStore>(l.store.substr(7), l.rank == 0, l.job, timeout);
+  if (l.store.rfind("file://", 0) == 0)
+    return std::make_shared<FileStore>(l.store.substr(7), l.rank == 0, l.job, timeout);
   const std::string hostport = l.store.substr(6);
   const auto colon = hostport.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == hostport.size())
@@ -122,7 +124,8 @@ std::shared_ptr<Store> make_launch_store(const Launch& l, Store::Seconds timeout
   int port = 0;
   for (char c : hostport.substr(colon + 1)) {
     if (!std::isdigit(static_cast<unsigned char>(c)) || port > 65535)
-      throw InvalidArgument(fmt::format("store address {}: '{}' is not a port number", l.store, hostport.substr(colon + 1)));
+      throw InvalidArgument(
+          fmt::format("store address {}: '{}' is not a port number", l.store, hostport.substr(colon + 1)));
     port = port * 10 + (c - '0');
   }
   if (port < 1 || port > 65535) throw InvalidArgument(fmt::format("store address {}: port out of range", l.store));

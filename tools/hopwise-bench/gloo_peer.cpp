@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <string>
 
+#include "control.h"
 #include "hopwise/common/error.h"
 
 namespace hopwise::bench {
@@ -21,24 +22,21 @@ struct GlooPeer::State {
   int rank = 0;
 };
 
-GlooPeer::GlooPeer(MPI_Comm comm) : s_(std::make_unique<State>()) {
-  int size = 1;
-  MPI_Comm_rank(comm, &s_->rank);
-  MPI_Comm_size(comm, &size);
-  char dir[256] = {};
+GlooPeer::GlooPeer(Control& control) : s_(std::make_unique<State>()) {
+  s_->rank = control.comm().rank();
+  const int size = control.comm().size();
+  std::string dir;
   if (s_->rank == 0) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "hopwise-gloo-XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) throw Error("gloo peer: cannot create a rendezvous directory in /tmp");
-    std::strncpy(dir, tmpl.c_str(), sizeof dir - 1);
+    dir = (std::filesystem::temp_directory_path() / "hopwise-gloo-XXXXXX").string();
+    if (mkdtemp(dir.data()) == nullptr) throw Error("gloo peer: cannot create a rendezvous directory in /tmp");
   }
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, comm);
-  s_->dir = dir;
+  s_->dir = control.broadcast(dir);
   gloo::rendezvous::FileStore store(s_->dir);
   gloo::transport::tcp::attr attr("127.0.0.1");
   auto device = gloo::transport::tcp::CreateDevice(attr);
   s_->context = std::make_shared<gloo::rendezvous::Context>(s_->rank, size);
   s_->context->connectFullMesh(store, device);
-  MPI_Barrier(comm);
+  control.sync();
 }
 
 GlooPeer::~GlooPeer() {

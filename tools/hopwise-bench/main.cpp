@@ -1,4 +1,5 @@
-// hopwise-bench: collectives timed like nccl-tests, every row beside MPI's own collective from the same run.
+// hopwise-bench: collectives timed like nccl-tests, every row beside MPI's own collective (under mpirun) and
+// Gloo's from the same run.
 #include <fmt/core.h>
 #include <mpi.h>
 
@@ -12,7 +13,9 @@
 
 #include <cmath>
 #include <random>
+#include "control.h"
 #include "hopwise/comm/communicator.h"
+#include "hopwise/comm/launch.h"
 #include "hopwise/comm/transports/mpi_transport.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/half.h"
@@ -96,7 +99,8 @@ struct Row {
 
 class Bench {
  public:
-  Bench(const Options& o, comm::Communicator& c) : o_(o), comm_(c), p_(c.size()), rank_(c.rank()) {
+  Bench(const Options& o, comm::Communicator& c, Control& control, bool with_mpi)
+      : o_(o), comm_(c), control_(control), p_(c.size()), rank_(c.rank()), with_mpi_(with_mpi) {
     // A row per algorithm that implements the collective (tree has no reduce_scatter, for one).
     for (Algorithm a : o.algorithms) {
       if (comm::implements(a, o.collective))
@@ -106,7 +110,7 @@ class Bench {
     }
     if (algorithms_.empty())
       throw InvalidArgument(fmt::format("none of the -a algorithms implements {}", comm::to_string(o.collective)));
-    MPI_Comm_dup(MPI_COMM_WORLD, &ref_);
+    if (with_mpi_) MPI_Comm_dup(MPI_COMM_WORLD, &ref_);
     const std::size_t es = dtype_size(o.dtype);
     const std::size_t max_count = o.max_bytes / es + static_cast<std::size_t>(p_);
     in_ = std::make_unique<Buffer>(max_count * es);
@@ -117,13 +121,17 @@ class Bench {
     // The Gloo peer meets through files in /tmp and connects over loopback: it runs where all ranks share a host.
     if (o.collective == Collective::kAllreduce && GlooPeer::supports(o.dtype, o.op)) {
       if (comm_.local_size() == p_)
-        gloo_ = std::make_unique<GlooPeer>(MPI_COMM_WORLD);
+        gloo_ = std::make_unique<GlooPeer>(control_);
       else if (rank_ == 0)
         fmt::print("# gloo: no row (ranks on several hosts; its peer runs within one host)\n");
     }
 #endif
   }
-  ~Bench() { MPI_Comm_free(&ref_); }
+  ~Bench() {
+    if (with_mpi_) MPI_Comm_free(&ref_);
+  }
+  // The peer every row is compared with: MPI's own collective where MPI runs, else Gloo's, else none.
+  std::string reference() const { return with_mpi_ ? "mpi" : has_gloo() ? "gloo" : "none"; }
 
   std::vector<Row> run_sizes() {
     std::vector<Row> rows;
@@ -221,22 +229,20 @@ class Bench {
     }
     run_ours(count);
     const bool has_result = o_.collective != Collective::kReduce || rank_ == 0;
-    int bad = has_result && std::memcmp(out_->data, expected_->data, n * es) != 0 ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, ref_);
-    return bad == 0;
+    return !control_.any(has_result && std::memcmp(out_->data, expected_->data, n * es) != 0);
   }
 
   std::vector<Row> run_size(std::size_t bytes) {
     const std::size_t count = count_for(bytes);
-    // Slots: our algorithms..., then Gloo's allreduce where it is built and applies, then MPI's.
+    // Slots: our algorithms..., then Gloo's allreduce where it is built and applies, then MPI's where MPI runs.
     const std::size_t ours = algorithms_.size();
-    const std::size_t slots = ours + (has_gloo() ? 1 : 0) + 1;
+    const std::size_t slots = ours + (has_gloo() ? 1 : 0) + (with_mpi_ ? 1 : 0);
     std::vector<std::vector<double>> samples(slots);
     fill(in_->data, count, o_.dtype, rank_, o_.op);
     auto time_slot = [&](std::size_t k, int it) {
-      const bool mpi = k + 1 == slots;
+      const bool mpi = with_mpi_ && k + 1 == slots;
       if (k < ours) comm_.set_algorithm(algorithms_[k]);
-      MPI_Barrier(ref_);
+      control_.sync();
       const double t0 = now_s();
       if (mpi)
         run_mpi(count);
@@ -251,8 +257,9 @@ class Bench {
     // every iteration, because a call leaves caches and the allocator in a state that helps or hurts the next.
     // Gloo runs in a pass of its own afterwards: its TCP progress threads would disturb whatever runs after it.
     for (int it = 0; it < o_.warmup + o_.iters; ++it) {
-      for (std::size_t j = 0; j <= ours; ++j) {
-        const std::size_t k = (j + static_cast<std::size_t>(it)) % (ours + 1);
+      const std::size_t interleaved = ours + (with_mpi_ ? 1 : 0);
+      for (std::size_t j = 0; j < interleaved; ++j) {
+        const std::size_t k = (j + static_cast<std::size_t>(it)) % interleaved;
         time_slot(k == ours ? slots - 1 : k, it);
       }
     }
@@ -261,14 +268,15 @@ class Bench {
     // A call takes as long as its slowest rank: max over ranks per sample, then the median over samples.
     std::vector<double> median(slots);
     for (std::size_t k = 0; k < slots; ++k) {
-      MPI_Allreduce(MPI_IN_PLACE, samples[k].data(), static_cast<int>(samples[k].size()), MPI_DOUBLE, MPI_MAX, ref_);
+      control_.max(samples[k]);
       std::sort(samples[k].begin(), samples[k].end());
       median[k] = samples[k][samples[k].size() / 2];
     }
     std::vector<Row> rows;
-    const double mpi_t = median.back();
+    // The reference row's time (MPI's, else Gloo's; 0: none, the ratio column then reads 0).
+    const double mpi_t = slots > ours ? median.back() : 0.0;
     for (std::size_t k = 0; k < slots; ++k) {
-      const bool mpi = k + 1 == slots;
+      const bool mpi = with_mpi_ && k + 1 == slots;
       Row r;
       r.bytes = count * dtype_size(o_.dtype);
       r.count = count;
@@ -331,12 +339,12 @@ class Bench {
   std::vector<double> timed_calls(int skip, F call) {
     std::vector<double> t;
     for (int it = 0; it < skip + o_.iters; ++it) {
-      MPI_Barrier(ref_);
+      control_.sync();
       const double t0 = now_s();
       call();
       if (it >= skip) t.push_back(now_s() - t0);
     }
-    MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, ref_);
+    control_.max(t);
     std::sort(t.begin(), t.end());
     return t;
   }
@@ -457,8 +465,7 @@ class Bench {
       }
     }
     bad = std::sqrt(num / std::max(den, 1e-30)) > 1e-4 || err > mag * (1 + 1e-6) ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, ref_);
-    return bad == 0;
+    return !control_.any(bad != 0);
   }
 
   // The codec's own stated result: every rank's payload decoded and summed (run serially here, all ranks'
@@ -491,8 +498,7 @@ class Bench {
     int bad = 0;
     for (std::size_t i = 0; i < count && !bad; ++i)
       bad = std::abs(out[i] - ref[i]) > ulp * p_ * (std::abs(ref[i]) + 4.0) ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, ref_);
-    return bad == 0;
+    return !control_.any(bad != 0);
   }
 
   void print_rows(const std::vector<Row>& rows) {
@@ -521,8 +527,10 @@ class Bench {
   const Options& o_;
   std::vector<Algorithm> algorithms_;
   comm::Communicator& comm_;
+  Control& control_;
   int p_, rank_;
-  MPI_Comm ref_;
+  bool with_mpi_;
+  MPI_Comm ref_ = MPI_COMM_NULL;
   std::unique_ptr<Buffer> in_, out_, expected_, scratch_;
 #if HOPWISE_HAVE_GLOO
   std::unique_ptr<GlooPeer> gloo_;
@@ -551,12 +559,12 @@ void Bench::run_overlap() {
   auto median_of = [&](auto&& body) {
     std::vector<double> t;
     for (int it = 0; it < o_.warmup + o_.iters; ++it) {
-      MPI_Barrier(ref_);
+      control_.sync();
       const double t0 = now_s();
       body();
       if (it >= o_.warmup) t.push_back(now_s() - t0);
     }
-    MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, ref_);
+    control_.max(t);
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
   };
@@ -588,7 +596,12 @@ void Bench::run_overlap() {
 }
 
 int run(int argc, char** argv) {
-  comm::Communicator comm;  // initializes MPI (MPI_THREAD_MULTIPLE)
+  const comm::Launch launch = comm::detect_launch();
+  // MPI's own collectives are the first peer wherever MPI runs (under mpirun, whichever transport hopwise uses).
+  const bool with_mpi = launch.launcher == "mpirun";
+  if (with_mpi) comm::ensure_mpi_initialized();
+  comm::Communicator comm;  // as launched: MPI under mpirun, UCX under torchrun
+  Control control;
   const int rank = comm.rank();
   Options o;
   try {
@@ -598,14 +611,16 @@ int run(int argc, char** argv) {
     return 2;
   }
   const double limit = memcpy_gbs();
-  Bench bench(o, comm);
+  Bench bench(o, comm, control, with_mpi);
   std::int32_t hosts = comm.host_id() + 1;  // host ids count up from 0 in rank order: the largest + 1 hosts
   comm.allreduce(&hosts, &hosts, 1, DataType::kInt32, ReduceOp::kMax);
   if (rank == 0) {
     const auto& cp = comm.cost_model().params();
-    fmt::print("# hopwise-bench: {}, {} ranks on {} host(s), {} {}, {} iters (median, max over ranks), {} warm-up\n",
-               comm::to_string(o.collective), comm.size(), hosts, to_string(o.dtype), to_string(o.op), o.iters,
-               o.warmup);
+    fmt::print(
+        "# hopwise-bench: {}, {} ranks on {} host(s) over {} ({}), {} {}, {} iters (median, max over ranks), {} "
+        "warm-up\n",
+        comm::to_string(o.collective), comm.size(), hosts, comm.transport().name(), launch.launcher, to_string(o.dtype),
+        to_string(o.op), o.iters, o.warmup);
     fmt::print("# single-core memcpy {:.2f} GB/s (the physical limit here); reduction kernels: {}\n", limit,
                active_isa());
     fmt::print(
@@ -614,12 +629,18 @@ int run(int argc, char** argv) {
         cp.source, cp.alpha * 1e6, cp.alpha_rendezvous * 1e6, 1e-9 / cp.beta, 1e-9 / cp.gamma, cp.alpha_shared * 1e6,
         cp.beta_shared > 0 ? 1e-9 / cp.beta_shared : 0.0, cp.alpha_native * 1e6,
         cp.beta_native > 0 ? 1e-9 / cp.beta_native : 0.0);
-    fmt::print(
-        "# vs_mpi = MPI's own {} time / this row's time, same buffers, interleaved (rows mpi and gloo: the "
-        "peers themselves)\n",
-        comm::to_string(o.collective));
+    if (bench.reference() == "mpi")
+      fmt::print(
+          "# vs_mpi = MPI's own {} time / this row's time, same buffers, interleaved (rows mpi and gloo: the "
+          "peers themselves)\n",
+          comm::to_string(o.collective));
+    else if (bench.reference() == "gloo")
+      fmt::print("# no MPI in this job (launched by {}): vs_gloo = Gloo's allreduce time / this row's time\n",
+                 launch.launcher);
+    else
+      fmt::print("# no MPI in this job and no Gloo row: vs_none reads 0\n");
     fmt::print("{:>12} {:>11} {:>9} {:>12} {:>11} {:>8} {:>8} {:>7} {:>6}\n", "size(B)", "count", "type", "algo",
-               "time(us)", "algbw", "busbw", "vs_mpi", "check");
+               "time(us)", "algbw", "busbw", "vs_" + bench.reference(), "check");
   }
   const auto rows = bench.run_sizes();
   if (o.overlap && o.collective == Collective::kAllreduce) bench.run_overlap();
@@ -632,8 +653,8 @@ int run(int argc, char** argv) {
       return 1;
     }
     const bool codecs = !o.codecs.empty();
-    std::fprintf(f, "size_bytes,count,dtype,op,algo,ranks,time_us,algbw_gbs,busbw_gbs,vs_mpi,check%s\n",
-                 codecs ? ",codec,wire_bytes,ratio,rel_err" : "");
+    fmt::print(f, "size_bytes,count,dtype,op,algo,ranks,time_us,algbw_gbs,busbw_gbs,vs_{},check{}\n", bench.reference(),
+               codecs ? ",codec,wire_bytes,ratio,rel_err" : "");
     for (const Row& r : rows) {
       const bool coded = r.codec != "-";
       std::string algo = coded ? "auto" : r.algo.substr(0, r.algo.find(':'));
@@ -662,7 +683,9 @@ int main(int argc, char** argv) {
     return hopwise::bench::run(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hopwise-bench: %s\n", e.what());
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) MPI_Abort(MPI_COMM_WORLD, 1);  // under mpirun: end every rank, not only this one
     return 1;
   }
 }

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hopwise/comm/communicator.h"
+#include "hopwise/comm/launch.h"
 #include "hopwise/comm/topology_exchange.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
@@ -36,7 +37,7 @@ namespace {
 constexpr const char* kUsage = R"(usage: hopwise-topo <command> [FILE | --input FILE] [options]
 
 Without FILE: this machine, discovered with hwloc (CPUs, NUMA, PCIe, NICs with sysfs speeds) and NVML/CUDA when
-a GPU driver is there; under mpirun, the whole job: every rank's view gathered, ranks placed on their devices,
+a GPU driver is there; under mpirun or torchrun, the whole job: every rank's view gathered, ranks placed on their devices,
 printed once by rank 0. FILE is a topology file: hwloc XML (lstopo --of xml), NCCL/RCCL topology XML
 (NCCL_TOPO_DUMP_FILE), `nvidia-smi topo -m` output, or hopwise JSON; the format is detected from the content.
 
@@ -477,13 +478,6 @@ int cmd_dot(const Topology& t, const Args& a) {
   return 0;
 }
 
-// Launched by mpirun with more than one rank: then the topology is the whole job's.
-bool under_mpirun() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
-    if (auto s = hopwise::env::get(v)) return std::atoi(s->c_str()) > 1;
-  return false;
-}
-
 // The job: every rank discovers its host, the views are all-gathered, rank 0 gets the assembled cluster. Other
 // ranks return nullopt and print nothing.
 std::optional<Source> gather_job() {
@@ -532,10 +526,10 @@ int main(int argc, char** argv) {
     }
     Source src;
     if (!a.file.empty()) {
-      // Under mpirun with a file every rank would print the same: only the first one does.
-      if (hopwise::env::get_int("OMPI_COMM_WORLD_RANK", 0) != 0) return 0;
+      // Launched as a job with a file every rank would print the same: only the first one does.
+      if (hopwise::comm::launched_as_job() && hopwise::comm::detect_launch().rank != 0) return 0;
       src.topology = load_topology(a.file);
-    } else if (under_mpirun()) {
+    } else if (hopwise::comm::launched_as_job()) {  // mpirun, torchrun: the whole job's topology
       auto job = gather_job();
       if (!job) return 0;
       src = std::move(*job);

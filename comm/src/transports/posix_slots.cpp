@@ -21,16 +21,17 @@ std::string segment_name(int rank) {
 }
 
 char* map_segment(const std::string& name, std::size_t bytes, bool create) {
-  const int fd = create ? ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600) : ::shm_open(name.c_str(), O_RDWR, 0);
+  const int fd =
+      create ? ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600) : ::shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0)
-    throw TransportError(fmt::format("shm_open({}) failed: {}; is /dev/shm mounted and writable?", name,
-                                     std::strerror(errno)));
+    throw TransportError(
+        fmt::format("shm_open({}) failed: {}; is /dev/shm mounted and writable?", name, std::strerror(errno)));
   if (create && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const int e = errno;
     ::close(fd);
     ::shm_unlink(name.c_str());
-    throw TransportError(fmt::format("ftruncate({}, {} bytes) failed: {}; /dev/shm may be full", name, bytes,
-                                     std::strerror(e)));
+    throw TransportError(
+        fmt::format("ftruncate({}, {} bytes) failed: {}; /dev/shm may be full", name, bytes, std::strerror(e)));
   }
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int e = errno;

@@ -14,8 +14,7 @@ namespace hopwise::comm {
 class PosixSlots {
  public:
   // Collective over the ranks of `store` (all on this host); keys "<name>/...".
-  PosixSlots(Store& store, const std::string& name, int rank, int size, std::size_t slot_bytes,
-             Store::Seconds timeout);
+  PosixSlots(Store& store, const std::string& name, int rank, int size, std::size_t slot_bytes, Store::Seconds timeout);
   ~PosixSlots();
   PosixSlots(const PosixSlots&) = delete;
   PosixSlots& operator=(const PosixSlots&) = delete;

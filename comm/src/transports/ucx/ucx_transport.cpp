@@ -16,8 +16,8 @@
 #include <sstream>
 #include <thread>
 
-#include "hopwise/common/error.h"
 #include "../posix_slots.h"
+#include "hopwise/common/error.h"
 
 namespace hopwise::comm {
 
@@ -92,7 +92,8 @@ std::pair<std::string, std::string> unpack(const std::string& packed, int rank) 
   std::uint32_t n = 0;
   if (packed.size() < sizeof n) throw TransportError(fmt::format("rank {}'s UCX address record is truncated", rank));
   std::memcpy(&n, packed.data(), sizeof n);
-  if (packed.size() < sizeof n + n) throw TransportError(fmt::format("rank {}'s UCX address record is truncated", rank));
+  if (packed.size() < sizeof n + n)
+    throw TransportError(fmt::format("rank {}'s UCX address record is truncated", rank));
   return {packed.substr(sizeof n, n), packed.substr(sizeof n + n)};
 }
 
@@ -101,8 +102,9 @@ std::pair<std::string, std::string> unpack(const std::string& packed, int rank) 
 std::string host_identity() {
   char name[256] = {};
   ::gethostname(name, sizeof name - 1);
-  struct stat ns{};
-  const unsigned long long netns = ::stat("/proc/self/ns/net", &ns) == 0 ? static_cast<unsigned long long>(ns.st_ino) : 0;
+  struct stat ns {};
+  const unsigned long long netns =
+      ::stat("/proc/self/ns/net", &ns) == 0 ? static_cast<unsigned long long>(ns.st_ino) : 0;
   return fmt::format("{}/net:{}/boot:{}", name, netns, read_first_line("/proc/sys/kernel/random/boot_id"));
 }
 
@@ -110,6 +112,8 @@ struct Peer {
   int rank = -1;
   ucp_ep_h ep = nullptr;
   ucp_worker_h worker = nullptr;  // the worker this peer's messages come and go through
+  bool same_host = false;
+  long pid = 0;                               // on this host: the peer's process, watched while waiting for it
   std::atomic<ucs_status_t> failure{UCS_OK};  // set by UCX's error callback
 };
 
@@ -132,14 +136,22 @@ struct UcxTransport::State {
 
 namespace {
 
-void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
-  static_cast<Peer*>(arg)->failure = status;
+void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) { static_cast<Peer*>(arg)->failure = status; }
+
+// Whether process `pid` (on this host) has exited: gone, or a zombie its launcher has not reaped yet.
+bool exited(long pid) {
+  std::ifstream f(fmt::format("/proc/{}/stat", pid));
+  if (!f) return true;
+  std::string stat;
+  std::getline(f, stat);
+  const auto close = stat.rfind(')');  // "pid (comm) S ...": the name may hold spaces and parentheses
+  return close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] == 'Z' || stat[close + 2] == 'X';
 }
 
-std::string failure_text(int rank, int peer, ucs_status_t s) {
-  return fmt::format(
-      "rank {}: the connection to rank {} failed ({}); that rank died, or its host is unreachable", rank, peer,
-      ucs_status_string(s));
+std::string failure_text(int rank, const Peer& p, ucs_status_t s) {
+  if (p.pid > 0) return fmt::format("rank {}: rank {} (pid {} on this host) has exited", rank, p.rank, p.pid);
+  return fmt::format("rank {}: the connection to rank {} failed ({}); that rank died, or its host is unreachable", rank,
+                     p.rank, ucs_status_string(s));
 }
 
 }  // namespace
@@ -155,11 +167,19 @@ UcxTransport::UcxTransport(std::shared_ptr<Store> store, int rank, int size, std
   Store& st = *s_->store;
   // A name used twice on one store would read the earlier transport's addresses.
   if (st.add(name + "/members", 1) > size)
-    throw InvalidArgument(fmt::format("UcxTransport: the store already holds a transport named '{}'; give each "
-                                      "transport of a job a name of its own",
-                                      name));
+    throw InvalidArgument(
+        fmt::format("UcxTransport: the store already holds a transport named '{}'; give each "
+                    "transport of a job a name of its own",
+                    name));
 
-  const std::vector<std::string> hosts = store_allgather(st, name + "/hosts", rank, size, host_identity(), timeout);
+  std::vector<std::string> hosts =
+      store_allgather(st, name + "/hosts", rank, size, fmt::format("{}\n{}", host_identity(), ::getpid()), timeout);
+  std::vector<long> pids;
+  for (auto& h : hosts) {
+    const auto nl = h.rfind('\n');
+    pids.push_back(nl == std::string::npos ? 0 : std::atol(h.c_str() + nl + 1));
+    if (nl != std::string::npos) h.resize(nl);
+  }
   std::map<std::string, int> ids;
   local_size_ = 0;
   for (int r = 0; r < size; ++r) {
@@ -187,14 +207,20 @@ UcxTransport::UcxTransport(std::shared_ptr<Store> store, int rank, int size, std
     const std::string& remote = same_host ? near : far;
     if (remote.empty()) throw TransportError(fmt::format("rank {} published no UCX address for other hosts", r));
     ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     ep.address = reinterpret_cast<const ucp_address_t*>(remote.data());
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;  // a dead peer fails its requests instead of hanging them
-    ep.err_handler.cb = on_endpoint_error;
-    ep.err_handler.arg = p.get();
+    if (!same_host) {
+      // A dead peer fails its requests instead of hanging them. Not on this host: UCX 1.13 has no peer failure
+      // handling for shared memory and would fall back to TCP over loopback; a peer here is watched by its pid.
+      ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = on_endpoint_error;
+      ep.err_handler.arg = p.get();
+    }
     check_ucs(ucp_ep_create(e.worker, &ep, &p->ep), "ucp_ep_create");
     p->worker = e.worker;
+    p->same_host = same_host;
+    p->pid = same_host ? pids[static_cast<std::size_t>(r)] : 0;
     s_->peers.push_back(std::move(p));
   }
   if (local_size_ == size && size > 1)
@@ -207,13 +233,16 @@ UcxTransport::~UcxTransport() {
   // An abandoned transport closes at once: its peers may be gone.
   std::vector<ucs_status_ptr_t> closing;
   for (auto& p : s_->peers) {
+    // A peer on this host may be gone and its queue full: its endpoint goes with the worker.
+    if (s_->abandoned && p->same_host) continue;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = s_->abandoned || p->failure != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     ucs_status_ptr_t r = ucp_ep_close_nbx(p->ep, &param);
     if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::min<std::chrono::duration<double>>(timeout_, std::chrono::seconds(10));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::min<std::chrono::duration<double>>(timeout_, std::chrono::seconds(10));
   while (!closing.empty() && std::chrono::steady_clock::now() < deadline) {
     s_->progress();
     closing.erase(std::remove_if(closing.begin(), closing.end(),
@@ -238,11 +267,11 @@ void UcxTransport::abandon() { s_->abandoned = true; }
 Request UcxTransport::isend(const void* buf, std::size_t bytes, int peer, int tag) {
   if (peer < 0 || peer >= size_) throw InvalidArgument(fmt::format("isend to rank {} of {}", peer, size_));
   Peer& p = *s_->peers[static_cast<std::size_t>(peer)];
-  if (p.failure != UCS_OK) throw TransportError(failure_text(rank_, peer, p.failure), {peer});
+  if (p.failure != UCS_OK) throw TransportError(failure_text(rank_, p, p.failure), {peer});
   ucp_request_param_t param{};
   ucs_status_ptr_t r = ucp_tag_send_nbx(p.ep, buf, bytes, make_tag(rank_, tag), &param);
   if (r == nullptr) return Request{0, peer, false, false};  // sent at once
-  if (UCS_PTR_IS_ERR(r)) throw TransportError(failure_text(rank_, peer, UCS_PTR_STATUS(r)), {peer});
+  if (UCS_PTR_IS_ERR(r)) throw TransportError(failure_text(rank_, p, UCS_PTR_STATUS(r)), {peer});
   return Request{reinterpret_cast<std::uint64_t>(r), peer, false, true};
 }
 
@@ -280,7 +309,8 @@ void UcxTransport::cancel(Request& r) {
   if (r.is_recv) {
     Peer& p = *s_->peers[static_cast<std::size_t>(r.peer)];
     ucp_request_cancel(p.worker, req);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_);
     while (ucp_request_check_status(req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < deadline)
       s_->progress();
   }
@@ -295,10 +325,11 @@ bool UcxTransport::test(Request& r) {
   const ucs_status_t s = settle(r);
   if (s == UCS_INPROGRESS) return false;
   if (s == UCS_ERR_MESSAGE_TRUNCATED)
-    throw TransportError(fmt::format("rank {}: a message from rank {} overflows the receive posted for it; post "
-                                     "receives at least as large as the sends",
-                                     rank_, peer));
-  if (s != UCS_OK) throw TransportError(failure_text(rank_, peer, s), {peer});
+    throw TransportError(
+        fmt::format("rank {}: a message from rank {} overflows the receive posted for it; post "
+                    "receives at least as large as the sends",
+                    rank_, peer));
+  if (s != UCS_OK) throw TransportError(failure_text(rank_, *s_->peers[static_cast<std::size_t>(peer)], s), {peer});
   return true;
 }
 
@@ -322,18 +353,19 @@ void UcxTransport::wait_all(std::span<Request> reqs) {
         if (f != UCS_OK) {
           cancel(r);
           failed.push_back(peer);
-          if (error.empty()) error = failure_text(rank_, peer, f);
+          if (error.empty()) error = failure_text(rank_, *s_->peers[static_cast<std::size_t>(peer)], f);
         } else {
           pending = true;
         }
       } else if (s == UCS_ERR_MESSAGE_TRUNCATED) {
         if (error.empty())
-          error = fmt::format("rank {}: a message from rank {} overflows the receive posted for it; post receives "
-                              "at least as large as the sends",
-                              rank_, peer);
+          error = fmt::format(
+              "rank {}: a message from rank {} overflows the receive posted for it; post receives "
+              "at least as large as the sends",
+              rank_, peer);
       } else if (s != UCS_OK) {
         failed.push_back(peer);
-        if (error.empty()) error = failure_text(rank_, peer, s);
+        if (error.empty()) error = failure_text(rank_, *s_->peers[static_cast<std::size_t>(peer)], s);
       }
     }
     if (!pending) break;
@@ -344,6 +376,13 @@ void UcxTransport::wait_all(std::span<Request> reqs) {
     if (spins % yield_every == 0) sched_yield();
     if (spins % 64 == 0 && std::chrono::steady_clock::now() - start > std::chrono::microseconds(300))
       std::this_thread::sleep_for(std::chrono::microseconds(50));
+    // Shared memory has no peer failure events: a long wait looks at the pending peers' processes, ~10 times a
+    // second.
+    if (spins % 2048 == 0 && std::chrono::steady_clock::now() - start > std::chrono::milliseconds(100))
+      for (Request& r : reqs) {
+        Peer& p = *s_->peers[static_cast<std::size_t>(r.peer)];
+        if (r.active && p.pid > 0 && p.failure == UCS_OK && exited(p.pid)) p.failure = UCS_ERR_ENDPOINT_TIMEOUT;
+      }
     if (spins % 256 == 0 && std::chrono::steady_clock::now() - start > timeout_) {
       std::vector<int> peers;
       for (Request& r : reqs)
