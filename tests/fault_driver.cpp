@@ -1,13 +1,14 @@
 // A loop of collectives through hopwise::comm::Communicator in which one rank misbehaves on purpose, so that the
-// tests can see how the others find out (tests/faults.cmake). Run under mpirun:
+// tests can see how the others find out (tests/faults.cmake). Run under mpirun, torchrun or tests/spawn_ranks.sh:
 //
 //   fault_driver [--iters N] [--count C] [--coll allreduce|broadcast] [--algo NAME]
-//                [--fault none|stop|kill|skip|mismatch] [--rank R] [--at I] [--what count|dtype|op|root]
+//                [--fault none|stop|kill|skip|mismatch|absent] [--rank R] [--at I] [--what count|dtype|op|root]
 //
 //   stop      rank R stops itself with SIGSTOP before iteration I (a hung or descheduled process)
 //   kill      rank R kills itself with SIGKILL before iteration I (a crashed process)
 //   skip      rank R leaves out the collective of iteration I (a rank taking another branch)
 //   mismatch  rank R calls iteration I's collective with another count, dtype, op or root
+//   absent    rank R never joins: it exits before making its communicator (a rank that was never started)
 //
 // Every rank prints one line at the end: "rank R: ok after N iterations", or "rank R: FAILED after S s in
 // iteration I: <error>" (exit 1), S counted from the start of that iteration.
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "hopwise/comm/communicator.h"
+#include "hopwise/comm/launch.h"
 #include "hopwise/common/error.h"
 
 namespace {
@@ -69,8 +71,9 @@ Args parse(int argc, char** argv) {
       usage("unknown flag " + k);
   }
   if (a.coll != "allreduce" && a.coll != "broadcast") usage("--coll must be allreduce or broadcast");
-  if (a.fault != "none" && a.fault != "stop" && a.fault != "kill" && a.fault != "skip" && a.fault != "mismatch")
-    usage("--fault must be none, stop, kill, skip or mismatch");
+  if (a.fault != "none" && a.fault != "stop" && a.fault != "kill" && a.fault != "skip" && a.fault != "mismatch" &&
+      a.fault != "absent")
+    usage("--fault must be none, stop, kill, skip, mismatch or absent");
   if (a.what != "count" && a.what != "dtype" && a.what != "op" && a.what != "root")
     usage("--what must be count, dtype, op or root");
   return a;
@@ -123,6 +126,11 @@ int main(int argc, char** argv) {
   int rank = -1, at = -1;
   auto started = std::chrono::steady_clock::now();  // of the current iteration
   try {
+    rank = hc::detect_launch().rank;
+    if (rank == a.rank && a.fault == "absent") {
+      say(fmt::format("rank {}: never joining", rank));
+      return 0;
+    }
     hc::Communicator comm;
     rank = comm.rank();
     if (!a.algo.empty()) comm.set_algorithm(hc::parse_algorithm(a.algo));

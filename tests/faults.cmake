@@ -77,3 +77,58 @@ foreach(case "count|allreduce|count: 256 on ranks 0,1,3, 128 on rank 2"
                      ARGS --fault mismatch --what ${what} --coll ${coll} --rank 2 --at 5
                      EXPECT ${expect} REJECT "ok after")
 endforeach()
+
+# ---- the same faults over UCX, with no MPI: ranks spawned as a test harness does (tests/spawn_ranks.sh sets
+# torchrun's variables and, unlike mpirun and torchrun, lets the survivors run on after a rank dies) ----
+# hopwise_ucx_fault_test(NAME NP n MAX_SECONDS s ARGS driver-args... EXPECT regex... [REJECT regex...])
+function(hopwise_ucx_fault_test name)
+  cmake_parse_arguments(F "" "NP;MAX_SECONDS" "ARGS;EXPECT;REJECT" ${ARGN})
+  hopwise_expect_test(${name} EXIT nonzero MAX_SECONDS ${F_MAX_SECONDS} EXPECT ${F_EXPECT} REJECT ${F_REJECT}
+                      COMMAND /usr/bin/env HOPWISE_TIMEOUT_S=10 ${CMAKE_CURRENT_SOURCE_DIR}/spawn_ranks.sh ${F_NP}
+                              $<TARGET_FILE:fault_driver> ${F_ARGS})
+  set_tests_properties(${name} PROPERTIES LABELS "faults;ucx" TIMEOUT 120 PROCESSORS ${F_NP}
+                                          RESOURCE_LOCK hopwise_faults)
+endfunction()
+function(hopwise_all_ranks_say out ranks pattern)
+  set(lines "")
+  foreach(r ${ranks})
+    list(APPEND lines "rank ${r}: FAILED after ${pattern}")
+  endforeach()
+  set(${out} ${lines} PARENT_SCOPE)
+endfunction()
+# (a) A rank stops: the others name it after the timeout, through shared memory and through a ring.
+hopwise_all_ranks_say(expect "0;1;3" "1[01]\\.[0-9] s in iteration 5: .*timed out after 10\\.0 s.*rank 2 did not answer")
+hopwise_ucx_fault_test(ucx_fault_sigstop_np4 NP 4 MAX_SECONDS 40 ARGS --fault stop --rank 2 --at 5
+                       EXPECT ${expect} REJECT "ok after")
+hopwise_ucx_fault_test(ucx_fault_sigstop_ring_np4 NP 4 MAX_SECONDS 40
+                       ARGS --fault stop --rank 2 --at 5 --algo ring --count 200000 EXPECT ${expect} REJECT "ok after")
+# (b) A rank dies: on one host its pid is watched, so the others fail within about a second, not at the timeout;
+# through a ring its neighbours see it go, the others see them give up, and all name the dead rank.
+hopwise_all_ranks_say(expect "0;2;3" "[0-2]\\.[0-9] s in iteration 5: .*rank 1 did not answer")
+hopwise_ucx_fault_test(ucx_fault_sigkill_np4 NP 4 MAX_SECONDS 20 ARGS --fault kill --rank 1 --at 5
+                       EXPECT ${expect} REJECT "ok after")
+hopwise_ucx_fault_test(ucx_fault_sigkill_ring_np4 NP 4 MAX_SECONDS 20
+                       ARGS --fault kill --rank 1 --at 5 --algo ring --count 200000 EXPECT ${expect} REJECT "ok after")
+# (c) A rank skips the last allreduce: the others name it (it has exited by then, so they know within a second).
+hopwise_all_ranks_say(expect "0;1;2" "[0-9]+\\.[0-9] s in iteration 19: .*rank 3 did not answer")
+hopwise_ucx_fault_test(ucx_fault_skip_np4 NP 4 MAX_SECONDS 40 ARGS --fault skip --rank 3 --iters 20 --at 19
+                       EXPECT ${expect} "rank 3: ok after 20 iterations")
+# (d) A rank never joins: every other rank names it when the rendezvous times out; rank 0 (the store's server)
+# stays until the others have said so too.
+hopwise_all_ranks_say(expect "0;1;3" "(9|10)\\.[0-9] s .*rank\\(s\\) 2 did not arrive within 10\\.0 s")
+hopwise_ucx_fault_test(ucx_fault_absent_np4 NP 4 MAX_SECONDS 30 ARGS --fault absent --rank 2
+                       EXPECT ${expect} REJECT "closed the connection")
+# (e) Rank 0, which serves the store, never starts: the others name the address nobody serves.
+hopwise_all_ranks_say(expect "1;2" "(9|10)\\.[0-9] s .*store: nobody serves tcp://127\\.0\\.0\\.1:[0-9]+")
+hopwise_ucx_fault_test(ucx_fault_store_unserved_np3 NP 3 MAX_SECONDS 30 ARGS --fault absent --rank 0
+                       EXPECT ${expect})
+# (f) Under torchrun itself: a rank that skips a call is named by the others; torchrun fails the job.
+if(HOPWISE_TORCHRUN)
+  hopwise_all_ranks_say(expect "0;1" "[0-9]+\\.[0-9] s in iteration 9: .*rank 2 did not answer")
+  hopwise_expect_test(ucx_fault_skip_torchrun_np3 EXIT nonzero MAX_SECONDS 60 EXPECT ${expect}
+                      COMMAND /usr/bin/env HOPWISE_TIMEOUT_S=10 OMP_NUM_THREADS=1 ${HOPWISE_TORCHRUN} --standalone
+                              --nproc_per_node 3 --redirects 1 --tee 1 --no_python $<TARGET_FILE:fault_driver>
+                              --fault skip --rank 2 --iters 10 --at 9)
+  set_tests_properties(ucx_fault_skip_torchrun_np3 PROPERTIES LABELS "faults;ucx;torchrun" TIMEOUT 120
+                                                              PROCESSORS 3 RESOURCE_LOCK hopwise_faults)
+endif()

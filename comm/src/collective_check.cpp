@@ -126,9 +126,10 @@ std::string CollectiveCheck::describe_mismatch(const std::vector<Wire>& all) {
       calls, rank_list(odd) + (odd.size() == 1 ? " differs" : " differ"), rank_list(majority->second), fields);
 }
 
-std::string explain_timeout(Transport& t, std::chrono::duration<double> listen) {
+// Every rank that gave up sends every other a note and listens for theirs, up to `listen`: who is heard gave up
+// in this call too; who is silent is at fault.
+static std::vector<int> notes_from_ranks_that_gave_up(Transport& t, std::chrono::duration<double> listen) {
   const int p = t.size(), me = t.rank();
-  if (p <= 1) return {};
   // Never freed: a withdrawn send may still be read, and a late note must land somewhere.
   auto* notes = new std::vector<std::int64_t>(static_cast<std::size_t>(p) + 1, me);
   std::vector<Request> recvs(static_cast<std::size_t>(p)), sends(static_cast<std::size_t>(p));
@@ -159,7 +160,21 @@ std::string explain_timeout(Transport& t, std::chrono::duration<double> listen) 
         } catch (const std::exception&) {
         }
       }
+  return heard;
+}
+
+std::string explain_timeout(Transport& t, std::chrono::duration<double> listen) {
+  const int p = t.size(), me = t.rank();
+  if (p <= 1) return {};
+  std::vector<int> heard{me};
+  if (auto known = t.ranks_that_gave_up(listen)) {
+    heard = *known;  // the transport keeps count of its own (UCX: through the store)
+  } else {
+    heard = notes_from_ranks_that_gave_up(t, listen);
+  }
   std::sort(heard.begin(), heard.end());
+  heard.erase(std::unique(heard.begin(), heard.end()), heard.end());
+
   std::vector<int> silent;
   for (int q = 0; q < p; ++q)
     if (!std::binary_search(heard.begin(), heard.end(), q)) silent.push_back(q);

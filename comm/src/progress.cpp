@@ -79,8 +79,13 @@ std::exception_ptr detail::CommunicatorImpl::execute(Task& t) {
       return std::make_exception_ptr(
           TimeoutError(text + explain_timeout(*transport, std::chrono::duration<double>(listen)), te->pending_ranks()));
     }
-    if (auto* fe = dynamic_cast<const TransportError*>(&e))  // keeps the ranks it names (a dead UCX peer)
-      return std::make_exception_ptr(TransportError(text, fe->failed_ranks()));
+    if (auto* fe = dynamic_cast<const TransportError*>(&e)) {
+      if (fe->failed_ranks().empty()) return std::make_exception_ptr(TransportError(text));
+      // A gone peer (UCX) may itself have left because of another: ask who else gave up, as for a timeout.
+      const double listen = std::min(1.0, options.timeout_s / 4);
+      return std::make_exception_ptr(TransportError(
+          text + explain_timeout(*transport, std::chrono::duration<double>(listen)), fe->failed_ranks()));
+    }
     if (dynamic_cast<const InvalidArgument*>(&e)) return std::make_exception_ptr(InvalidArgument(text));
     return std::make_exception_ptr(Error(text));
   }

@@ -21,14 +21,26 @@ inline std::atomic_ref<std::uint64_t> flag_of(char* slot, int index = 0) {
 }
 
 // Spins (yielding now and then, for oversubscribed hosts) until every rank's flag `index` reaches `seq`;
-// TimeoutError naming the ranks that did not get there.
+// TimeoutError naming the ranks that did not get there, or TransportError naming one the transport knows is
+// gone (asked ~10 times a second once the wait is long).
 inline void wait_for_flags(const Transport& t, SharedSlots& sh, std::uint64_t seq, int index = 0) {
   const auto start = std::chrono::steady_clock::now();
+  auto next_look = start + std::chrono::milliseconds(100);
   for (int r = 0; r < t.size(); ++r) {
     auto flag = flag_of(sh.base[static_cast<std::size_t>(r)], index);
     for (long spins = 1; flag.load(std::memory_order_acquire) < seq; ++spins) {
       if (spins % 16 == 0) sched_yield();
-      if (spins % 1024 == 0 && std::chrono::steady_clock::now() - start > t.timeout()) {
+      if (spins % 1024 != 0) continue;
+      const auto now = std::chrono::steady_clock::now();
+      if (now > next_look) {
+        next_look = now + std::chrono::milliseconds(100);
+        if (t.peer_gone(r))
+          throw TransportError(fmt::format("rank {}: rank {} failed or gave up (its transport says so) while rank "
+                                           "{} waited for it in shared memory",
+                                           t.rank(), r, t.rank()),
+                               {r});
+      }
+      if (now - start > t.timeout()) {
         std::vector<int> late;
         for (int q = 0; q < t.size(); ++q)
           if (flag_of(sh.base[static_cast<std::size_t>(q)], index).load() < seq) late.push_back(q);

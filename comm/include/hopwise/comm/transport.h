@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -102,6 +103,16 @@ class Transport {
 
   // The library's own collectives, or nullptr where there are none.
   virtual NativeCollectives* native() { return nullptr; }
+
+  // Whether the transport knows that `peer` has failed (its process exited, its connection broke): waits that
+  // do not go through wait_all (the shared slots' flags) ask it now and then, so as to fail before the timeout.
+  virtual bool peer_gone(int /*peer*/) const { return false; }
+
+  // After a failed call: the ranks that have abandoned this transport (this one included), waiting up to `listen`
+  // for all to do so; nullopt where the transport keeps no such count (then the ranks exchange notes).
+  virtual std::optional<std::vector<int>> ranks_that_gave_up(std::chrono::duration<double> /*listen*/) {
+    return std::nullopt;
+  }
 
   // A wait timed out or the transport failed, so a peer may be stopped or gone: from now on this transport must
   // never wait for it again, not even in its destructor (MpiTransport then frees nothing collectively, and leaves

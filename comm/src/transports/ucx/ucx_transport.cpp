@@ -114,11 +114,13 @@ struct Peer {
   ucp_worker_h worker = nullptr;  // the worker this peer's messages come and go through
   bool same_host = false;
   long pid = 0;                               // on this host: the peer's process, watched while waiting for it
+  bool gave_up = false;                       // the peer abandoned this job (it lost a peer of its own)
   std::atomic<ucs_status_t> failure{UCS_OK};  // set by UCX's error callback
 };
 
 struct UcxTransport::State {
   std::shared_ptr<Store> store;
+  std::string name;  // this transport's keys in the store
   std::unique_ptr<Engine> near, far;
   std::vector<std::unique_ptr<Peer>> peers;
   std::unique_ptr<PosixSlots> slots;
@@ -149,6 +151,7 @@ bool exited(long pid) {
 }
 
 std::string failure_text(int rank, const Peer& p, ucs_status_t s) {
+  if (p.gave_up) return fmt::format("rank {}: rank {} gave up on this job (it lost a peer of its own)", rank, p.rank);
   if (p.pid > 0) return fmt::format("rank {}: rank {} (pid {} on this host) has exited", rank, p.rank, p.pid);
   return fmt::format("rank {}: the connection to rank {} failed ({}); that rank died, or its host is unreachable", rank,
                      p.rank, ucs_status_string(s));
@@ -164,6 +167,7 @@ UcxTransport::UcxTransport(std::shared_ptr<Store> store, int rank, int size, std
     throw InvalidArgument(fmt::format("UcxTransport: rank {} of {} ranks; the rank must be in [0, size)", rank, size));
   timeout_ = timeout;
   s_->store = std::move(store);
+  s_->name = name;
   Store& st = *s_->store;
   // A name used twice on one store would read the earlier transport's addresses.
   if (st.add(name + "/members", 1) > size)
@@ -172,6 +176,27 @@ UcxTransport::UcxTransport(std::shared_ptr<Store> store, int rank, int size, std
                     "transport of a job a name of its own",
                     name));
 
+  try {
+    meet(st, name, timeout);
+  } catch (const TimeoutError& e) {
+    // Rank 0 may be the store's server (TCP): leaving at once would cut the other ranks off before they too can
+    // name the missing ranks. It stays until every rank that arrived has given up as well (at most 5 s).
+    try {
+      st.add(name + "/gave-up", 1);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      const auto present = static_cast<std::int64_t>(size) - static_cast<std::int64_t>(e.pending_ranks().size());
+      while (rank == 0 && st.add(name + "/gave-up", 0) < present && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } catch (const Error&) {
+    }
+    throw;
+  }
+}
+
+// Host identities first (which peers share this host decides the engines), then the engines' addresses, the
+// endpoints, the shared slots on one host, and a last step that every rank has connected.
+void UcxTransport::meet(Store& st, const std::string& name, std::chrono::duration<double> timeout) {
+  const int rank = rank_, size = size_;
   std::vector<std::string> hosts =
       store_allgather(st, name + "/hosts", rank, size, fmt::format("{}\n{}", host_identity(), ::getpid()), timeout);
   std::vector<long> pids;
@@ -223,6 +248,18 @@ UcxTransport::UcxTransport(std::shared_ptr<Store> store, int rank, int size, std
     p->pid = same_host ? pids[static_cast<std::size_t>(r)] : 0;
     s_->peers.push_back(std::move(p));
   }
+  // Every endpoint connected now, not at its first message: UCX connects lazily, and a connection first made
+  // while a job fails (the notes of explain_timeout) would go nowhere.
+  {
+    constexpr int kTagConnect = -2;  // no algorithm uses negative tags
+    std::vector<char> sink(static_cast<std::size_t>(size));
+    Requests reqs(*this);
+    for (int q = 0; q < size; ++q) {
+      reqs.push_back(irecv(&sink[static_cast<std::size_t>(q)], 1, q, kTagConnect));
+      reqs.push_back(isend(&sink[static_cast<std::size_t>(rank)], 1, q, kTagConnect));
+    }
+    wait_all(reqs);
+  }
   if (local_size_ == size && size > 1)
     s_->slots = std::make_unique<PosixSlots>(st, name + "/slots", rank, size, kSlotBytes, timeout);
   store_allgather(st, name + "/ready", rank, size, "", timeout);
@@ -262,12 +299,59 @@ UcxTransport::~UcxTransport() {
 
 SharedSlots* UcxTransport::shared_slots() { return s_->slots ? &s_->slots->slots() : nullptr; }
 
-void UcxTransport::abandon() { s_->abandoned = true; }
+// Says so in the store, so that ranks still waiting for this one fail now rather than at their timeout (and then
+// ask who else gave up, finding the rank at fault).
+void UcxTransport::abandon() {
+  if (s_->abandoned) return;
+  s_->abandoned = true;
+  try {
+    s_->store->set(fmt::format("{}/gave-up/{}", s_->name, rank_), "1");
+  } catch (const std::exception&) {
+    // the store's server (rank 0) may be the rank that is gone
+  }
+}
+
+// Reads the marks abandon() leaves in the store; nullopt when the store is out of reach (its server is gone).
+std::optional<std::vector<int>> UcxTransport::ranks_that_gave_up(std::chrono::duration<double> listen) {
+  const auto until = std::chrono::steady_clock::now() + listen;
+  std::vector<int> gave_up;
+  try {
+    for (;;) {
+      gave_up.clear();
+      for (int r = 0; r < size_; ++r)
+        if (r == rank_ || s_->store->check({fmt::format("{}/gave-up/{}", s_->name, r)})) gave_up.push_back(r);
+      if (static_cast<int>(gave_up.size()) == size_ || std::chrono::steady_clock::now() >= until) return gave_up;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+bool UcxTransport::peer_gone(int peer) const {
+  if (peer < 0 || peer >= size_ || peer == rank_) return false;
+  Peer& p = *s_->peers[static_cast<std::size_t>(peer)];
+  if (p.failure != UCS_OK) return true;
+  if (p.pid > 0 && exited(p.pid)) {
+    p.failure = UCS_ERR_ENDPOINT_TIMEOUT;
+  } else {
+    try {
+      if (s_->store->check({fmt::format("{}/gave-up/{}", s_->name, peer)})) {
+        p.gave_up = true;
+        p.failure = UCS_ERR_CANCELED;
+      }
+    } catch (const std::exception&) {
+    }
+  }
+  return p.failure != UCS_OK;
+}
 
 Request UcxTransport::isend(const void* buf, std::size_t bytes, int peer, int tag) {
   if (peer < 0 || peer >= size_) throw InvalidArgument(fmt::format("isend to rank {} of {}", peer, size_));
   Peer& p = *s_->peers[static_cast<std::size_t>(peer)];
-  if (p.failure != UCS_OK) throw TransportError(failure_text(rank_, p, p.failure), {peer});
+  // A broken endpoint cannot send; a peer that exited or gave up still gets what is sent (the note a rank that
+  // gives up sends every other, so that each learns who is at fault).
+  if (p.failure != UCS_OK && p.pid == 0 && !p.gave_up) throw TransportError(failure_text(rank_, p, p.failure), {peer});
   ucp_request_param_t param{};
   ucs_status_ptr_t r = ucp_tag_send_nbx(p.ep, buf, bytes, make_tag(rank_, tag), &param);
   if (r == nullptr) return Request{0, peer, false, false};  // sent at once
@@ -379,10 +463,8 @@ void UcxTransport::wait_all(std::span<Request> reqs) {
     // Shared memory has no peer failure events: a long wait looks at the pending peers' processes, ~10 times a
     // second.
     if (spins % 2048 == 0 && std::chrono::steady_clock::now() - start > std::chrono::milliseconds(100))
-      for (Request& r : reqs) {
-        Peer& p = *s_->peers[static_cast<std::size_t>(r.peer)];
-        if (r.active && p.pid > 0 && p.failure == UCS_OK && exited(p.pid)) p.failure = UCS_ERR_ENDPOINT_TIMEOUT;
-      }
+      for (Request& r : reqs)
+        if (r.active) peer_gone(r.peer);
     if (spins % 256 == 0 && std::chrono::steady_clock::now() - start > timeout_) {
       std::vector<int> peers;
       for (Request& r : reqs)

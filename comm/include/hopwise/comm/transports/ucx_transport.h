@@ -43,6 +43,8 @@ class UcxTransport final : public Transport {
   int local_size() const override { return local_size_; }
   int host_id() const override { return host_ids_[static_cast<std::size_t>(rank_)]; }
   SharedSlots* shared_slots() override;
+  bool peer_gone(int peer) const override;
+  std::optional<std::vector<int>> ranks_that_gave_up(std::chrono::duration<double> listen) override;
   void abandon() override;
 
   // The UCX transports each peer is reached by (e.g. "posix/memory cma/memory" or "tcp/eth0"), for logs and tests.
@@ -51,6 +53,7 @@ class UcxTransport final : public Transport {
   struct State;
 
  private:
+  void meet(Store& store, const std::string& name, std::chrono::duration<double> timeout);
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::vector<int> host_ids_;
   std::unique_ptr<State> s_;
