@@ -5,6 +5,8 @@
 #
 #   scripts/local-cluster.sh up N [--slots S]     create hosts h0..h(N-1) (10.200.0.1..N), S slots each (default 2)
 #   scripts/local-cluster.sh run MPIRUN-ARGS...   mpirun inside h0 with the cluster's flags (yours override them)
+#   scripts/local-cluster.sh torchrun [--nproc_per_node S] PROGRAM ARGS...
+#                                                torchrun's multi-node form, one agent inside each host (no MPI)
 #   scripts/local-cluster.sh shape RATE [DELAY]   shape every host's link, e.g. "shape 1gbit 0.1ms"; "shape off"
 #   scripts/local-cluster.sh status               hosts, addresses, shaping, processes
 #   scripts/local-cluster.sh down                 remove everything up made (safe to repeat)
@@ -29,7 +31,7 @@ die() {
 }
 
 usage() {
-  sed -n '6,10p' "$0" | sed 's/^# \{0,1\}//' >&"$((${1:-2} == 0 ? 1 : 2))"
+  sed -n '6,12p' "$0" | sed 's/^# \{0,1\}//' >&"$((${1:-2} == 0 ? 1 : 2))"
   exit "${1:-2}"
 }
 
@@ -243,6 +245,42 @@ cmd_run() {
   in_host 0 mpirun "${args[@]}" "$@"
 }
 
+# torchrun's multi-node form, one agent per host, started inside each host's namespace under its name:
+# --nnodes N --node_rank i --master_addr <h0's address>. Each program rank then meets the others through
+# hopwise's TCP store (rank 0, in h0) and talks over UCX: shared memory within a host, TCP between hosts. Debian's
+# torchrun needs --redirects 1 --tee 1 (its defaults crash on Python 3.11); output lines start with the host.
+cmd_torchrun() {
+  need_root torchrun
+  need_tools ip unshare torchrun
+  load_state
+  local per_node=1
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --nproc_per_node | --nproc-per-node) [ $# -ge 2 ] || usage; per_node=$2; shift 2 ;;
+      --nproc_per_node=* | --nproc-per-node=*) per_node=${1#*=}; shift ;;
+      *) break ;;
+    esac
+  done
+  [ $# -ge 1 ] || die "torchrun: give the program to run, e.g. build/bin/hopwise-bench"
+  [[ $per_node =~ ^[0-9]+$ ]] && [ "$per_node" -ge 1 ] || die "torchrun: --nproc_per_node must be a positive number"
+  local port=$((29400 + RANDOM % 500)) i pids=() rc=0 worst=0
+  cd "$repo"
+  for ((i = 0; i < N; i++)); do
+    (
+      set -o pipefail
+      in_host "$i" torchrun --nnodes "$N" --node_rank "$i" --nproc_per_node "$per_node" \
+        --master_addr "$(address 0)" --master_port "$port" --redirects 1 --tee 1 --no_python "$@" 2>&1 |
+        sed -u "s/^/[$(host "$i")] /"
+    ) &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do
+    wait "$p" || rc=$?
+    [ "$rc" -le "$worst" ] || worst=$rc
+  done
+  return "$worst"
+}
+
 # Parses a tc rate ("1gbit", "100mbit", "2.5gbit", "500kbit", "1000000") into bits per second.
 rate_bits() {
   local r=${1,,} num unit
@@ -360,6 +398,7 @@ case $command in
   up) cmd_up "$@" ;;
   down) [ $# -eq 0 ] || usage; cmd_down ;;
   run) [ $# -ge 1 ] || usage; cmd_run "$@" ;;
+  torchrun) cmd_torchrun "$@" ;;
   shape) cmd_shape "$@" ;;
   status) [ $# -eq 0 ] || usage; cmd_status ;;
   -h | --help | help) usage 0 ;;

@@ -17,9 +17,7 @@ class Control {
   comm::Communicator& comm() { return c_; }
   void sync() { c_.barrier(); }
   // Element-wise max over ranks, in place.
-  void max(std::vector<double>& v) {
-    c_.allreduce(v.data(), v.data(), v.size(), DataType::kFloat64, ReduceOp::kMax);
-  }
+  void max(std::vector<double>& v) { c_.allreduce(v.data(), v.data(), v.size(), DataType::kFloat64, ReduceOp::kMax); }
   // Whether `flag` is true on any rank.
   bool any(bool flag) {
     std::int32_t x = flag ? 1 : 0;

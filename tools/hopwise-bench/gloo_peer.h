@@ -1,22 +1,20 @@
-// Gloo as a second peer in hopwise-bench: its allreduce over TCP on this host, rendezvous through a FileStore
-// in a directory rank 0 creates and shares through the bench's control communicator. Built where CMake finds Gloo
-// (Debian libgloo-dev).
+// Gloo as a second peer in hopwise-bench: its allreduce over TCP (loopback within a host, the hosts' addresses
+// across them), meeting through a hopwise store. Built where CMake finds Gloo (Debian libgloo-dev).
 #pragma once
 
 #include <cstddef>
 #include <memory>
 
+#include "hopwise/comm/store.h"
 #include "hopwise/common/dtype.h"
 
 namespace hopwise::bench {
-class Control;
-}
 
-namespace hopwise::bench {
+class Control;
 
 class GlooPeer {
  public:
-  explicit GlooPeer(Control& control);  // collective
+  GlooPeer(Control& control, std::shared_ptr<comm::Store> store, bool several_hosts);  // collective
   ~GlooPeer();
   static bool supports(DataType dt, ReduceOp op);
   void allreduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op);

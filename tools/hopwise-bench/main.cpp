@@ -16,6 +16,7 @@
 #include "control.h"
 #include "hopwise/comm/communicator.h"
 #include "hopwise/comm/launch.h"
+#include "hopwise/comm/transports/mpi_store.h"
 #include "hopwise/comm/transports/mpi_transport.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/half.h"
@@ -91,6 +92,7 @@ struct Row {
   std::size_t bytes, count;
   std::string algo;
   double time_us, algbw, busbw, vs_mpi;
+  double vs_wire = 0;  // --wire: the wire time / this row's time
   std::string check;
   std::string codec = "-";  // -C rows: the codec spec, bytes per rank on the wire, ratio, relative L2 error
   std::size_t wire_bytes = 0;
@@ -99,8 +101,8 @@ struct Row {
 
 class Bench {
  public:
-  Bench(const Options& o, comm::Communicator& c, Control& control, bool with_mpi)
-      : o_(o), comm_(c), control_(control), p_(c.size()), rank_(c.rank()), with_mpi_(with_mpi) {
+  Bench(const Options& o, comm::Communicator& c, Control& control, bool with_mpi, int hosts)
+      : o_(o), comm_(c), control_(control), p_(c.size()), rank_(c.rank()), with_mpi_(with_mpi), hosts_(hosts) {
     // A row per algorithm that implements the collective (tree has no reduce_scatter, for one).
     for (Algorithm a : o.algorithms) {
       if (comm::implements(a, o.collective))
@@ -118,12 +120,13 @@ class Bench {
     expected_ = std::make_unique<Buffer>(max_count * es);
     scratch_ = std::make_unique<Buffer>(max_count * es);
 #if HOPWISE_HAVE_GLOO
-    // The Gloo peer meets through files in /tmp and connects over loopback: it runs where all ranks share a host.
+    // The Gloo peer meets through a store of the job's: an MpiStore under mpirun, the launch's under torchrun.
     if (o.collective == Collective::kAllreduce && GlooPeer::supports(o.dtype, o.op)) {
-      if (comm_.local_size() == p_)
-        gloo_ = std::make_unique<GlooPeer>(control_);
-      else if (rank_ == 0)
-        fmt::print("# gloo: no row (ranks on several hosts; its peer runs within one host)\n");
+      const std::shared_ptr<comm::Store> store =
+          with_mpi_
+              ? std::make_shared<comm::MpiStore>()
+              : comm::launch_store(comm::detect_launch(), comm::Store::Seconds(comm::Options::timeout_from_env()));
+      gloo_ = std::make_unique<GlooPeer>(control_, store, hosts_ > 1);
     }
 #endif
   }
@@ -154,8 +157,10 @@ class Bench {
       count -= count % static_cast<std::size_t>(p_);
     return count;
   }
-  double bus_factor() const {
-    const double n = p_;
+  // The least time `bytes` take on the wire: what each host must send over its link (the bus factor over hosts).
+  double wire_seconds(std::size_t bytes) const { return bytes * bus_factor(hosts_) * 8 / (o_.wire_gbps * 1e9); }
+  double bus_factor(int over = 0) const {
+    const double n = over > 0 ? over : p_;
     switch (o_.collective) {
       case Collective::kAllreduce: return 2 * (n - 1) / n;
       case Collective::kReduceScatter:
@@ -299,6 +304,19 @@ class Bench {
     }
     comm_.set_algorithm(Algorithm::kAuto);
     for (const auto& spec : o_.codecs) rows.push_back(codec_row(count, spec, mpi_t));
+    if (o_.wire_gbps > 0 && hosts_ > 1) {
+      const double wire = wire_seconds(count * dtype_size(o_.dtype));
+      Row w = rows.front();
+      w.algo = "wire";
+      w.time_us = wire * 1e6;
+      w.algbw = static_cast<double>(w.bytes) / wire / 1e9;
+      w.busbw = w.algbw * bus_factor();
+      w.vs_mpi = mpi_t > 0 ? mpi_t / wire : 0;
+      w.check = "-";
+      w.codec = "-";
+      rows.push_back(w);
+      for (Row& r : rows) r.vs_wire = wire / (r.time_us * 1e-6);
+    }
     if (rank_ == 0) print_rows(rows);
     return rows;
   }
@@ -505,6 +523,7 @@ class Bench {
     for (const Row& r : rows) {
       fmt::print("{:>12} {:>11} {:>9} {:>12} {:>11.1f} {:>8.3f} {:>8.3f} {:>7.2f} {:>6}", r.bytes, r.count,
                  to_string(o_.dtype), r.algo, r.time_us, r.algbw, r.busbw, r.vs_mpi, r.check);
+      if (r.vs_wire > 0) fmt::print(" {:>7.3f}", r.vs_wire);
       if (r.codec != "-") fmt::print("  wire {} B, ratio {:.1f}, rel_err {:.2e}", r.wire_bytes, r.ratio, r.rel_err);
       fmt::print("\n");
     }
@@ -530,6 +549,7 @@ class Bench {
   Control& control_;
   int p_, rank_;
   bool with_mpi_;
+  int hosts_;
   MPI_Comm ref_ = MPI_COMM_NULL;
   std::unique_ptr<Buffer> in_, out_, expected_, scratch_;
 #if HOPWISE_HAVE_GLOO
@@ -611,9 +631,9 @@ int run(int argc, char** argv) {
     return 2;
   }
   const double limit = memcpy_gbs();
-  Bench bench(o, comm, control, with_mpi);
   std::int32_t hosts = comm.host_id() + 1;  // host ids count up from 0 in rank order: the largest + 1 hosts
   comm.allreduce(&hosts, &hosts, 1, DataType::kInt32, ReduceOp::kMax);
+  Bench bench(o, comm, control, with_mpi, hosts);
   if (rank == 0) {
     const auto& cp = comm.cost_model().params();
     fmt::print(
@@ -639,8 +659,12 @@ int run(int argc, char** argv) {
                  launch.launcher);
     else
       fmt::print("# no MPI in this job and no Gloo row: vs_none reads 0\n");
-    fmt::print("{:>12} {:>11} {:>9} {:>12} {:>11} {:>8} {:>8} {:>7} {:>6}\n", "size(B)", "count", "type", "algo",
-               "time(us)", "algbw", "busbw", "vs_" + bench.reference(), "check");
+    if (o.wire_gbps > 0)
+      fmt::print("# wire: {} Gbit/s per host link; the least time is what each of the {} hosts sends over its link{}\n",
+                 o.wire_gbps, hosts, hosts > 1 ? "" : " (one host: no wire row)");
+    fmt::print("{:>12} {:>11} {:>9} {:>12} {:>11} {:>8} {:>8} {:>7} {:>6}{}\n", "size(B)", "count", "type", "algo",
+               "time(us)", "algbw", "busbw", "vs_" + bench.reference(), "check",
+               o.wire_gbps > 0 && hosts > 1 ? " vs_wire" : "");
   }
   const auto rows = bench.run_sizes();
   if (o.overlap && o.collective == Collective::kAllreduce) bench.run_overlap();

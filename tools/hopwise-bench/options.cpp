@@ -15,6 +15,7 @@ namespace hopwise::bench {
 namespace {
 
 constexpr const char* kUsage = R"(usage: mpirun -np N hopwise-bench [options]
+       torchrun --nproc_per_node N --redirects 1 --tee 1 --no_python hopwise-bench [options]
   -b SIZE        smallest message in bytes (K/M/G suffixes), default 4K
   -e SIZE        largest message, default 64M
   -f FACTOR      multiply the size by FACTOR each row, default 4
@@ -30,8 +31,11 @@ constexpr const char* kUsage = R"(usage: mpirun -np N hopwise-bench [options]
   -C SPEC        also a row per codec (repeatable): allreduce_compressed on random normal data, with wire bytes,
                  compression ratio and relative L2 error against the exact sum; -c 1 checks it against a
                  serial run of the same codec
+  --wire GBPS    each host's link runs at GBPS Gbit/s (e.g. shaped by local-cluster.sh): a wire row per size,
+                 the least time the bytes each host must send over its link take, and vs_wire = wire / row time
   -h             this help
 Every row is timed interleaved with MPI's own collective on the same buffers; vs_mpi = MPI time / our time.
+Without MPI (under torchrun) the reference is Gloo's allreduce (vs_gloo) where it runs.
 )";
 
 std::vector<comm::Algorithm> parse_algorithms(std::string_view list) {
@@ -105,7 +109,13 @@ Options parse_options(int argc, char** argv) {
       o.overlap = true;
     else if (flag == "-C")
       o.codecs.emplace_back(value());
-    else
+    else if (flag == "--wire") {
+      const std::string v(value());
+      char* end = nullptr;
+      o.wire_gbps = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(o.wire_gbps > 0))
+        throw InvalidArgument(fmt::format("--wire '{}' is not a link speed in Gbit/s, e.g. --wire 1", v));
+    } else
       throw InvalidArgument(fmt::format("unknown option '{}'; see hopwise-bench -h", flag));
   }
   if (o.min_bytes > o.max_bytes)

@@ -22,6 +22,7 @@ struct Options {
   std::string csv_path;
   bool overlap = false;             // add the async-overlap table
   std::vector<std::string> codecs;  // -C SPEC (repeatable): a compressed-allreduce row per codec
+  double wire_gbps = 0;             // --wire G: each host's link runs at G Gbit/s; rows get vs_wire
 };
 
 // Parses argv; prints usage and exits 0 for -h, throws InvalidArgument naming the bad flag otherwise.
