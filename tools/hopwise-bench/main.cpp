@@ -677,8 +677,9 @@ int run(int argc, char** argv) {
       return 1;
     }
     const bool codecs = !o.codecs.empty();
-    fmt::print(f, "size_bytes,count,dtype,op,algo,ranks,time_us,algbw_gbs,busbw_gbs,vs_{},check{}\n", bench.reference(),
-               codecs ? ",codec,wire_bytes,ratio,rel_err" : "");
+    const bool wire = o.wire_gbps > 0 && hosts > 1;
+    fmt::print(f, "size_bytes,count,dtype,op,algo,ranks,time_us,algbw_gbs,busbw_gbs,vs_{},check{}{}\n",
+               bench.reference(), codecs ? ",codec,wire_bytes,ratio,rel_err" : "", wire ? ",vs_wire" : "");
     for (const Row& r : rows) {
       const bool coded = r.codec != "-";
       std::string algo = coded ? "auto" : r.algo.substr(0, r.algo.find(':'));
@@ -691,6 +692,7 @@ int run(int argc, char** argv) {
         else
           fmt::print(f, ",none,{},1.00,0", r.bytes);
       }
+      if (wire) fmt::print(f, ",{:.3f}", r.vs_wire);
       fmt::print(f, "\n");
     }
     std::fclose(f);
