@@ -5,8 +5,8 @@
 #
 #   scripts/local-cluster.sh up N [--slots S]     create hosts h0..h(N-1) (10.200.0.1..N), S slots each (default 2)
 #   scripts/local-cluster.sh run MPIRUN-ARGS...   mpirun inside h0 with the cluster's flags (yours override them)
-#   scripts/local-cluster.sh torchrun [--nproc_per_node S] PROGRAM ARGS...
-#                                                torchrun's multi-node form, one agent inside each host (no MPI)
+#   scripts/local-cluster.sh torchrun [--nnodes K] [--nproc_per_node S] PROGRAM ARGS...
+#                                                torchrun's multi-node form, an agent in each of hosts 0..K-1
 #   scripts/local-cluster.sh shape RATE [DELAY]   shape every host's link, e.g. "shape 1gbit 0.1ms"; "shape off"
 #   scripts/local-cluster.sh status               hosts, addresses, shaping, processes
 #   scripts/local-cluster.sh down                 remove everything up made (safe to repeat)
@@ -253,9 +253,11 @@ cmd_torchrun() {
   need_root torchrun
   need_tools ip unshare torchrun
   load_state
-  local per_node=1
+  local per_node=1 nodes=$N
   while [ $# -gt 0 ]; do
     case $1 in
+      --nnodes) [ $# -ge 2 ] || usage; nodes=$2; shift 2 ;;
+      --nnodes=*) nodes=${1#*=}; shift ;;
       --nproc_per_node | --nproc-per-node) [ $# -ge 2 ] || usage; per_node=$2; shift 2 ;;
       --nproc_per_node=* | --nproc-per-node=*) per_node=${1#*=}; shift ;;
       *) break ;;
@@ -263,12 +265,14 @@ cmd_torchrun() {
   done
   [ $# -ge 1 ] || die "torchrun: give the program to run, e.g. build/bin/hopwise-bench"
   [[ $per_node =~ ^[0-9]+$ ]] && [ "$per_node" -ge 1 ] || die "torchrun: --nproc_per_node must be a positive number"
+  [[ $nodes =~ ^[0-9]+$ ]] && [ "$nodes" -ge 1 ] && [ "$nodes" -le "$N" ] ||
+    die "torchrun: --nnodes must be 1 to $N (the cluster's hosts)"
   local port=$((29400 + RANDOM % 500)) i pids=() rc=0 worst=0
   cd "$repo"
-  for ((i = 0; i < N; i++)); do
+  for ((i = 0; i < nodes; i++)); do
     (
       set -o pipefail
-      in_host "$i" torchrun --nnodes "$N" --node_rank "$i" --nproc_per_node "$per_node" \
+      in_host "$i" torchrun --nnodes "$nodes" --node_rank "$i" --nproc_per_node "$per_node" \
         --master_addr "$(address 0)" --master_port "$port" --redirects 1 --tee 1 --no_python "$@" 2>&1 |
         sed -u "s/^/[$(host "$i")] /"
     ) &

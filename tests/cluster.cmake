@@ -105,3 +105,20 @@ hopwise_cluster_test(cluster_fault_sigkill_4x2 MAX_SECONDS 30 EXIT nonzero
                      COMMAND ${run} ${hosts4} -x HOPWISE_TIMEOUT_S=10 $<TARGET_FILE:fault_driver> --fault kill --rank 3 --at 5
                      EXPECT "process rank 3 .* on node @HOST@1 exited on signal 9"
                      REJECT "ok after")
+
+# ---- without MPI: torchrun's multi-node form on the cluster's hosts (local-cluster.sh torchrun), UCX between
+# them over TCP alone ----
+set(torchrun2 ${HOPWISE_CLUSTER_SCRIPT} torchrun --nnodes 2 --nproc_per_node 2)
+hopwise_cluster_test(cluster_ucx_contract_2x2 MAX_SECONDS 120
+                     COMMAND /usr/bin/env HOPWISE_TEST_WORLD=launch ${torchrun2} $<TARGET_FILE:test_transport_contract>
+                     EXPECT "\\[@HOST@0\\] \\[default0\\]:.*PASSED" REJECT "FAILED")
+hopwise_cluster_test(cluster_ucx_collectives_2x2 MAX_SECONDS 150
+                     COMMAND /usr/bin/env HOPWISE_TEST_WORLD=launch ${torchrun2} $<TARGET_FILE:test_collectives_suite>
+                             ${skip_slow}
+                     EXPECT "\\[@HOST@0\\] \\[default0\\]:.*PASSED" REJECT "FAILED")
+# Honest hosts: at 1 Gbit/s a 64 MiB allreduce between two hosts takes at least its wire time (vs_wire <= 1).
+hopwise_cluster_test(cluster_ucx_shaped_wire_time MAX_SECONDS 120
+                     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cluster_shaped.sh 1gbit ${HOPWISE_CLUSTER_SCRIPT} torchrun
+                             --nnodes 2 $<TARGET_FILE:hopwise-bench> -b 64M -e 64M -a ring -n 3 -w 1 --wire 1
+                     EXPECT "over ucx \\(torchrun\\)" "67108864 +16777216 +float32 +ring .* (0\\.[0-9]+|1\\.000)$"
+                     REJECT "67108864 +16777216 +float32 +ring .* (1\\.0*[1-9][0-9]*|[2-9]\\.[0-9]+)$")

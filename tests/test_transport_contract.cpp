@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <regex>
 #include <vector>
 
 #include "hopwise/common/error.h"
@@ -202,6 +203,28 @@ TEST(TransportContract, AbandonAfterAFailedPeerDoesNotWait) {
     }
     t.reset();  // teardown must not wait for rank 2
     EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);
+  });
+}
+
+// UCX's lanes: shared memory or CMA within a host, TCP alone between hosts (emulated hosts share /dev/shm and the
+// kernel, so anything else would be a shortcut a real network does not have).
+TEST(UcxTransport, SharedMemoryWithinAHostTcpAloneBetweenHosts) {
+  each([](hc::Transport& t) {
+    auto* ucx = dynamic_cast<hc::UcxTransport*>(&t);
+    if (ucx == nullptr) return;
+    const std::regex same_kernel("posix|sysv|cma|xpmem|knem");
+    for (int q = 0; q < t.size(); ++q) {
+      if (q == t.rank()) continue;
+      const std::string lanes = ucx->lanes(q);
+      SCOPED_TRACE(
+          fmt::format("rank {} to rank {} (hosts {} and {}):\n{}", t.rank(), q, t.host_id(), ucx->host_of(q), lanes));
+      if (ucx->host_of(q) == t.host_id()) {
+        EXPECT_TRUE(std::regex_search(lanes, same_kernel));
+      } else {
+        EXPECT_NE(lanes.find("tcp"), std::string::npos);
+        EXPECT_FALSE(std::regex_search(lanes, same_kernel));
+      }
+    }
   });
 }
 

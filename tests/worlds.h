@@ -183,7 +183,18 @@ inline void run_ucx_mpirun(const RankBody& body) {
 inline void launched_store(const StoreBody& body) {
   const hc::Launch l = hc::detect_launch();
   auto store = hc::launch_store(l, std::chrono::seconds(60));
-  body(*store, l.rank, l.size);
+  static int calls = 0;
+  const std::string done = fmt::format("contract-done/{}", calls++);
+  std::exception_ptr error;
+  try {
+    body(*store, l.rank, l.size);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  // Rank 0 serves the store: it stays in this case until every rank is done with it.
+  store->add(done, 1);
+  while (l.rank == 0 && store->add(done, 0) < l.size) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (error) std::rethrow_exception(error);
 }
 
 inline int mpi_job_size() {
