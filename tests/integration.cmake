@@ -40,3 +40,36 @@ add_test(NAME bench_check_codecs_np3
                  -C terngrad -C sign -C topk:ratio=0.01 -C randomk:ratio=0.01 -C powersgd:rank=4
                  -C powersgd:rank=2,ef=0 -c 1 -n 2 -w 1)
 set_tests_properties(bench_check_codecs_np3 PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 3 FAIL_REGULAR_EXPRESSION "FAIL")
+
+# ---- the programs without MPI: under torchrun (UCX over the TCP store; no MPI row, the Gloo row stays), and
+# over UCX under mpirun (HOPWISE_TRANSPORT=ucx: hopwise over UCX beside MPI's own collective, same run) ----
+if(HOPWISE_TORCHRUN)
+  set(torchrun_np3 /usr/bin/env OMP_NUM_THREADS=1 ${HOPWISE_TORCHRUN} --standalone --nproc_per_node 3 --redirects 1
+                   --tee 1 --no_python)
+  hopwise_expect_test(bench_check_torchrun_np3 EXIT zero MAX_SECONDS 240
+                      COMMAND ${torchrun_np3} $<TARGET_FILE:hopwise-bench> -b 1K -e 4M -f 8
+                              -a ring,hd,tree,direct,shm,hier,auto -c 1 -n 2 -w 1
+                      EXPECT "3 ranks on 1 host\\(s\\) over ucx \\(torchrun\\)" "vs_gloo" " gloo " " ok$"
+                      REJECT "FAIL" " mpi +[0-9]")
+  set_tests_properties(bench_check_torchrun_np3 PROPERTIES LABELS "torchrun;ucx" TIMEOUT 300 PROCESSORS 3)
+  hopwise_expect_test(train_mnist_torchrun_np2 EXIT zero MAX_SECONDS 240
+                      COMMAND /usr/bin/env OMP_NUM_THREADS=1 ${HOPWISE_TORCHRUN} --standalone --nproc_per_node 2
+                              --redirects 1 --tee 1 --no_python $<TARGET_FILE:train_mnist> --epochs 1 --limit 12800
+                      EXPECT "2 ranks over ucx" "test accuracy (7[0-9]|8[0-9]|9[0-9])\\.[0-9]+%")
+  set_tests_properties(train_mnist_torchrun_np2 PROPERTIES LABELS "torchrun;ucx" TIMEOUT 300 PROCESSORS 2)
+  hopwise_expect_test(topo_show_torchrun_np2 EXIT zero MAX_SECONDS 120
+                      COMMAND /usr/bin/env OMP_NUM_THREADS=1 ${HOPWISE_TORCHRUN} --standalone --nproc_per_node 2
+                              --redirects 1 --tee 1 --no_python $<TARGET_FILE:hopwise-topo> show
+                      EXPECT "2 rank\\(s\\) on 1 host\\(s\\)" "rank 1: host ")
+  set_tests_properties(topo_show_torchrun_np2 PROPERTIES LABELS "torchrun;ucx" TIMEOUT 180 PROCESSORS 2)
+endif()
+hopwise_expect_test(bench_check_ucx_mpirun_np3 EXIT zero MAX_SECONDS 240
+                    COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -x HOPWISE_TRANSPORT=ucx -np 3
+                            $<TARGET_FILE:hopwise-bench> -b 1K -e 4M -f 8 -a ring,hd,tree,direct,shm,auto -c 1 -n 2 -w 1
+                    EXPECT "3 ranks on 1 host\\(s\\) over ucx \\(mpirun\\)" " mpi +[0-9]" " ok$" REJECT "FAIL")
+set_tests_properties(bench_check_ucx_mpirun_np3 PROPERTIES LABELS "mpi;ucx" TIMEOUT 300 PROCESSORS 3)
+
+# How the transport is chosen from the launcher's variables, and the errors for bad ones.
+hopwise_test(test_launch test_launch.cpp)
+target_link_libraries(test_launch PRIVATE hopwise::comm GTest::gtest_main)
+gtest_discover_tests(test_launch DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 60)

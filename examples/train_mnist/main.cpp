@@ -41,6 +41,7 @@ struct Flags {
 };
 
 constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
+       torchrun --nproc_per_node N --redirects 1 --tee 1 --no_python train_mnist [options]
   --epochs N        passes over the training set (default 5)
   --batch N         global batch, split evenly across ranks (default 128)
   --lr X            learning rate of SGD with momentum 0.9 (default 0.05)
@@ -190,8 +191,9 @@ int run(int argc, char** argv) {
 
   if (rank == 0) {
     const std::size_t hosts = comm.cluster() ? comm.cluster()->hosts.size() : (comm.local_size() == p ? 1 : 0);
-    fmt::print("train_mnist: {} ranks on {} host(s), Fashion-MNIST {} train / {} test images from {}\n", p,
-               hosts ? std::to_string(hosts) : std::string("several"), n_train, test.size(), dir);
+    fmt::print("train_mnist: {} ranks over {} on {} host(s), Fashion-MNIST {} train / {} test images from {}\n", p,
+               comm.transport().name(), hosts ? std::to_string(hosts) : std::string("several"), n_train, test.size(),
+               dir);
     if (!comm.plan_description().empty()) fmt::print("topology plan, {}", comm.plan_description());
     std::string ring;
     for (int r : comm.ring_order()) ring += (ring.empty() ? "" : "→") + std::to_string(r);
