@@ -47,6 +47,8 @@ class UcxTransport final : public Transport {
   std::optional<std::vector<int>> ranks_that_gave_up(std::chrono::duration<double> listen) override;
   void abandon() override;
 
+  // The host of rank `peer` (host ids count from 0 in rank order).
+  int host_of(int peer) const { return host_ids_.at(static_cast<std::size_t>(peer)); }
   // The UCX transports each peer is reached by (e.g. "posix/memory cma/memory" or "tcp/eth0"), for logs and tests.
   std::string lanes(int peer) const;
 
