@@ -18,6 +18,7 @@
 
 #include "../posix_slots.h"
 #include "hopwise/common/error.h"
+#include "single_copy.h"
 
 namespace hopwise::comm {
 
@@ -26,10 +27,8 @@ namespace {
 constexpr std::size_t kSlotBytes = 1 << 20;  // as MpiTransport's window
 constexpr ucp_tag_t kFullMask = ~ucp_tag_t{0};
 
-// The sender's rank in the high half, the caller's tag in the low half: a receive names both.
-ucp_tag_t make_tag(int src, int tag) {
-  return (static_cast<ucp_tag_t>(static_cast<std::uint32_t>(src)) << 32) | static_cast<std::uint32_t>(tag);
-}
+// The sender's rank and the caller's tag: a receive names both (single_copy.h has the layout).
+ucp_tag_t make_tag(int src, int tag) { return ucx::make_tag(src, static_cast<std::uint32_t>(tag)); }
 
 void check_ucs(ucs_status_t s, const char* what) {
   if (s != UCS_OK) throw TransportError(fmt::format("{} failed: {}", what, ucs_status_string(s)));
@@ -122,6 +121,8 @@ struct Peer {
   bool same_host = false;
   long pid = 0;                               // on this host: the peer's process, watched while waiting for it
   bool gave_up = false;                       // the peer abandoned this job (it lost a peer of its own)
+  bool send_one_copy = false;                 // large sends to it go in one copy (it can read this process)
+  bool recv_one_copy = false;                 // large receives from it may come in one copy (this one reads it)
   std::atomic<ucs_status_t> failure{UCS_OK};  // set by UCX's error callback
 };
 
@@ -129,6 +130,7 @@ struct UcxTransport::State {
   std::shared_ptr<Store> store;
   std::string name;  // this transport's keys in the store
   std::unique_ptr<Engine> near, far;
+  std::unique_ptr<ucx::SingleCopy> single;  // after the engines: goes before them
   std::vector<std::unique_ptr<Peer>> peers;
   std::unique_ptr<PosixSlots> slots;
   bool oversubscribed = false;
@@ -137,6 +139,7 @@ struct UcxTransport::State {
   void progress() {
     while (ucp_worker_progress(near->worker) != 0) {
     }
+    single->reap();
     if (far)
       while (ucp_worker_progress(far->worker) != 0) {
       }
@@ -204,13 +207,19 @@ UcxTransport::UcxTransport(std::shared_ptr<Store> store, int rank, int size, std
 // endpoints, the shared slots on one host, and a last step that every rank has connected.
 void UcxTransport::meet(Store& st, const std::string& name, std::chrono::duration<double> timeout) {
   const int rank = rank_, size = size_;
+  // "host\npid\nprobe address": the host, and what a peer on it needs to watch and to read this process.
   std::vector<std::string> hosts =
-      store_allgather(st, name + "/hosts", rank, size, fmt::format("{}\n{}", host_identity(), ::getpid()), timeout);
+      store_allgather(st, name + "/hosts", rank, size,
+                      fmt::format("{}\n{}\n{}", host_identity(), ::getpid(), ucx::probe_address()), timeout);
   std::vector<long> pids;
+  std::vector<std::uint64_t> probes;
   for (auto& h : hosts) {
-    const auto nl = h.rfind('\n');
-    pids.push_back(nl == std::string::npos ? 0 : std::atol(h.c_str() + nl + 1));
-    if (nl != std::string::npos) h.resize(nl);
+    const auto second = h.rfind('\n');
+    const auto first = second == std::string::npos || second == 0 ? std::string::npos : h.rfind('\n', second - 1);
+    if (first == std::string::npos) throw TransportError("a rank's host record in the store is malformed");
+    pids.push_back(std::atol(h.c_str() + first + 1));
+    probes.push_back(std::strtoull(h.c_str() + second + 1, nullptr, 10));
+    h.resize(first);
   }
   std::map<std::string, int> ids;
   local_size_ = 0;
@@ -226,6 +235,7 @@ void UcxTransport::meet(Store& st, const std::string& name, std::chrono::duratio
   s_->oversubscribed = local_size_ > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
   s_->near = std::make_unique<Engine>(size, false);
+  s_->single = std::make_unique<ucx::SingleCopy>(rank);
   if (local_size_ < size) s_->far = std::make_unique<Engine>(size, true);
   const std::vector<std::string> addresses = store_allgather(
       st, name + "/addresses", rank, size, pack(s_->near->address, s_->far ? s_->far->address : ""), timeout);
@@ -254,6 +264,21 @@ void UcxTransport::meet(Store& st, const std::string& name, std::chrono::duratio
     p->same_host = same_host;
     p->pid = same_host ? pids[static_cast<std::size_t>(r)] : 0;
     s_->peers.push_back(std::move(p));
+  }
+  // One copy for large messages where the kernel lets the receiver read the sender (same host, same user).
+  std::string pulls(static_cast<std::size_t>(size), '0');
+  const bool one_copy =
+      std::getenv("HOPWISE_UCX_SINGLE_COPY") == nullptr || std::string(std::getenv("HOPWISE_UCX_SINGLE_COPY")) != "0";
+  for (int q = 0; q < size; ++q) {
+    const auto i = static_cast<std::size_t>(q);
+    if (one_copy && q != rank && s_->peers[i]->same_host && ucx::can_pull_from(pids[i], probes[i])) pulls[i] = '1';
+  }
+  const std::vector<std::string> all_pulls = store_allgather(st, name + "/pulls", rank, size, pulls, timeout);
+  for (int q = 0; q < size; ++q) {
+    const auto i = static_cast<std::size_t>(q);
+    s_->peers[i]->recv_one_copy = pulls[i] == '1';
+    s_->peers[i]->send_one_copy =
+        all_pulls[i].size() == static_cast<std::size_t>(size) && all_pulls[i][static_cast<std::size_t>(rank)] == '1';
   }
   // Every endpoint connected now, not at its first message: UCX connects lazily, and a connection first made
   // while a job fails (the notes of explain_timeout) would go nowhere.
@@ -298,6 +323,7 @@ UcxTransport::~UcxTransport() {
                   closing.end());
   }
   for (auto r : closing) ucp_request_free(r);
+  s_->single.reset();
   s_->slots.reset();
   s_->peers.clear();
   s_->far.reset();
@@ -359,6 +385,13 @@ Request UcxTransport::isend(const void* buf, std::size_t bytes, int peer, int ta
   // A broken endpoint cannot send; a peer that exited or gave up still gets what is sent (the note a rank that
   // gives up sends every other, so that each learns who is at fault).
   if (p.failure != UCS_OK && p.pid == 0 && !p.gave_up) throw TransportError(failure_text(rank_, p, p.failure), {peer});
+  if (p.send_one_copy && bytes >= ucx::kSingleCopyMin) {
+    try {
+      return Request{s_->single->send(p.worker, p.ep, peer, buf, bytes, tag), peer, false, true};
+    } catch (const std::runtime_error& e) {
+      throw TransportError(fmt::format("rank {}: {}", rank_, e.what()), {peer});
+    }
+  }
   ucp_request_param_t param{};
   ucs_status_ptr_t r = ucp_tag_send_nbx(p.ep, buf, bytes, make_tag(rank_, tag), &param);
   if (r == nullptr) return Request{0, peer, false, false};  // sent at once
@@ -369,6 +402,13 @@ Request UcxTransport::isend(const void* buf, std::size_t bytes, int peer, int ta
 Request UcxTransport::irecv(void* buf, std::size_t bytes, int peer, int tag) {
   if (peer < 0 || peer >= size_) throw InvalidArgument(fmt::format("irecv from rank {} of {}", peer, size_));
   Peer& p = *s_->peers[static_cast<std::size_t>(peer)];
+  if (p.recv_one_copy && bytes >= ucx::kSingleCopyMin) {
+    try {
+      return Request{s_->single->recv(p.worker, p.ep, p.pid, peer, buf, bytes, tag), peer, true, true};
+    } catch (const std::runtime_error& e) {
+      throw TransportError(fmt::format("rank {}: {}", rank_, e.what()));
+    }
+  }
   ucp_request_param_t param{};
   ucs_status_ptr_t r = ucp_tag_recv_nbx(p.worker, buf, bytes, make_tag(peer, tag), kFullMask, &param);
   if (UCS_PTR_IS_ERR(r))
@@ -378,10 +418,13 @@ Request UcxTransport::irecv(void* buf, std::size_t bytes, int peer, int tag) {
   return Request{reinterpret_cast<std::uint64_t>(r), peer, true, true};
 }
 
-namespace {
-
-// The status of an active request, freeing it once it is final.
-ucs_status_t settle(Request& r) {
+// The status of an active request, freeing it once it is final; `error` may then say more than the status.
+int UcxTransport::settle(Request& r, std::string& error) {
+  if (ucx::SingleCopy::is_op(r.handle)) {
+    const ucs_status_t s = s_->single->settle(r.handle, error);
+    if (s != UCS_INPROGRESS) r.active = false;
+    return s;
+  }
   void* req = reinterpret_cast<void*>(r.handle);
   const ucs_status_t s = ucp_request_check_status(req);
   if (s == UCS_INPROGRESS) return s;
@@ -390,12 +433,15 @@ ucs_status_t settle(Request& r) {
   return s;
 }
 
-}  // namespace
-
 // Withdraws an active request: a receive is cancelled and progressed until UCX lets it go (so it never writes
 // later); a send is released to finish in the background (it only reads the caller's buffer).
 void UcxTransport::cancel(Request& r) {
   if (!r.active) return;
+  if (ucx::SingleCopy::is_op(r.handle)) {
+    s_->single->cancel(s_->peers[static_cast<std::size_t>(r.peer)]->worker, r.handle, [this] { s_->progress(); });
+    r.active = false;
+    return;
+  }
   void* req = reinterpret_cast<void*>(r.handle);
   if (r.is_recv) {
     Peer& p = *s_->peers[static_cast<std::size_t>(r.peer)];
@@ -413,8 +459,10 @@ bool UcxTransport::test(Request& r) {
   if (!r.active) return true;
   s_->progress();
   const int peer = r.peer;
-  const ucs_status_t s = settle(r);
+  std::string error;
+  const auto s = static_cast<ucs_status_t>(settle(r, error));
   if (s == UCS_INPROGRESS) return false;
+  if (!error.empty()) throw TransportError(fmt::format("rank {}: {}", rank_, error), {peer});
   if (s == UCS_ERR_MESSAGE_TRUNCATED)
     throw TransportError(
         fmt::format("rank {}: a message from rank {} overflows the receive posted for it; post "
@@ -437,8 +485,12 @@ void UcxTransport::wait_all(std::span<Request> reqs) {
     for (Request& r : reqs) {
       if (!r.active) continue;
       const int peer = r.peer;
-      const ucs_status_t s = settle(r);
-      if (s == UCS_INPROGRESS) {
+      std::string said;
+      const auto s = static_cast<ucs_status_t>(settle(r, said));
+      if (!said.empty()) {
+        failed.push_back(peer);
+        if (error.empty()) error = fmt::format("rank {}: {}", rank_, said);
+      } else if (s == UCS_INPROGRESS) {
         // A receive is not tied to an endpoint: a failed peer's receive would wait forever.
         const ucs_status_t f = s_->peers[static_cast<std::size_t>(peer)]->failure;
         if (f != UCS_OK) {
