@@ -29,9 +29,18 @@ class Env {
   }
 
  private:
-  static constexpr const char* kRead[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMIX_RANK",
-                                          "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-                                          "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "HOPWISE_TRANSPORT",
+  static constexpr const char* kRead[] = {"OMPI_COMM_WORLD_SIZE",
+                                          "OMPI_COMM_WORLD_RANK",
+                                          "PMI_SIZE",
+                                          "PMIX_RANK",
+                                          "RANK",
+                                          "WORLD_SIZE",
+                                          "LOCAL_RANK",
+                                          "MASTER_ADDR",
+                                          "MASTER_PORT",
+                                          "TORCHELASTIC_RUN_ID",
+                                          "TORCHELASTIC_USE_AGENT_STORE",
+                                          "HOPWISE_TRANSPORT",
                                           "HOPWISE_STORE"};
   std::map<std::string, std::string> saved_;
 };
