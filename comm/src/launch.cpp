@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cctype>
 #include <mutex>
+#include <vector>
 
 #include "hopwise/comm/stores/file_store.h"
 #include "hopwise/comm/stores/tcp_store.h"
@@ -145,7 +146,9 @@ std::shared_ptr<Store> launch_store(const Launch& l, Store::Seconds timeout) {
   auto s = make_launch_store(l, timeout);
   cached = s;
   cached_address = l.store;
-  if (l.store.rfind("tcp://", 0) == 0) new std::shared_ptr<Store>(s);  // deliberately never freed (see above)
+  // Kept until exit and never destroyed there (a server thread stopped during exit could wait on a client).
+  static auto* kept = new std::vector<std::shared_ptr<Store>>();
+  if (l.store.rfind("tcp://", 0) == 0) kept->push_back(s);
   return s;
 }
 
