@@ -75,15 +75,15 @@ SingleCopy::~SingleCopy() {
   }
 }
 
-std::uint64_t SingleCopy::send(ucp_worker_h, ucp_ep_h ep, int peer, const void* buf, std::size_t bytes, int tag) {
+std::uint64_t SingleCopy::send(ucp_ep_h ep, int peer, const void* buf, std::size_t bytes, int tag) {
   auto* op = new Op;
   op->is_send = true;
   op->peer = peer;
   op->desc = {static_cast<std::uint64_t>(::getpid()), reinterpret_cast<std::uint64_t>(buf), bytes,
               reinterpret_cast<std::uint64_t>(&op->ack_value)};
   ucp_request_param_t param{};
-  ucs_status_ptr_t d = ucp_tag_send_nbx(
-      ep, &op->desc, sizeof op->desc, make_tag(rank_, static_cast<std::uint32_t>(tag), kDescriptorBit), &param);
+  ucs_status_ptr_t d = ucp_tag_send_nbx(ep, &op->desc, sizeof op->desc,
+                                        make_tag(rank_, static_cast<std::uint32_t>(tag), kDescriptorBit), &param);
   if (UCS_PTR_IS_ERR(d)) {
     delete op;
     throw std::runtime_error(
@@ -135,9 +135,10 @@ ucs_status_t SingleCopy::settle(std::uint64_t handle, std::string& error) {
     const int peer = op->peer;
     delete op;
     if (ack == kAckDone) return UCS_OK;
-    error = fmt::format("rank {} could not read this rank's buffer (process_vm_readv: {}); set "
-                        "HOPWISE_UCX_SINGLE_COPY=0 to send through shared memory instead",
-                        peer, std::strerror(static_cast<int>(ack - kAckFailed)));
+    error = fmt::format(
+        "rank {} could not read this rank's buffer (process_vm_readv: {}); set "
+        "HOPWISE_UCX_SINGLE_COPY=0 to send through shared memory instead",
+        peer, std::strerror(static_cast<int>(ack - kAckFailed)));
     return UCS_ERR_IO_ERROR;
   }
   ucp_tag_recv_info_t info{};
@@ -157,9 +158,10 @@ ucs_status_t SingleCopy::settle(std::uint64_t handle, std::string& error) {
     err = EMSGSIZE;
     result = UCS_ERR_MESSAGE_TRUNCATED;
   } else if (!pull(op->pid, d.address, op->buf, d.bytes, err)) {
-    error = fmt::format("this rank could not read rank {}'s buffer (process_vm_readv: {}); set "
-                        "HOPWISE_UCX_SINGLE_COPY=0 to send through shared memory instead",
-                        op->peer, std::strerror(err));
+    error = fmt::format(
+        "this rank could not read rank {}'s buffer (process_vm_readv: {}); set "
+        "HOPWISE_UCX_SINGLE_COPY=0 to send through shared memory instead",
+        op->peer, std::strerror(err));
     result = UCS_ERR_IO_ERROR;
   }
   // The ack completes the sender's send: written into its memory, so that it needs no message (an ack sent as a
@@ -167,10 +169,9 @@ ucs_status_t SingleCopy::settle(std::uint64_t handle, std::string& error) {
   std::uint64_t value = err == 0 ? kAckDone : kAckFailed + static_cast<std::uint64_t>(err);
   iovec local{&value, sizeof value};
   iovec remote{reinterpret_cast<void*>(d.ack_address), sizeof value};
-  if (::process_vm_writev(static_cast<pid_t>(op->pid), &local, 1, &remote, 1, 0) != sizeof value &&
-      result == UCS_OK) {
-    error = fmt::format("this rank could not tell rank {} that it read its buffer (process_vm_writev: {})",
-                        op->peer, std::strerror(errno));
+  if (::process_vm_writev(static_cast<pid_t>(op->pid), &local, 1, &remote, 1, 0) != sizeof value && result == UCS_OK) {
+    error = fmt::format("this rank could not tell rank {} that it read its buffer (process_vm_writev: {})", op->peer,
+                        std::strerror(errno));
     result = UCS_ERR_IO_ERROR;
   }
   delete op;

@@ -39,7 +39,7 @@ class SingleCopy {
   static bool is_op(std::uint64_t handle) { return (handle & 1) != 0; }
 
   // The peer reads from this process (send); this process reads from the peer (receive).
-  std::uint64_t send(ucp_worker_h worker, ucp_ep_h ep, int peer, const void* buf, std::size_t bytes, int tag);
+  std::uint64_t send(ucp_ep_h ep, int peer, const void* buf, std::size_t bytes, int tag);
   std::uint64_t recv(ucp_worker_h worker, ucp_ep_h ep, long pid, int peer, void* buf, std::size_t bytes, int tag);
 
   // UCS_INPROGRESS, UCS_OK (the op is freed), or an error with `error` saying what failed (the op is freed).

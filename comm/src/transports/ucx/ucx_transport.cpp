@@ -160,6 +160,13 @@ bool exited(long pid) {
   return close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] == 'Z' || stat[close + 2] == 'X';
 }
 
+std::string overflow_text(int rank, int peer) {
+  return fmt::format(
+      "rank {}: a message from rank {} overflows the receive posted for it; post receives at least "
+      "as large as the sends",
+      rank, peer);
+}
+
 std::string failure_text(int rank, const Peer& p, ucs_status_t s) {
   if (p.gave_up) return fmt::format("rank {}: rank {} gave up on this job (it lost a peer of its own)", rank, p.rank);
   if (p.pid > 0) return fmt::format("rank {}: rank {} (pid {} on this host) has exited", rank, p.rank, p.pid);
@@ -387,7 +394,7 @@ Request UcxTransport::isend(const void* buf, std::size_t bytes, int peer, int ta
   if (p.failure != UCS_OK && p.pid == 0 && !p.gave_up) throw TransportError(failure_text(rank_, p, p.failure), {peer});
   if (p.send_one_copy && bytes >= ucx::kSingleCopyMin) {
     try {
-      return Request{s_->single->send(p.worker, p.ep, peer, buf, bytes, tag), peer, false, true};
+      return Request{s_->single->send(p.ep, peer, buf, bytes, tag), peer, false, true};
     } catch (const std::runtime_error& e) {
       throw TransportError(fmt::format("rank {}: {}", rank_, e.what()), {peer});
     }
@@ -463,11 +470,7 @@ bool UcxTransport::test(Request& r) {
   const auto s = static_cast<ucs_status_t>(settle(r, error));
   if (s == UCS_INPROGRESS) return false;
   if (!error.empty()) throw TransportError(fmt::format("rank {}: {}", rank_, error), {peer});
-  if (s == UCS_ERR_MESSAGE_TRUNCATED)
-    throw TransportError(
-        fmt::format("rank {}: a message from rank {} overflows the receive posted for it; post "
-                    "receives at least as large as the sends",
-                    rank_, peer));
+  if (s == UCS_ERR_MESSAGE_TRUNCATED) throw TransportError(overflow_text(rank_, peer));
   if (s != UCS_OK) throw TransportError(failure_text(rank_, *s_->peers[static_cast<std::size_t>(peer)], s), {peer});
   return true;
 }
@@ -501,11 +504,7 @@ void UcxTransport::wait_all(std::span<Request> reqs) {
           pending = true;
         }
       } else if (s == UCS_ERR_MESSAGE_TRUNCATED) {
-        if (error.empty())
-          error = fmt::format(
-              "rank {}: a message from rank {} overflows the receive posted for it; post receives "
-              "at least as large as the sends",
-              rank_, peer);
+        if (error.empty()) error = overflow_text(rank_, peer);
       } else if (s != UCS_OK) {
         failed.push_back(peer);
         if (error.empty()) error = failure_text(rank_, *s_->peers[static_cast<std::size_t>(peer)], s);
