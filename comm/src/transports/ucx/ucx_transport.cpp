@@ -351,21 +351,44 @@ void UcxTransport::abandon() {
   }
 }
 
-// Reads the marks abandon() leaves in the store; nullopt when the store is out of reach (its server is gone).
+// Reads the marks abandon() leaves in the store. It stops listening once every peer has either marked or is
+// known gone (its process exited, its endpoint broke): those that never marked are the ones at fault. If the
+// store's server goes meanwhile (rank 0 left), the last full read stands; nullopt only if none succeeded. Rank 0
+// may be that server: it stays until every rank that marked has read too (within `listen` more), so that none
+// of them finds the store gone and loses the names of the ranks that gave up with it.
 std::optional<std::vector<int>> UcxTransport::ranks_that_gave_up(std::chrono::duration<double> listen) {
   const auto until = std::chrono::steady_clock::now() + listen;
-  std::vector<int> gave_up;
-  try {
-    for (;;) {
-      gave_up.clear();
-      for (int r = 0; r < size_; ++r)
-        if (r == rank_ || s_->store->check({fmt::format("{}/gave-up/{}", s_->name, r)})) gave_up.push_back(r);
-      if (static_cast<int>(gave_up.size()) == size_ || std::chrono::steady_clock::now() >= until) return gave_up;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::string marks = s_->name + "/gave-up/";
+  std::optional<std::vector<int>> last;
+  for (;;) {
+    std::vector<int> gave_up;
+    bool settled = true;
+    try {
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_ || s_->store->check({marks + std::to_string(r)})) {
+          gave_up.push_back(r);
+          continue;
+        }
+        const Peer& p = *s_->peers[static_cast<std::size_t>(r)];
+        if (p.failure == UCS_OK && !(p.pid > 0 && exited(p.pid))) settled = false;
+      }
+    } catch (const std::exception&) {
+      break;
     }
-  } catch (const std::exception&) {
-    return std::nullopt;
+    last = std::move(gave_up);
+    if (settled || std::chrono::steady_clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  if (!last) return last;
+  try {
+    s_->store->add(s_->name + "/gave-up-read", 1);
+    const auto stay = std::chrono::steady_clock::now() + listen;
+    while (rank_ == 0 && s_->store->add(s_->name + "/gave-up-read", 0) < static_cast<std::int64_t>(last->size()) &&
+           std::chrono::steady_clock::now() < stay)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } catch (const std::exception&) {
+  }
+  return last;
 }
 
 bool UcxTransport::peer_gone(int peer) const {
