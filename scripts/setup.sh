@@ -12,6 +12,8 @@ packages=(
   libgtest-dev                       # the test suite
   libucx-dev                         # UCX: the host-memory transport of jobs without MPI (torchrun)
   python3-torch                      # torchrun (launches jobs without MPI), PyTorch DDP as the peer
+  libtorch-dev pybind11-dev python3-dev  # the PyTorch backend (a c10d ProcessGroup extension) is built against them
+  python3-pytest                     # the Python tests of that backend
   libopenblas0-pthread               # torch's BLAS: without it Debian's torch multiplies with the reference BLAS
   libgloo-dev                        # Gloo: the second peer in hopwise-bench's allreduce tables
   libeigen3-dev                      # the training job's matrix products

@@ -1,0 +1,109 @@
+// hopwise.torch._C: the ProcessGroup class torch's creator returns, the hook states and the plan, for Python.
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "hooks.h"
+#include "hopwise/comm/algorithm.h"
+#include "hopwise/topology/planner.h"
+#include "process_group.h"
+
+namespace py = pybind11;
+using hopwise::torch_backend::CodecHookState;
+using hopwise::torch_backend::PowerSgdHookState;
+using hopwise::torch_backend::ProcessGroupHopwise;
+
+namespace {
+
+ProcessGroupHopwise& hopwise_group(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  auto* h = dynamic_cast<ProcessGroupHopwise*>(pg.get());
+  TORCH_CHECK_VALUE(h != nullptr, "hopwise: this process group is '", pg->getBackendName(),
+                    "', not hopwise; init_process_group(\"hopwise\") (or new_group(backend=\"hopwise\")) first");
+  return *h;
+}
+
+// The plan the group's collectives follow, for people and programs.
+py::dict plan_of(ProcessGroupHopwise& pg) {
+  auto& c = pg.communicator();
+  py::dict d;
+  d["rank"] = c.rank();
+  d["size"] = c.size();
+  d["transport"] = c.transport().name();
+  d["local_size"] = c.local_size();
+  d["ring"] = c.ring_order();
+  d["channels"] = c.ring_channels();
+  d["description"] = c.plan_description();
+  py::dict algos;
+  for (std::size_t bytes = 4 << 10; bytes <= (64u << 20); bytes *= 4)
+    algos[py::int_(bytes)] = std::string(hopwise::comm::to_string(c.algorithm_for(hopwise::comm::Collective::kAllreduce, bytes)));
+  d["allreduce_algorithm"] = algos;
+  if (const auto* cluster = c.cluster()) {
+    // The planner is deterministic: planning again gives the plan the communicator took, with its figures.
+    const auto plan = hopwise::topology::plan_collectives(cluster->topology, cluster->placement);
+    py::list edges;
+    for (std::size_t i = 0; i < plan.ring_edges.size(); ++i) {
+      py::dict e;
+      e["from"] = plan.ring[i];
+      e["to"] = plan.ring[(i + 1) % plan.ring.size()];
+      e["hops"] = plan.ring_edges[i].hops;
+      e["gbps"] = plan.ring_edges[i].bandwidth_gbps;
+      edges.append(e);
+    }
+    d["hosts"] = cluster->hosts;
+    d["ring_edges"] = edges;
+    d["bottleneck_gbps"] = plan.ring_score.bottleneck_gbps;
+    d["exact"] = plan.exact;
+  }
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "hopwise's c10d backend and DDP comm hook states (use the hopwise.torch package)";
+  py::module::import("torch.distributed");  // torch's ProcessGroup, Store and Work bindings, which these extend
+
+  py::class_<ProcessGroupHopwise, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupHopwise>>(m, "ProcessGroupHopwise")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::duration<float> timeout, std::string group_id, std::vector<int64_t> ranks) {
+             return c10::make_intrusive<ProcessGroupHopwise>(store, rank, size, timeout, std::move(group_id),
+                                                             std::move(ranks));
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("group_id") = "",
+           py::arg("global_ranks") = std::vector<int64_t>{}, py::call_guard<py::gil_scoped_release>());
+
+  m.def("plan", [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) { return plan_of(hopwise_group(pg)); });
+  m.def("stats", [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+    const auto s = hopwise_group(pg).communicator().stats();
+    py::dict d;
+    d["calls"] = s.calls;
+    d["bytes"] = s.bytes;
+    d["wire_bytes"] = s.wire_bytes;
+    return d;
+  });
+
+  py::class_<CodecHookState, std::shared_ptr<CodecHookState>>(m, "CodecHookState")
+      .def(py::init<const std::string&, int, int>(), py::arg("spec"), py::arg("rank"), py::arg("size"))
+      .def_property_readonly("spec", &CodecHookState::spec)
+      .def(
+          "allreduce",
+          [](CodecHookState& s, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const at::Tensor& buffer,
+             int64_t bucket) { return c10::intrusive_ptr<c10d::Work>(s.allreduce(hopwise_group(pg), buffer, bucket)); },
+          py::call_guard<py::gil_scoped_release>())
+      .def("save", [](const CodecHookState& s) { return py::bytes(s.save()); })
+      .def("load", [](CodecHookState& s, const py::bytes& b) { s.load(std::string(b)); });
+
+  py::class_<PowerSgdHookState, std::shared_ptr<PowerSgdHookState>>(m, "PowerSgdHookState")
+      .def(py::init<const std::string&>(), py::arg("spec"))
+      .def_property_readonly("spec", &PowerSgdHookState::spec)
+      .def(
+          "allreduce",
+          [](PowerSgdHookState& s, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const at::Tensor& buffer,
+             const std::vector<at::Tensor>& gradients, int64_t bucket) {
+            return c10::intrusive_ptr<c10d::Work>(s.allreduce(hopwise_group(pg), buffer, gradients, bucket));
+          },
+          py::call_guard<py::gil_scoped_release>())
+      .def("save", [](const PowerSgdHookState& s) { return py::bytes(s.save()); })
+      .def("load", [](PowerSgdHookState& s, const py::bytes& b) { s.load(std::string(b)); });
+}

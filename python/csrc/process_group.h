@@ -1,0 +1,78 @@
+// The "hopwise" c10d backend: torch's collectives on a hopwise Communicator (MPI under mpirun, else UCX meeting
+// through torch's own store), so that DDP and every torch.distributed call run on hopwise's algorithms and plan.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hopwise/comm/communicator.h"
+#include "work.h"
+
+namespace hopwise::torch_backend {
+
+// Tags 0..kFirstBackendTag-1 are the caller's (send/recv); the ones above carry gather, scatter and alltoall.
+inline constexpr int kFirstBackendTag = 9000;
+
+class ProcessGroupHopwise final : public c10d::ProcessGroup {
+ public:
+  // Collective over the group's ranks. `global_ranks`: the group's members as ranks of the world (empty: the
+  // world), as torch's extended creator API passes them.
+  ProcessGroupHopwise(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::duration<float> timeout,
+                      std::string group_id, std::vector<int64_t> global_ranks);
+  ~ProcessGroupHopwise() override;
+
+  const std::string getBackendName() const override { return "hopwise"; }
+  comm::Communicator& communicator() { return *comm_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = {}) override;
+
+  // A work that completes once `works` have (after `then`); what the codec hooks return too.
+  c10::intrusive_ptr<HopwiseWork> make_work(c10d::OpType type, const char* title, std::vector<at::Tensor> outputs);
+
+ private:
+  int user_tag(int tag, const char* what) const;
+
+  std::unique_ptr<comm::Communicator> comm_;
+  // Messages a recvAnysource took that were not the one it returned: the next receive from that rank takes them.
+  std::mutex stash_mutex_;
+  std::map<std::pair<int, int>, std::deque<at::Tensor>> stash_;  // (source, tag) -> payloads in arrival order
+};
+
+}  // namespace hopwise::torch_backend

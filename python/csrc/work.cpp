@@ -1,0 +1,117 @@
+#include "work.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <c10/util/Exception.h>
+
+namespace hopwise::torch_backend {
+
+namespace {
+
+// Never destroyed: torch may complete a future while the interpreter exits, and a pool thread must not outlive
+// the mutex it waits on. Idle threads end after a while, so the pool is as large as the most completions ever
+// waiting at once, and no larger for long.
+class Pool {
+ public:
+  void run(std::function<void()> fn) {
+    std::unique_lock lock(mutex_);
+    tasks_.push_back(std::move(fn));
+    if (idle_ >= tasks_.size()) {
+      cv_.notify_one();
+      return;
+    }
+    lock.unlock();
+    std::thread([this] { work(); }).detach();
+  }
+
+ private:
+  void work() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      if (tasks_.empty()) {
+        ++idle_;
+        const bool woken = cv_.wait_for(lock, std::chrono::seconds(30), [this] { return !tasks_.empty(); });
+        --idle_;
+        if (!woken) return;
+      }
+      auto fn = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  std::size_t idle_ = 0;
+};
+
+Pool& pool() {
+  static Pool* p = new Pool;
+  return *p;
+}
+
+}  // namespace
+
+void run_detached(std::function<void()> fn) { pool().run(std::move(fn)); }
+
+HopwiseWork::HopwiseWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type, title),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+int HopwiseWork::sourceRank() const {
+  TORCH_CHECK(source_rank_ >= 0, "hopwise: sourceRank() is known only for a completed recvAnysource");
+  return source_rank_;
+}
+
+void HopwiseWork::complete(std::exception_ptr e) {
+  // The Work first (wait() returns), then the future, whose callbacks may run here for a long time.
+  finish(e);
+  if (e)
+    future_->setError(e);
+  else
+    future_->markCompleted(c10::IValue(outputs_));
+}
+
+void complete_after(std::vector<comm::Work> works, c10::intrusive_ptr<HopwiseWork> work,
+                    std::function<void(std::exception_ptr)> then) {
+  struct Join {
+    std::atomic<std::size_t> left;
+    std::mutex mutex;
+    std::exception_ptr error;
+  };
+  auto join = std::make_shared<Join>();
+  join->left = works.size();
+  auto done = [join, work, then = std::move(then)]() {
+    std::exception_ptr e = join->error;
+    if (then) {
+      try {
+        then(e);
+      } catch (...) {
+        if (!e) e = std::current_exception();
+      }
+    }
+    work->complete(e);
+  };
+  if (works.empty()) {
+    run_detached(std::move(done));
+    return;
+  }
+  for (auto& w : works)
+    w.on_complete([join, done](std::exception_ptr e) {
+      if (e) {
+        std::lock_guard lock(join->mutex);
+        if (!join->error) join->error = e;
+      }
+      if (--join->left == 0) run_detached(done);
+    });
+}
+
+}  // namespace hopwise::torch_backend

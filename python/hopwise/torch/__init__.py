@@ -1,0 +1,43 @@
+"""hopwise as a PyTorch distributed backend.
+
+    import hopwise.torch                      # registers backend "hopwise"
+    dist.init_process_group("hopwise")        # under torchrun or mpirun, as with gloo
+    ddp = DistributedDataParallel(model)      # unchanged
+    ddp.register_comm_hook(*hopwise.torch.compression_hook("powersgd:rank=4"))   # optional
+
+Under mpirun the group runs over MPI; otherwise over UCX, meeting through the store init_process_group made.
+Every HOPWISE_* variable applies (HOPWISE_ALGO, HOPWISE_TIMEOUT_S, HOPWISE_DEBUG=CHECK, ...).
+"""
+import torch.distributed as dist
+
+from . import _C
+from .hooks import HookState, compression_hook
+
+__all__ = ["compression_hook", "HookState", "plan", "stats", "BACKEND"]
+
+BACKEND = "hopwise"
+
+
+def _create(opts, pg_options=None):
+    """torch's creator (extended API): only the group's members call it, with their global ranks."""
+    return _C.ProcessGroupHopwise(opts.store, opts.group_rank, opts.group_size, opts.timeout, str(opts.group_id),
+                                  list(opts.global_ranks_in_group))
+
+
+if not hasattr(dist.Backend, "HOPWISE"):
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True)
+
+
+def _group(group):
+    return dist.distributed_c10d._get_default_group() if group is None else group
+
+
+def plan(group=None):
+    """The plan a hopwise group's collectives follow: ring order, its edges' hops and bandwidth, the bottleneck,
+    the hosts, the transport, and the allreduce algorithm chosen per size."""
+    return _C.plan(_group(group))
+
+
+def stats(group=None):
+    """Collective calls, user bytes and compressed wire bytes of this rank so far."""
+    return _C.stats(_group(group))

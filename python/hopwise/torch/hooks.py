@@ -1,0 +1,83 @@
+"""DDP comm hooks for every hopwise codec: one asynchronous call per bucket, the codec and error feedback in C++.
+
+    state, hook = hopwise.torch.compression_hook("int8:ef=1")
+    ddp.register_comm_hook(state, hook)
+
+Specs: fp16, bf16, int8, qsgd, terngrad, sign, topk, randomk, none (each with its parameters, e.g.
+"topk:ratio=0.01,ef=1"), and powersgd (e.g. "powersgd:rank=4,ef=1,warmup=10"), which views each gradient as a
+matrix (its first dimension the rows) and sends all of a bucket's P factors in one allreduce, all Q in a second.
+The hooks average (DDP does not divide gradients when a hook is registered).
+"""
+import torch.distributed as dist
+
+from . import _C
+
+
+def _group(group):
+    return dist.distributed_c10d._get_default_group() if group is None else group
+
+
+def _is_powersgd(spec):
+    return spec.split(":", 1)[0].strip().lower() == "powersgd"
+
+
+class HookState:
+    """What a hook keeps between steps, per bucket: error-feedback residuals, PowerSGD's warm-start Q.
+
+    Saves with the trainer's checkpoint: ``state_dict()``/``load_state_dict()``, or pickling (``torch.save``), which
+    leaves the process group out, as torch's PowerSGDState does; a restored state takes the default group.
+    """
+
+    def __init__(self, spec, process_group=None):
+        self.spec = spec
+        self.process_group = process_group
+        self._make()
+
+    def _make(self):
+        group = _group(self.process_group)
+        if _is_powersgd(self.spec):
+            self._impl = _C.PowerSgdHookState(self.spec)
+        else:
+            self._impl = _C.CodecHookState(self.spec, group.rank(), group.size())
+
+    def state_dict(self):
+        return {"spec": self.spec, "state": self._impl.save()}
+
+    def load_state_dict(self, saved):
+        if saved.get("spec") != self.spec:
+            raise ValueError(f"hopwise: the saved hook state is for '{saved.get('spec')}', this hook is '{self.spec}'")
+        self._impl.load(saved["state"])
+
+    def __getstate__(self):
+        return self.state_dict()
+
+    def __setstate__(self, saved):
+        self.spec = saved["spec"]
+        self.process_group = None
+        self._make()
+        self._impl.load(saved["state"])
+
+
+def _first(fut):
+    return fut.value()[0]
+
+
+def compression_hook(spec, process_group=None, state=None):
+    """(state, hook) for ``ddp.register_comm_hook``; pass a restored ``state`` to resume from a checkpoint."""
+    if state is None:
+        state = HookState(spec, process_group)
+    elif state.spec != spec:
+        raise ValueError(f"hopwise: the state given is for '{state.spec}', the hook asked for '{spec}'")
+
+    if _is_powersgd(spec):
+        def hook(state, bucket):
+            group = _group(state.process_group)
+            work = state._impl.allreduce(group, bucket.buffer(), bucket.gradients(), bucket.index())
+            return work.get_future().then(_first)
+    else:
+        def hook(state, bucket):
+            group = _group(state.process_group)
+            return state._impl.allreduce(group, bucket.buffer(), bucket.index()).get_future().then(_first)
+
+    hook.__name__ = f"hopwise_{spec.split(':', 1)[0]}_hook"
+    return state, hook
