@@ -70,9 +70,7 @@ class ProcessGroupHopwise final : public c10d::ProcessGroup {
   int user_tag(int tag, const char* what) const;
 
   std::unique_ptr<comm::Communicator> comm_;
-  // Messages a recvAnysource took that were not the one it returned: the next receive from that rank takes them.
-  std::mutex stash_mutex_;
-  std::map<std::pair<int, int>, std::deque<at::Tensor>> stash_;  // (source, tag) -> payloads in arrival order
+  std::mutex anysource_mutex_;
 };
 
 }  // namespace hopwise::torch_backend

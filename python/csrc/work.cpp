@@ -72,12 +72,12 @@ int HopwiseWork::sourceRank() const {
 }
 
 void HopwiseWork::complete(std::exception_ptr e) {
-  // The Work first (wait() returns), then the future, whose callbacks may run here for a long time.
-  finish(e);
+  // The future first (its callbacks run here), then the Work: once wait() returns, the future holds its value.
   if (e)
     future_->setError(e);
   else
     future_->markCompleted(c10::IValue(outputs_));
+  finish(e);
 }
 
 void complete_after(std::vector<comm::Work> works, c10::intrusive_ptr<HopwiseWork> work,

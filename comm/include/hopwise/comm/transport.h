@@ -92,6 +92,11 @@ class Transport {
   // Withdraws an active request that will not be waited for (after an error): a cancelled receive never writes
   // into its buffer later. `r` becomes inactive.
   virtual void cancel(Request& r) = 0;
+  // A rank whose message with `tag` has arrived and waits, not yet received (a receive from that rank then gets
+  // it), else nullopt: receiving from any source without posting receives that might have to be withdrawn.
+  // nullopt from transports that cannot look (see has_probe).
+  virtual std::optional<int> probe_any(int /*tag*/) { return std::nullopt; }
+  virtual bool has_probe() const { return false; }
 
   // Local rank / host: ranks with the same host_id share memory.
   virtual int local_rank() const { return rank(); }

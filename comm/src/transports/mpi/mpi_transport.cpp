@@ -324,6 +324,13 @@ void MpiTransport::cancel(Request& r) {
   r.active = false;
 }
 
+std::optional<int> MpiTransport::probe_any(int tag) {
+  int flag = 0;
+  MPI_Status status;
+  check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, tag, comm_, &flag, &status), "MPI_Iprobe");
+  return flag ? std::optional<int>(status.MPI_SOURCE) : std::nullopt;
+}
+
 bool MpiTransport::test(Request& r) {
   if (!r.active) return true;
   MPI_Request m = to_mpi(r.handle);

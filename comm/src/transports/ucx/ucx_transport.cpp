@@ -485,6 +485,19 @@ void UcxTransport::cancel(Request& r) {
   r.active = false;
 }
 
+// Messages wait in a worker's unexpected queue until a receive matches them; the probe reads the sender from the
+// tag (bits 32-55, whatever the kind bit above), matching only the low 32 bits, which hold `tag`.
+std::optional<int> UcxTransport::probe_any(int tag) {
+  s_->progress();
+  for (Engine* e : {s_->near.get(), s_->far.get()}) {
+    if (!e) continue;
+    ucp_tag_recv_info_t info{};
+    if (ucp_tag_probe_nb(e->worker, static_cast<std::uint32_t>(tag), ucp_tag_t{0xFFFFFFFF}, 0, &info) != nullptr)
+      return static_cast<int>((info.sender_tag >> 32) & 0xFFFFFF);
+  }
+  return std::nullopt;
+}
+
 bool UcxTransport::test(Request& r) {
   if (!r.active) return true;
   s_->progress();

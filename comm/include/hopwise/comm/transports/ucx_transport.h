@@ -39,6 +39,8 @@ class UcxTransport final : public Transport {
   void wait_all(std::span<Request> reqs) override;
   bool test(Request& r) override;
   void cancel(Request& r) override;
+  std::optional<int> probe_any(int tag) override;
+  bool has_probe() const override { return true; }
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
   int host_id() const override { return host_ids_[static_cast<std::size_t>(rank_)]; }
