@@ -86,153 +86,165 @@ auto translated(F&& f) -> decltype(f()) {
 CodecHookState::CodecHookState(const std::string& spec, int rank, int size)
     : codec_(translated([&] { return compression::make_codec(spec); })), rank_(rank), size_(size) {}
 
+// The codec runs once over the whole bucket; its error-feedback residual is assembled from the parameters' own
+// before the call and handed back to them after it.
 c10::intrusive_ptr<c10d::Work> CodecHookState::allreduce(ProcessGroupHopwise& pg, const at::Tensor& buffer,
-                                                         int64_t bucket) {
+                                                         const std::vector<at::Tensor>& gradients,
+                                                         const std::vector<int64_t>& keys, int64_t bucket) {
   check_bucket(buffer, "compression_hook");
+  TORCH_CHECK_VALUE(gradients.size() == keys.size(), "hopwise: compression_hook: ", gradients.size(),
+                    " gradients but ", keys.size(), " keys");
   auto& c = pg.communicator();
   TORCH_CHECK_VALUE(c.rank() == rank_ && c.size() == size_, "hopwise: this hook state was made for rank ", rank_, " of ",
                     size_, ", not for this group's rank ", c.rank(), " of ", c.size());
+  std::vector<std::size_t> sizes;
+  for (const auto& g : gradients) sizes.push_back(static_cast<std::size_t>(g.numel()));
+  const std::size_t n = static_cast<std::size_t>(buffer.numel());
   compression::CodecState* state;
   {
     std::lock_guard lock(mutex_);
-    auto it = states_.find(bucket);
-    if (it == states_.end())
-      it = states_.emplace(bucket, compression::CodecState(kSeed + static_cast<std::uint64_t>(bucket), rank_, size_)).first;
+    auto it = buckets_.find(bucket);
+    if (it == buckets_.end())
+      it = buckets_.emplace(bucket, compression::CodecState(kSeed + static_cast<std::uint64_t>(bucket), rank_, size_)).first;
     state = &it->second;
-    // DDP rebuilds its buckets once (after the first step): a residual of another size is not this bucket's.
-    if (!state->residual.empty() && state->residual.size() != static_cast<std::size_t>(buffer.numel()))
-      *state = compression::CodecState(kSeed + static_cast<std::uint64_t>(bucket), rank_, size_);
+    if (bucket == 0) ++step_;  // DDP launches its buckets in index order: bucket 0 begins a step
+    state->step = step_ > 0 ? step_ - 1 : 0;
+    state->residual.clear();
+    bool any = false;
+    for (auto k : keys) any = any || residuals_.count(k);
+    if (any) {
+      state->residual.assign(n, 0.0f);
+      std::size_t at = 0;
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        auto r = residuals_.find(keys[i]);
+        if (r != residuals_.end() && r->second.size() == sizes[i])
+          std::copy(r->second.begin(), r->second.end(), state->residual.begin() + static_cast<std::ptrdiff_t>(at));
+        at += sizes[i];
+      }
+    }
   }
   auto work = pg.make_work(c10d::OpType::ALLREDUCE, "hopwise:compressed_all_reduce", {buffer});
   auto* data = buffer.data_ptr<float>();
-  auto w = translated([&] {
-    return c.allreduce_compressed_async(data, data, static_cast<std::size_t>(buffer.numel()), *codec_, *state,
-                                        ReduceOp::kAvg);
+  auto start = [this, &c, data, n, state, buffer] {
+    return std::vector{
+        translated([&] { return c.allreduce_compressed_async(data, data, n, *codec_, *state, ReduceOp::kAvg); })};
+  };
+  pg.sequencer().launch(work, start, [this, state, keys, sizes](std::exception_ptr e) {
+    if (e || state->residual.empty()) return;
+    std::lock_guard lock(mutex_);
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const auto from = state->residual.begin() + static_cast<std::ptrdiff_t>(at);
+      residuals_[keys[i]].assign(from, from + static_cast<std::ptrdiff_t>(sizes[i]));
+      at += sizes[i];
+    }
   });
-  complete_after({w}, work);
   return work;
 }
 
 std::string CodecHookState::save() const {
   std::lock_guard lock(mutex_);
   Writer w;
-  w.put_string("hopwise-codec-hook/1");
+  w.put_string("hopwise-codec-hook/2");
   w.put_string(codec_->name());
-  w.put<std::uint64_t>(states_.size());
-  for (const auto& [bucket, s] : states_) {
-    w.put<std::int64_t>(bucket);
-    w.put<std::uint64_t>(s.seed);
-    w.put<std::uint64_t>(s.step);
-    w.put_floats(s.residual);
+  w.put<std::uint64_t>(step_);
+  w.put<std::uint64_t>(residuals_.size());
+  for (const auto& [key, r] : residuals_) {
+    w.put<std::int64_t>(key);
+    w.put_floats(r);
   }
   return w.out;
 }
 
 void CodecHookState::load(const std::string& bytes) {
   Reader r{bytes};
-  TORCH_CHECK_VALUE(r.get_string() == "hopwise-codec-hook/1", "hopwise: not a saved codec hook state");
+  TORCH_CHECK_VALUE(r.get_string() == "hopwise-codec-hook/2", "hopwise: not a saved codec hook state");
   const std::string spec = r.get_string();
   TORCH_CHECK_VALUE(spec == codec_->name(), "hopwise: the saved hook state is of codec '", spec, "', this hook's is '",
                     codec_->name(), "'");
-  std::lock_guard lock(mutex_);
-  std::map<int64_t, compression::CodecState> loaded;
+  const auto step = r.get<std::uint64_t>();
+  std::map<int64_t, std::vector<float>> residuals;
   for (auto n = r.get<std::uint64_t>(); n > 0; --n) {
-    const auto bucket = r.get<std::int64_t>();
-    compression::CodecState s;
-    s.seed = r.get<std::uint64_t>();
-    s.step = r.get<std::uint64_t>();
-    s.residual = r.get_floats();
-    loaded.emplace(bucket, std::move(s));
+    const auto key = r.get<std::int64_t>();
+    residuals[key] = r.get_floats();
   }
-  for (auto& [bucket, s] : loaded) {
-    s.rank = rank_;
-    s.world_size = size_;
-  }
-  states_ = std::move(loaded);
+  std::lock_guard lock(mutex_);
+  step_ = step;
+  residuals_ = std::move(residuals);
 }
 
 PowerSgdHookState::PowerSgdHookState(const std::string& spec)
     : ps_(translated([&] { return compression::PowerSgd::from_spec(spec); })) {}
 
 c10::intrusive_ptr<c10d::Work> PowerSgdHookState::allreduce(ProcessGroupHopwise& pg, const at::Tensor& buffer,
-                                                            const std::vector<at::Tensor>& gradients, int64_t bucket) {
+                                                            const std::vector<at::Tensor>& gradients,
+                                                            const std::vector<int64_t>& keys) {
   check_bucket(buffer, "powersgd hook");
+  TORCH_CHECK_VALUE(gradients.size() == keys.size(), "hopwise: powersgd hook: ", gradients.size(), " gradients but ",
+                    keys.size(), " keys");
   std::vector<comm::PowerSgdTensor> tensors;
   {
     std::lock_guard lock(mutex_);
-    Bucket& b = buckets_[bucket];
-    std::vector<std::pair<std::size_t, std::size_t>> shapes;
-    for (const auto& g : gradients) {
+    for (std::size_t i = 0; i < gradients.size(); ++i) {
+      const auto& g = gradients[i];
       TORCH_CHECK_VALUE(g.scalar_type() == at::kFloat && g.is_contiguous(),
                         "hopwise: powersgd hook: gradients must be contiguous float32");
       // Like torch's hook: the first dimension is the rows, the others flattened are the columns.
       const auto rows = static_cast<std::size_t>(g.dim() == 0 ? 1 : g.size(0));
-      shapes.emplace_back(rows, rows == 0 ? 0 : static_cast<std::size_t>(g.numel()) / rows);
-    }
-    if (shapes != b.shapes) {  // new, or rebuilt by DDP after the first step: start afresh
-      b.shapes = shapes;
-      b.states.clear();
-      for (std::size_t i = 0; i < shapes.size(); ++i)
-        b.states.emplace_back(kSeed + static_cast<std::uint64_t>(bucket) * 1000003u + i);
-    }
-    for (std::size_t i = 0; i < gradients.size(); ++i) {
-      auto* d = gradients[i].data_ptr<float>();
-      tensors.push_back({d, d, shapes[i].first, shapes[i].second, &b.states[i]});
+      const auto cols = rows == 0 ? 0 : static_cast<std::size_t>(g.numel()) / rows;
+      auto it = states_.find(keys[i]);
+      if (it == states_.end() || (it->second.rows && (it->second.rows != rows || it->second.cols != cols)))
+        it = states_.insert_or_assign(keys[i], compression::PowerSgdState(kSeed + static_cast<std::uint64_t>(keys[i]))).first;
+      auto* d = g.data_ptr<float>();
+      tensors.push_back({d, d, rows, cols, &it->second});
     }
   }
   auto work = pg.make_work(c10d::OpType::ALLREDUCE, "hopwise:powersgd_all_reduce", {buffer});
-  auto w = translated([&] {
-    return pg.communicator().allreduce_powersgd_async(tensors, ps_, ReduceOp::kAvg);
-  });
-  complete_after({w}, work);
+  auto start = [this, &pg, tensors, gradients] {
+    return std::vector{translated([&] { return pg.communicator().allreduce_powersgd_async(tensors, ps_, ReduceOp::kAvg); })};
+  };
+  pg.sequencer().launch(work, start);
   return work;
 }
 
 std::string PowerSgdHookState::save() const {
   std::lock_guard lock(mutex_);
   Writer w;
-  w.put_string("hopwise-powersgd-hook/1");
+  w.put_string("hopwise-powersgd-hook/2");
   w.put_string(ps_.name());
-  w.put<std::uint64_t>(buckets_.size());
-  for (const auto& [bucket, b] : buckets_) {
-    w.put<std::int64_t>(bucket);
-    w.put<std::uint64_t>(b.states.size());
-    for (std::size_t i = 0; i < b.states.size(); ++i) {
-      const auto& s = b.states[i];
-      w.put<std::uint64_t>(b.shapes[i].first);
-      w.put<std::uint64_t>(b.shapes[i].second);
-      w.put<std::uint64_t>(s.seed);
-      w.put<std::uint64_t>(s.step);
-      w.put<std::int32_t>(s.phase);
-      for (const auto* v : {&s.q, &s.m, &s.p_hat, &s.q_local}) w.put_floats(*v);
-    }
+  w.put<std::uint64_t>(states_.size());
+  for (const auto& [key, s] : states_) {
+    w.put<std::int64_t>(key);
+    w.put<std::uint64_t>(s.rows);
+    w.put<std::uint64_t>(s.cols);
+    w.put<std::uint64_t>(s.seed);
+    w.put<std::uint64_t>(s.step);
+    w.put<std::int32_t>(s.phase);
+    for (const auto* v : {&s.q, &s.m, &s.p_hat, &s.q_local}) w.put_floats(*v);
   }
   return w.out;
 }
 
 void PowerSgdHookState::load(const std::string& bytes) {
   Reader r{bytes};
-  TORCH_CHECK_VALUE(r.get_string() == "hopwise-powersgd-hook/1", "hopwise: not a saved PowerSGD hook state");
+  TORCH_CHECK_VALUE(r.get_string() == "hopwise-powersgd-hook/2", "hopwise: not a saved PowerSGD hook state");
   const std::string spec = r.get_string();
   TORCH_CHECK_VALUE(spec == ps_.name(), "hopwise: the saved hook state is of '", spec, "', this hook's is '",
                     ps_.name(), "'");
-  std::map<int64_t, Bucket> loaded;
+  std::map<int64_t, compression::PowerSgdState> loaded;
   for (auto n = r.get<std::uint64_t>(); n > 0; --n) {
-    Bucket& b = loaded[r.get<std::int64_t>()];
-    for (auto k = r.get<std::uint64_t>(); k > 0; --k) {
-      const auto rows = r.get<std::uint64_t>(), cols = r.get<std::uint64_t>();
-      b.shapes.emplace_back(rows, cols);
-      compression::PowerSgdState s(r.get<std::uint64_t>());
-      s.step = r.get<std::uint64_t>();
-      s.phase = r.get<std::int32_t>();
-      s.rows = rows;
-      s.cols = cols;
-      for (auto* v : {&s.q, &s.m, &s.p_hat, &s.q_local}) *v = r.get_floats();
-      b.states.push_back(std::move(s));
-    }
+    const auto key = r.get<std::int64_t>();
+    const auto rows = r.get<std::uint64_t>(), cols = r.get<std::uint64_t>();
+    compression::PowerSgdState s(r.get<std::uint64_t>());
+    s.step = r.get<std::uint64_t>();
+    s.phase = r.get<std::int32_t>();
+    s.rows = rows;
+    s.cols = cols;
+    for (auto* v : {&s.q, &s.m, &s.p_hat, &s.q_local}) *v = r.get_floats();
+    loaded.insert_or_assign(key, std::move(s));
   }
   std::lock_guard lock(mutex_);
-  buckets_ = std::move(loaded);
+  states_ = std::move(loaded);
 }
 
 }  // namespace hopwise::torch_backend

@@ -1,6 +1,8 @@
 // What the DDP comm hooks of hopwise.torch call: one compressed allreduce per bucket with any hopwise codec, or
-// PowerSGD over the bucket's gradients as matrices (all P factors in one allreduce, all Q in a second). Per-bucket
-// codec state lives here and saves to bytes for the trainer's checkpoint.
+// PowerSGD over the bucket's gradients as matrices (all P factors in one allreduce, all Q in a second). The
+// codec state lives here, kept per parameter (its key: the order in which the hook first saw it), not per bucket: DDP
+// regroups its buckets after the first step, and a run resumed from a checkpoint starts again from one bucket.
+// The state saves to bytes for the trainer's checkpoint.
 #pragma once
 
 #include <map>
@@ -19,8 +21,11 @@ class CodecHookState {
  public:
   CodecHookState(const std::string& spec, int rank, int size);
   std::string spec() const { return codec_->name(); }
-  // Average of `buffer` (float32, contiguous: DDP's flat bucket) over the group, in place.
-  c10::intrusive_ptr<c10d::Work> allreduce(ProcessGroupHopwise& pg, const at::Tensor& buffer, int64_t bucket);
+  // Average of `buffer` (float32, contiguous: DDP's flat bucket, whose parameters' gradients are `gradients`,
+  // keyed `keys`) over the group, in place, in one compressed call.
+  c10::intrusive_ptr<c10d::Work> allreduce(ProcessGroupHopwise& pg, const at::Tensor& buffer,
+                                           const std::vector<at::Tensor>& gradients, const std::vector<int64_t>& keys,
+                                           int64_t bucket);
   std::string save() const;
   void load(const std::string& bytes);
 
@@ -28,7 +33,9 @@ class CodecHookState {
   std::unique_ptr<compression::Codec> codec_;
   int rank_, size_;
   mutable std::mutex mutex_;
-  std::map<int64_t, compression::CodecState> states_;  // node-stable: a call in flight keeps a reference
+  std::map<int64_t, compression::CodecState> buckets_;  // node-stable: a call in flight keeps a reference
+  std::map<int64_t, std::vector<float>> residuals_;     // error feedback, per parameter key
+  std::uint64_t step_ = 0;                              // codec steps so far (every bucket takes one per step)
 };
 
 class PowerSgdHookState {
@@ -37,18 +44,14 @@ class PowerSgdHookState {
   std::string spec() const { return ps_.name(); }
   // Average of the bucket's gradients (views of its buffer) over the group, in place.
   c10::intrusive_ptr<c10d::Work> allreduce(ProcessGroupHopwise& pg, const at::Tensor& buffer,
-                                           const std::vector<at::Tensor>& gradients, int64_t bucket);
+                                           const std::vector<at::Tensor>& gradients, const std::vector<int64_t>& keys);
   std::string save() const;
   void load(const std::string& bytes);
 
  private:
-  struct Bucket {
-    std::vector<std::pair<std::size_t, std::size_t>> shapes;  // rows x cols of each gradient
-    std::vector<compression::PowerSgdState> states;
-  };
   compression::PowerSgd ps_;
   mutable std::mutex mutex_;
-  std::map<int64_t, Bucket> buckets_;
+  std::map<int64_t, compression::PowerSgdState> states_;  // per parameter key; node-stable
 };
 
 }  // namespace hopwise::torch_backend

@@ -89,7 +89,9 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "allreduce",
           [](CodecHookState& s, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const at::Tensor& buffer,
-             int64_t bucket) { return c10::intrusive_ptr<c10d::Work>(s.allreduce(hopwise_group(pg), buffer, bucket)); },
+             const std::vector<at::Tensor>& gradients, const std::vector<int64_t>& keys, int64_t bucket) {
+            return c10::intrusive_ptr<c10d::Work>(s.allreduce(hopwise_group(pg), buffer, gradients, keys, bucket));
+          },
           py::call_guard<py::gil_scoped_release>())
       .def("save", [](const CodecHookState& s) { return py::bytes(s.save()); })
       .def("load", [](CodecHookState& s, const py::bytes& b) { s.load(std::string(b)); });
@@ -100,8 +102,8 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "allreduce",
           [](PowerSgdHookState& s, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const at::Tensor& buffer,
-             const std::vector<at::Tensor>& gradients, int64_t bucket) {
-            return c10::intrusive_ptr<c10d::Work>(s.allreduce(hopwise_group(pg), buffer, gradients, bucket));
+             const std::vector<at::Tensor>& gradients, const std::vector<int64_t>& keys) {
+            return c10::intrusive_ptr<c10d::Work>(s.allreduce(hopwise_group(pg), buffer, gradients, keys));
           },
           py::call_guard<py::gil_scoped_release>())
       .def("save", [](const PowerSgdHookState& s) { return py::bytes(s.save()); })

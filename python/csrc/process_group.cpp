@@ -157,9 +157,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::allreduce(std::vector<at::Te
   const ReducePlan plan = plan_reduce(t.scalar_type(), opts.reduceOp, "allreduce");
   const Staged s = stage(t, plan.wide);
   auto work = make_work(c10d::OpType::ALLREDUCE, "hopwise:all_reduce", tensors);
-  std::function<void()> after;
-  auto works = translated([&] { return start_allreduce(*comm_, s, plan, after); });
-  complete_after(std::move(works), work, on_success(after));
+  auto after = std::make_shared<std::function<void()>>();
+  seq_.launch(
+      work, [this, s, plan, after] { return translated([&] { return start_allreduce(*comm_, s, plan, *after); }); },
+      on_success([after] { (*after)(); }));
   return work;
 }
 
@@ -179,10 +180,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::allreduce_coalesced(std::vec
   if (plan.wide != at::ScalarType::Undefined) joined = joined.to(plan.wide);
   const Staged s{joined, joined};
   auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, "hopwise:all_reduce_coalesced", tensors);
-  std::function<void()> after;
-  auto works = translated([&] { return start_allreduce(*comm_, s, plan, after); });
-  complete_after(std::move(works), work, on_success([after, joined, tensors] {
-                   after();
+  auto after = std::make_shared<std::function<void()>>();
+  seq_.launch(
+      work, [this, s, plan, after] { return translated([&] { return start_allreduce(*comm_, s, plan, *after); }); },
+      on_success([after, joined, tensors] {
+                   (*after)();
                    int64_t offset = 0;
                    for (const auto& t : tensors) {
                      at::Tensor dst = t;
@@ -199,8 +201,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::broadcast(std::vector<at::Te
   const int root = static_cast<int>(opts.rootRank);
   const Staged s = stage(t, at::ScalarType::Undefined, getRank() == root);
   auto work = make_work(c10d::OpType::BROADCAST, "hopwise:broadcast", tensors);
-  auto w = translated([&] { return comm_->broadcast_async(s.data(), s.bytes(), DataType::kUInt8, root); });
-  complete_after({w}, work, on_success([s] { s.finish(); }));
+  seq_.launch(
+      work,
+      [this, s, root] {
+        return std::vector{translated([&] { return comm_->broadcast_async(s.data(), s.bytes(), DataType::kUInt8, root); })};
+      },
+      on_success([s] { s.finish(); }));
   return work;
 }
 
@@ -215,11 +221,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::reduce(std::vector<at::Tenso
   at::Tensor out = at::empty_like(in.buf);
   const Staged result{t, out};
   const bool is_root = getRank() == root;
-  comm::Work w;
+  std::function<std::vector<comm::Work>()> start;
   std::function<void()> after;
   if (plan.way == ReducePlan::Way::kGatherFold) {
     auto gathered = at::empty({comm_->size(), in.buf.numel()}, in.buf.options());
-    w = translated([&] { return comm_->allgather_async(in.data(), gathered.data_ptr(), in.bytes(), DataType::kUInt8); });
+    start = [this, in, gathered] {
+      return std::vector{translated(
+          [&] { return comm_->allgather_async(in.data(), gathered.data_ptr(), in.bytes(), DataType::kUInt8); })};
+    };
     after = [=] {
       if (!is_root) return;
       at::Tensor o = out;
@@ -228,14 +237,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::reduce(std::vector<at::Tenso
       u.copy_(o);
     };
   } else {
-    w = translated([&] { return comm_->reduce_async(in.data(), out.data_ptr(), in.count(), plan.dtype, plan.op, root); });
+    start = [this, in, out, plan, root] {
+      return std::vector{translated(
+          [&] { return comm_->reduce_async(in.data(), out.data_ptr(), in.count(), plan.dtype, plan.op, root); })};
+    };
     after = [=] {
       if (!is_root) return;
       at::Tensor u = t;
       u.copy_(out);
     };
   }
-  complete_after({w}, work, on_success([after, in] { after(); }));
+  seq_.launch(work, std::move(start), on_success([after, in] { after(); }));
   return work;
 }
 
@@ -249,8 +261,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::allgather(std::vector<std::v
   const Staged s = stage(in);
   auto gathered = at::empty({getSize(), in.numel()}, in.options());
   auto work = make_work(c10d::OpType::ALLGATHER, "hopwise:all_gather", outputs[0]);
-  auto w = translated([&] { return comm_->allgather_async(s.data(), gathered.data_ptr(), s.bytes(), DataType::kUInt8); });
-  complete_after({w}, work, on_success([s, gathered, outs = outputs[0]] {
+  seq_.launch(
+      work,
+      [this, s, gathered] {
+        return std::vector{translated(
+            [&] { return comm_->allgather_async(s.data(), gathered.data_ptr(), s.bytes(), DataType::kUInt8); })};
+      },
+      on_success([s, gathered, outs = outputs[0]] {
                    for (std::size_t r = 0; r < outs.size(); ++r) {
                      at::Tensor o = outs[r];
                      o.copy_(gathered[static_cast<int64_t>(r)].view(o.sizes()));
@@ -268,8 +285,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::_allgather_base(at::Tensor& 
                     " times its elements");
   const Staged in = stage(input), out = stage(output, at::ScalarType::Undefined, false);
   auto work = make_work(c10d::OpType::_ALLGATHER_BASE, "hopwise:_all_gather_base", as_list(output));
-  auto w = translated([&] { return comm_->allgather_async(in.data(), out.data(), in.bytes(), DataType::kUInt8); });
-  complete_after({w}, work, on_success([in, out] { out.finish(); }));
+  seq_.launch(
+      work,
+      [this, in, out] {
+        return std::vector{
+            translated([&] { return comm_->allgather_async(in.data(), out.data(), in.bytes(), DataType::kUInt8); })};
+      },
+      on_success([in, out] { out.finish(); }));
   return work;
 }
 
@@ -301,26 +323,31 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::_reduce_scatter_base(at::Ten
   const Staged out = stage(output, plan.wide, false);
   if (plan.way == ReducePlan::Way::kGatherFold) {
     const Staged all = stage(input);  // every rank's whole input, folded, then this rank's part kept
-    std::function<void()> after;
-    auto works = translated([&] { return start_allreduce(*comm_, all, plan, after); });
+    auto after = std::make_shared<std::function<void()>>();
     const int64_t n = output.numel(), me = getRank();
-    complete_after(std::move(works), work, on_success([after, all, out, n, me] {
-                     after();
+    seq_.launch(
+        work,
+        [this, all, plan, after] { return translated([&] { return start_allreduce(*comm_, all, plan, *after); }); },
+        on_success([after, all, out, n, me] {
+                     (*after)();
                      out.buf.copy_(all.buf.reshape({-1}).narrow(0, me * n, n).view(out.buf.sizes()));
                      out.finish();
                    }));
     return work;
   }
-  auto w = translated(
-      [&] { return comm_->reduce_scatter_async(in.data(), out.data(), out.count(), plan.dtype, plan.op); });
-  complete_after({w}, work, on_success([in, out] { out.finish(); }));
+  seq_.launch(
+      work,
+      [this, in, out, plan] {
+        return std::vector{translated(
+            [&] { return comm_->reduce_scatter_async(in.data(), out.data(), out.count(), plan.dtype, plan.op); })};
+      },
+      on_success([in, out] { out.finish(); }));
   return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::barrier(const c10d::BarrierOptions&) {
   auto work = make_work(c10d::OpType::BARRIER, "hopwise:barrier", {});
-  auto w = translated([&] { return comm_->barrier_async(); });
-  complete_after({w}, work);
+  seq_.launch(work, [this] { return std::vector{translated([&] { return comm_->barrier_async(); })}; });
   return work;
 }
 

@@ -32,6 +32,8 @@ class ProcessGroupHopwise final : public c10d::ProcessGroup {
 
   const std::string getBackendName() const override { return "hopwise"; }
   comm::Communicator& communicator() { return *comm_; }
+  // Where every collective call starts (see Sequencer): the codec hooks' calls too.
+  Sequencer& sequencer() { return seq_; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = {}) override;
@@ -70,6 +72,7 @@ class ProcessGroupHopwise final : public c10d::ProcessGroup {
   int user_tag(int tag, const char* what) const;
 
   std::unique_ptr<comm::Communicator> comm_;
+  Sequencer seq_;
   std::mutex anysource_mutex_;
 };
 

@@ -71,13 +71,63 @@ int HopwiseWork::sourceRank() const {
   return source_rank_;
 }
 
+namespace {
+thread_local const Sequencer* completing = nullptr;  // whose completion this thread runs
+}
+
 void HopwiseWork::complete(std::exception_ptr e) {
   // The future first (its callbacks run here), then the Work: once wait() returns, the future holds its value.
+  const Sequencer* outer = completing;
+  completing = sequencer_;
   if (e)
     future_->setError(e);
   else
     future_->markCompleted(c10::IValue(outputs_));
   finish(e);
+  completing = outer;
+  if (sequencer_) sequencer_->done();
+}
+
+bool Sequencer::completing_here() const { return completing == this; }
+
+void Sequencer::launch(const c10::intrusive_ptr<HopwiseWork>& work, std::function<std::vector<comm::Work>()> start,
+                       std::function<void(std::exception_ptr)> then) {
+  work->set_sequencer(this);
+  std::unique_lock lock(mutex_);
+  if (!completing_here() && (open_ > 0 || !held_.empty())) {
+    held_.push_back([work, start = std::move(start), then = std::move(then)] {
+      std::vector<comm::Work> works;
+      try {
+        works = start();
+      } catch (...) {
+        work->complete(std::current_exception());
+        return;
+      }
+      complete_after(std::move(works), work, then);
+    });
+    return;
+  }
+  ++open_;
+  lock.unlock();
+  std::vector<comm::Work> works;
+  try {
+    works = start();
+  } catch (...) {
+    done();
+    throw;
+  }
+  complete_after(std::move(works), work, std::move(then));
+}
+
+void Sequencer::done() {
+  std::unique_lock lock(mutex_);
+  --open_;
+  if (open_ > 0 || held_.empty()) return;
+  auto next = std::move(held_.front());
+  held_.pop_front();
+  ++open_;
+  lock.unlock();
+  next();
 }
 
 void complete_after(std::vector<comm::Work> works, c10::intrusive_ptr<HopwiseWork> work,

@@ -8,12 +8,16 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <exception>
+#include <deque>
 #include <functional>
+#include <mutex>
 #include <vector>
 
 #include "hopwise/comm/work.h"
 
 namespace hopwise::torch_backend {
+
+class Sequencer;
 
 // Runs `fn` on an idle pool thread, or a new one; never on the caller's thread, never behind another task.
 void run_detached(std::function<void()> fn);
@@ -27,11 +31,34 @@ class HopwiseWork final : public c10d::Work {
   // Completes the work and its future (with the error when `e` is set). Call once, with no lock held.
   void complete(std::exception_ptr e);
   void set_source_rank(int r) { source_rank_ = r; }
+  void set_sequencer(Sequencer* s) { sequencer_ = s; }
 
  private:
+  Sequencer* sequencer_ = nullptr;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   int source_rank_ = -1;
+};
+
+// Orders a group's collectives alike on every rank although some are issued from completion callbacks (torch's
+// PowerSGD hook all-reduces inside one, while DDP's thread goes on to the next bucket): a call made while an
+// earlier call's completion (with its callbacks) has yet to finish waits for it, unless it comes from that
+// completion, and then it goes first, as if callbacks ran the moment a call was made. Every rank thus issues its
+// collectives in the order of one depth-first walk, whatever its threads' timing. (Gloo, which has no such order,
+// mixes up the buckets of torch's PowerSGD hook.)
+class Sequencer {
+ public:
+  // Runs `start` now (its synchronous errors reach the caller) or once earlier completions are done (its errors
+  // then complete `work`), then completes `work` after the hopwise works it returns, with `then` first.
+  void launch(const c10::intrusive_ptr<HopwiseWork>& work, std::function<std::vector<comm::Work>()> start,
+              std::function<void(std::exception_ptr)> then = {});
+  void done();  // a launched work's completion has run
+  bool completing_here() const;  // this thread is running one of this sequencer's completions
+
+ private:
+  std::mutex mutex_;
+  int open_ = 0;  // launched works whose completion has not yet run
+  std::deque<std::function<void()>> held_;
 };
 
 // Once every hopwise work in `works` is complete: `then(first error or null)` on a pool thread (it copies staged

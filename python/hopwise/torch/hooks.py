@@ -33,7 +33,19 @@ class HookState:
         self.process_group = process_group
         self._make()
 
+    def _keys(self, bucket):
+        """A key per parameter, in the order this hook first saw them: DDP's first step holds every parameter in
+        one bucket, in the same order in every run, so a restored state finds each parameter's own again."""
+        keys = []
+        for p in bucket.parameters():
+            key = self._key_of.get(id(p))
+            if key is None:
+                key = self._key_of[id(p)] = len(self._key_of)
+            keys.append(key)
+        return keys
+
     def _make(self):
+        self._key_of = {}
         group = _group(self.process_group)
         if _is_powersgd(self.spec):
             self._impl = _C.PowerSgdHookState(self.spec)
@@ -72,12 +84,14 @@ def compression_hook(spec, process_group=None, state=None):
     if _is_powersgd(spec):
         def hook(state, bucket):
             group = _group(state.process_group)
-            work = state._impl.allreduce(group, bucket.buffer(), bucket.gradients(), bucket.index())
+            work = state._impl.allreduce(group, bucket.buffer(), bucket.gradients(), state._keys(bucket))
             return work.get_future().then(_first)
     else:
         def hook(state, bucket):
             group = _group(state.process_group)
-            return state._impl.allreduce(group, bucket.buffer(), bucket.index()).get_future().then(_first)
+            work = state._impl.allreduce(group, bucket.buffer(), bucket.gradients(), state._keys(bucket),
+                                         bucket.index())
+            return work.get_future().then(_first)
 
     hook.__name__ = f"hopwise_{spec.split(':', 1)[0]}_hook"
     return state, hook
