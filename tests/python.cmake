@@ -1,0 +1,18 @@
+# ---- the PyTorch backend (python/): pytest from Debian, over real ranks (torchrun, mpirun, spawn_ranks.sh) ----
+if(HOPWISE_TORCH_ENABLED)
+  set(pytest /usr/bin/python3 -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/python/test_torch_backend.py)
+  foreach(part collectives ddp hook faults)
+    if(part STREQUAL "faults")
+      set(select "import or bad or mismatch or stopped or plan")
+    elseif(part STREQUAL "ddp")
+      set(select "parity")
+    elseif(part STREQUAL "hook")
+      set(select "hooks or checkpoint")
+    else()
+      set(select "${part}")
+    endif()
+    add_test(NAME torch_${part} COMMAND ${pytest} -k "${select}")
+    set_tests_properties(torch_${part} PROPERTIES ENVIRONMENT "HOPWISE_BUILD_DIR=${CMAKE_BINARY_DIR}"
+                                                  LABELS "python;torch" TIMEOUT 600 PROCESSORS 4)
+  endforeach()
+endif()

@@ -1,0 +1,105 @@
+"""One rank of the backend's failure and API checks (tests/python/test_torch_backend.py runs it).
+
+  stopped   rank 1 stops itself (SIGSTOP) before an all_reduce: the others fail within HOPWISE_TIMEOUT_S naming it
+  mismatch  under HOPWISE_DEBUG=CHECK, rank 0 all-reduces 10 elements, the others 12: every rank says so
+  bad       unsupported dtypes, ops and arguments: a ValueError naming what was wrong, and the group still works
+  api       plan() and stats() of a hopwise group; plan() of a gloo group is refused by name
+"""
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import hopwise.torch
+
+
+def env_rank_and_size():
+    if "OMPI_COMM_WORLD_RANK" in os.environ:
+        os.environ.setdefault("RANK", os.environ["OMPI_COMM_WORLD_RANK"])
+        os.environ.setdefault("WORLD_SIZE", os.environ["OMPI_COMM_WORLD_SIZE"])
+
+
+def say(text):
+    print(f"rank {dist.get_rank()}: {text}", flush=True)
+
+
+def expect_error(kind, pattern, fn):
+    try:
+        fn()
+    except kind as e:
+        text = str(e).split("\n")[0]
+        assert pattern in text, f"the error says {text!r}, not {pattern!r}"
+        say(f"{kind.__name__}: {text}")
+        return
+    raise AssertionError(f"no {kind.__name__} ({pattern!r})")
+
+
+def stopped():
+    t = torch.ones(1000)
+    dist.all_reduce(t)
+    if dist.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+    except RuntimeError as e:
+        say(f"FAILED after {time.monotonic() - start:.1f} s: {str(e).splitlines()[0]}")
+        sys.exit(1)
+    say("ok (no failure?)")
+
+
+def mismatch():
+    t = torch.ones(10 if dist.get_rank() == 0 else 12)
+    try:
+        dist.all_reduce(t)
+    except RuntimeError as e:
+        say(f"FAILED: {str(e).splitlines()[0]}")
+        sys.exit(1)
+    say("ok (no failure?)")
+
+
+def bad():
+    quantized = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8)
+    expect_error(ValueError, "dtype QInt8 is not supported", lambda: dist.all_reduce(quantized))
+    expect_error(ValueError, "AVG of Int would truncate", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.AVG))
+    expect_error(ValueError, "BXOR needs an integer or bool tensor",
+                 lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BXOR))
+    expect_error(ValueError, "tag 9000 is out of range", lambda: dist.send(torch.ones(1), (dist.get_rank() + 1) % dist.get_world_size(), tag=9000))
+    expect_error(ValueError, "needs one list of", lambda: dist.all_gather([torch.ones(1)], torch.ones(1)) if dist.get_world_size() > 1 else dist.all_gather([], torch.ones(1)))
+    expect_error(ValueError, "unknown codec 'gzip'", lambda: hopwise.torch.compression_hook("gzip"))
+    t = torch.full((4,), 1.0)
+    dist.all_reduce(t)  # the group still works after refused calls
+    assert t.tolist() == [float(dist.get_world_size())] * 4, t
+    say("bad input refused, group still works")
+
+
+def api():
+    p = hopwise.torch.plan()
+    size = dist.get_world_size()
+    assert sorted(p["ring"]) == list(range(size)), p["ring"]
+    assert p["transport"] in ("ucx", "mpi"), p["transport"]
+    assert p["size"] == size and p["rank"] == dist.get_rank()
+    assert set(p["allreduce_algorithm"]) == {4096 * 4 ** i for i in range(8)}, p["allreduce_algorithm"]
+    if size > 1 and "ring_edges" in p:
+        assert len(p["ring_edges"]) == size and p["bottleneck_gbps"] > 0, p
+    before = hopwise.torch.stats()["calls"]
+    dist.all_reduce(torch.ones(100))
+    assert hopwise.torch.stats()["calls"] == before + 1, hopwise.torch.stats()
+    gloo = dist.new_group(backend="gloo")
+    expect_error(ValueError, "is 'gloo', not hopwise", lambda: hopwise.torch.plan(gloo))
+    say(f"api ok: ring {p['ring']}, transport {p['transport']}, bottleneck {p.get('bottleneck_gbps')} GB/s")
+
+
+def main():
+    env_rank_and_size()
+    dist.init_process_group("hopwise")
+    {"stopped": stopped, "mismatch": mismatch, "bad": bad, "api": api}[sys.argv[1]]()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

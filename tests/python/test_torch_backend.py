@@ -1,0 +1,106 @@
+"""The PyTorch backend as users run it: real ranks under torchrun, mpirun and a bare spawner (tests/spawn_ranks.sh),
+each running one of the worker scripts beside this file. ctest runs this file in parts (tests/python.cmake)."""
+import os
+import re
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+BUILD = Path(os.environ.get("HOPWISE_BUILD_DIR", ROOT / "build"))
+PYTHON = "/usr/bin/python3"  # Debian's, where torch is
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(how, np, script, *args, env=None, timeout=300):
+    """Runs `script` on `np` ranks; returns (exit status, output)."""
+    e = dict(os.environ, PYTHONPATH=str(BUILD / "python"), OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+             OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    e.setdefault("HOPWISE_TIMEOUT_S", "60")
+    e.update(env or {})
+    path = str(HERE / script)
+    if how == "torchrun":
+        cmd = ["torchrun", "--standalone", "--nproc_per_node", str(np), "--redirects", "1", "--tee", "1", path, *args]
+    elif how == "mpirun":
+        e.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        forwarded = ["PYTHONPATH", "OMP_NUM_THREADS", "HOPWISE_TIMEOUT_S", "MASTER_ADDR", "MASTER_PORT", *(env or {})]
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np)]
+        for name in forwarded:
+            cmd += ["-x", name]
+        cmd += [PYTHON, path, *args]
+    else:
+        cmd = [str(ROOT / "tests" / "spawn_ranks.sh"), str(np), PYTHON, path, *args]
+    p = subprocess.run(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return p.returncode, p.stdout
+
+
+def lines(output, pattern):
+    return re.findall(pattern, output, re.MULTILINE)
+
+
+def test_import_registers_the_backend():
+    code = "import torch.distributed as d, hopwise.torch; assert d.Backend('hopwise') == 'hopwise'; print('ok')"
+    p = subprocess.run([PYTHON, "-c", code], env=dict(os.environ, PYTHONPATH=str(BUILD / "python")),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert p.returncode == 0 and "ok" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("how,np", [("torchrun", n) for n in (1, 2, 3, 4)] + [("mpirun", n) for n in (1, 2, 3, 4)])
+def test_collectives(how, np):
+    rc, out = launch(how, np, "collectives_worker.py")
+    ok = lines(out, r"rank \d+: \d+ checks ok over (\w+)")
+    assert rc == 0 and len(ok) == np, out[-6000:]
+    assert set(ok) == {"mpi" if how == "mpirun" else "ucx"}, ok
+
+
+@pytest.mark.parametrize("how,np", [("torchrun", 2), ("mpirun", 3)])
+def test_ddp_parity_with_gloo(how, np):
+    rc, out = launch(how, np, "ddp_worker.py", "parity")
+    assert rc == 0 and len(lines(out, r"parity ok: 20 steps")) == np, out[-6000:]
+
+
+def test_ddp_hooks():
+    rc, out = launch("torchrun", 2, "ddp_worker.py", "hooks")
+    hooks = lines(out, r"hook (.+?): ok, loss")
+    assert rc == 0, out[-6000:]
+    for name in ["none", "fp16", "bf16", "int8", "qsgd", "terngrad", "sign", "topk:ratio=0.3", "randomk:ratio=0.5",
+                 "powersgd:rank=2", "torch fp16_compress_hook", "torch powerSGD_hook"]:
+        assert name in hooks, f"hook {name} did not run: {out[-6000:]}"
+
+
+def test_hook_state_checkpoint():
+    rc, out = launch("torchrun", 2, "ddp_worker.py", "checkpoint")
+    assert rc == 0 and len(lines(out, r"checkpoint .+: ok")) == 4, out[-6000:]
+
+
+def test_bad_input_is_refused_by_name():
+    rc, out = launch("torchrun", 2, "faults_worker.py", "bad")
+    assert rc == 0 and len(lines(out, r"bad input refused, group still works")) == 2, out[-6000:]
+    assert len(lines(out, r"ValueError: hopwise: allreduce: dtype QInt8 is not supported")) == 2, out[-6000:]
+
+
+def test_mismatched_shapes_under_check():
+    rc, out = launch("torchrun", 2, "faults_worker.py", "mismatch", env={"HOPWISE_DEBUG": "CHECK"})
+    said = lines(out, r"rank (\d): FAILED: .*ranks disagree on the collective call.*count: 10 on rank 0, 12 on rank 1")
+    assert rc != 0 and sorted(said) == ["0", "1"], out[-6000:]
+
+
+def test_stopped_rank_is_named_within_the_timeout():
+    rc, out = launch("spawn", 3, "faults_worker.py", "stopped", env={"HOPWISE_TIMEOUT_S": "5"}, timeout=120)
+    said = lines(out, r"rank (\d): FAILED after (\d+\.\d) s: .*rank 1 did not answer")
+    assert rc != 0 and sorted(r for r, _ in said) == ["0", "2"], out[-6000:]
+    assert all(float(s) < 5 + 3 for _, s in said), said  # the timeout, the listening for others, scheduling
+
+
+@pytest.mark.parametrize("how", ["torchrun", "mpirun"])
+def test_plan_and_stats(how):
+    rc, out = launch(how, 2, "faults_worker.py", "api")
+    assert rc == 0 and len(lines(out, r"api ok: ring \[")) == 2, out[-6000:]
