@@ -22,7 +22,7 @@ command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get ins
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 cmake -S . -B "$out" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" \
-  -DHOPWISE_FUZZ=ON -DHOPWISE_BUILD_TESTS=OFF -DHOPWISE_WITH_CUDA=OFF >/dev/null
+  -DHOPWISE_FUZZ=ON -DHOPWISE_BUILD_TESTS=OFF -DHOPWISE_WITH_CUDA=OFF -DHOPWISE_TORCH=OFF >/dev/null
 cmake --build "$out" -j"$jobs" --target hopwise_fuzzers hopwise-topo
 
 # ---- seeds: the shared files are read where they lie; JSON seeds are them converted by hopwise-topo ----
