@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""DDP on Fashion-MNIST with the backend and comm hook of your choice: hopwise beside gloo, same model and data.
+
+    torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 examples/torch_ddp/train.py \\
+        --backend hopwise --hook powersgd:rank=4 --epochs 1 --json out.json
+    mpirun -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 /usr/bin/python3 examples/torch_ddp/train.py ...
+
+Models: mlp (784-1024-1024-10, the C++ train_mnist's) and cnn (two conv layers). Hooks: none (DDP's own
+allreduce), any hopwise codec spec (fp16, bf16, int8:ef=1, qsgd, terngrad, sign, topk:ratio=0.01, randomk,
+powersgd:rank=4, ...; backend hopwise only), or torch's own: torch-fp16, torch-powersgd:rank=4.
+Prints the plan, a progress bar, then one line per epoch; --json FILE writes step_ms, compute_ms (a step with
+DDP's communication off, no_sync), utilization (compute / step), test_accuracy, images_per_s, bytes_per_step.
+Needs PYTHONPATH=build/python for hopwise (scripts/setup.sh and scripts/build.sh make it)."""
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def load_images(path):
+    with gzip.open(path) as f:
+        data = f.read()
+    n = int.from_bytes(data[4:8], "big")
+    return torch.from_numpy(np.frombuffer(data, np.uint8, offset=16).reshape(n, 1, 28, 28).astype(np.float32) / 255)
+
+
+def load_labels(path):
+    with gzip.open(path) as f:
+        return torch.from_numpy(np.frombuffer(f.read(), np.uint8, offset=8).astype(np.int64))
+
+
+def make_model(name, hidden):
+    torch.manual_seed(1)
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                             nn.Linear(hidden, 10))
+    return nn.Sequential(nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 5, padding=2),
+                         nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(),
+                         nn.Linear(128, 10))
+
+
+def register_hook(ddp, spec, backend):
+    if spec == "none":
+        return
+    if spec == "torch-fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        return
+    if spec.startswith("torch-powersgd"):
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
+        rank = int(spec.split("rank=")[1]) if "rank=" in spec else 4
+        ddp.register_comm_hook(ps.PowerSGDState(None, matrix_approximation_rank=rank, start_powerSGD_iter=2),
+                               ps.powerSGD_hook)
+        return
+    if backend != "hopwise":
+        sys.exit(f"train.py: hook '{spec}' is a hopwise codec; it needs --backend hopwise")
+    import hopwise.torch
+    ddp.register_comm_hook(*hopwise.torch.compression_hook(spec))
+
+
+def progress(done, total, text):
+    width = 30
+    filled = int(width * done / max(1, total))
+    sys.stdout.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {text}")
+    sys.stdout.flush()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--backend", default="hopwise", choices=["hopwise", "gloo"])
+    ap.add_argument("--hook", default="none")
+    ap.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--epochs", type=float, default=1, help="may be fractional")
+    ap.add_argument("--batch", type=int, default=128, help="global batch, split across ranks")
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--bucket-mb", type=float, default=25)
+    ap.add_argument("--json", default="")
+    ap.add_argument("--data", default=os.environ.get("HOPWISE_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
+    args = ap.parse_args()
+
+    if "OMPI_COMM_WORLD_RANK" in os.environ:  # mpirun: env:// reads RANK and WORLD_SIZE
+        os.environ.setdefault("RANK", os.environ["OMPI_COMM_WORLD_RANK"])
+        os.environ.setdefault("WORLD_SIZE", os.environ["OMPI_COMM_WORLD_SIZE"])
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if args.backend == "hopwise":
+        import hopwise.torch  # noqa: F401  (registers the backend)
+    dist.init_process_group(args.backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if args.batch % world:
+        sys.exit(f"train.py: --batch {args.batch} does not split across {world} ranks")
+    lead = rank == 0
+
+    x, y = load_images(f"{args.data}/train-images-idx3-ubyte.gz"), load_labels(f"{args.data}/train-labels-idx1-ubyte.gz")
+    tx, ty = load_images(f"{args.data}/t10k-images-idx3-ubyte.gz"), load_labels(f"{args.data}/t10k-labels-idx1-ubyte.gz")
+    model = make_model(args.model, args.hidden)
+    ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
+    register_hook(ddp, args.hook, args.backend)
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    local = args.batch // world
+    steps = int(args.epochs * (x.shape[0] // args.batch))
+    params = sum(p.numel() for p in model.parameters())
+    if lead:
+        print(f"train.py: {world} ranks, backend {args.backend}, hook {args.hook}, model {args.model} "
+              f"({params} parameters, {params * 4 / 2**20:.1f} MiB of gradients per step), global batch {args.batch}, "
+              f"{steps} steps")
+        if args.backend == "hopwise":
+            print(hopwise.torch.plan()["description"].rstrip())
+
+    def batch(i):
+        lo = (i * args.batch + rank * local) % (x.shape[0] - local)
+        return x[lo:lo + local], y[lo:lo + local]
+
+    def compute_only(n):
+        """Forward, backward and step without DDP's communication: the compute a step cannot do without."""
+        t0 = time.perf_counter()
+        for i in range(n):
+            xb, yb = batch(i)
+            opt.zero_grad()
+            with ddp.no_sync():
+                loss_fn(ddp(xb), yb).backward()
+        return (time.perf_counter() - t0) / n * 1e3
+
+    def stats():
+        return hopwise.torch.stats() if args.backend == "hopwise" else {"bytes": 0, "wire_bytes": 0}
+
+    compute_ms = compute_only(10)  # the first also warms up
+    compute_ms = compute_only(20)
+    opt.zero_grad()
+    dist.barrier()
+    before = stats()
+    t0 = time.perf_counter()
+    loss_sum, losses = 0.0, 0
+    for i in range(steps):
+        xb, yb = batch(i)
+        opt.zero_grad()
+        loss = loss_fn(ddp(xb), yb)
+        loss.backward()
+        opt.step()
+        loss_sum, losses = loss_sum + loss.item(), losses + 1
+        if lead and (i % 20 == 0 or i == steps - 1):
+            progress(i + 1, steps, f"loss {loss_sum / losses:.3f} {(time.perf_counter() - t0) / (i + 1) * 1e3:.1f} ms/step")
+    dist.barrier()
+    train_s = time.perf_counter() - t0
+    after = stats()
+    if lead:
+        print()
+
+    ddp.eval()
+    with torch.no_grad():  # every rank scores a slice of the test set; the counts are summed
+        mine = slice(rank * len(tx) // world, (rank + 1) * len(tx) // world)
+        right = torch.tensor([(model(tx[mine]).argmax(1) == ty[mine]).sum().item(), len(ty[mine])], dtype=torch.int64)
+    dist.all_reduce(right)
+    step_ms = train_s / max(1, steps) * 1e3
+    result = {
+        "backend": args.backend, "hook": args.hook, "model": args.model, "ranks": world, "steps": steps,
+        "step_ms": step_ms, "compute_ms": compute_ms, "utilization": min(1.0, compute_ms / step_ms),
+        "test_accuracy": right[0].item() / right[1].item(), "images_per_s": steps * args.batch / train_s,
+        "train_s": train_s, "gradient_bytes_per_step": params * 4,
+        "bytes_per_step": (after["bytes"] - before["bytes"]) / max(1, steps) if args.backend == "hopwise" else params * 4,
+        "wire_bytes_per_step": (after["wire_bytes"] - before["wire_bytes"]) / max(1, steps),
+    }
+    if lead:
+        print(f"train.py: {steps} steps in {train_s:.1f} s: step {step_ms:.1f} ms, compute {compute_ms:.1f} ms "
+              f"(utilization {result['utilization']:.0%}), {result['images_per_s']:.0f} images/s, test accuracy "
+              f"{result['test_accuracy']:.4f}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
