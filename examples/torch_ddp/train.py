@@ -83,6 +83,11 @@ def main():
     ap.add_argument("--batch", type=int, default=128, help="global batch, split across ranks")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--bucket-mb", type=float, default=25)
+    ap.add_argument("--target-accuracy", type=float, default=0,
+                    help="stop once the test accuracy reaches this (checked every --eval-every steps, off the clock)")
+    ap.add_argument("--eval-every", type=int, default=20)
+    ap.add_argument("--trace-accuracy", action="store_true",
+                    help="check the test accuracy every --eval-every steps (off the clock) and record it")
     ap.add_argument("--json", default="")
     ap.add_argument("--data", default=os.environ.get("HOPWISE_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
     args = ap.parse_args()
@@ -133,6 +138,16 @@ def main():
     def stats():
         return hopwise.torch.stats() if args.backend == "hopwise" else {"bytes": 0, "wire_bytes": 0}
 
+    def accuracy():
+        """Every rank scores a slice of the test set; the counts are summed."""
+        model.eval()
+        with torch.no_grad():
+            mine = slice(rank * len(tx) // world, (rank + 1) * len(tx) // world)
+            right = torch.tensor([(model(tx[mine]).argmax(1) == ty[mine]).sum().item(), len(ty[mine])])
+        model.train()
+        dist.all_reduce(right)
+        return right[0].item() / right[1].item()
+
     compute_ms = compute_only(10)  # the first also warms up
     compute_ms = compute_only(20)
     opt.zero_grad()
@@ -140,6 +155,9 @@ def main():
     before = stats()
     t0 = time.perf_counter()
     loss_sum, losses = 0.0, 0
+    paused = 0.0  # seconds spent on evaluation, taken off the training time
+    reached = None  # (steps, training seconds) when the target accuracy was first reached
+    trace = []  # (steps, training seconds, test accuracy) with --trace-accuracy
     for i in range(steps):
         xb, yb = batch(i)
         opt.zero_grad()
@@ -148,23 +166,32 @@ def main():
         opt.step()
         loss_sum, losses = loss_sum + loss.item(), losses + 1
         if lead and (i % 20 == 0 or i == steps - 1):
-            progress(i + 1, steps, f"loss {loss_sum / losses:.3f} {(time.perf_counter() - t0) / (i + 1) * 1e3:.1f} ms/step")
+            progress(i + 1, steps, f"loss {loss_sum / losses:.3f} "
+                     f"{(time.perf_counter() - t0 - paused) / (i + 1) * 1e3:.1f} ms/step")
+        if (args.target_accuracy or args.trace_accuracy) and ((i + 1) % args.eval_every == 0 or i == steps - 1):
+            e0 = time.perf_counter()
+            acc = accuracy()
+            trace.append((i + 1, e0 - t0 - paused, acc))
+            if args.target_accuracy and acc >= args.target_accuracy:
+                reached = (i + 1, e0 - t0 - paused)
+            paused += time.perf_counter() - e0
+            if reached:
+                steps = i + 1
+                break
     dist.barrier()
-    train_s = time.perf_counter() - t0
+    train_s = time.perf_counter() - t0 - paused
     after = stats()
     if lead:
         print()
 
-    ddp.eval()
-    with torch.no_grad():  # every rank scores a slice of the test set; the counts are summed
-        mine = slice(rank * len(tx) // world, (rank + 1) * len(tx) // world)
-        right = torch.tensor([(model(tx[mine]).argmax(1) == ty[mine]).sum().item(), len(ty[mine])], dtype=torch.int64)
-    dist.all_reduce(right)
+    test_accuracy = accuracy()
     step_ms = train_s / max(1, steps) * 1e3
     result = {
         "backend": args.backend, "hook": args.hook, "model": args.model, "ranks": world, "steps": steps,
         "step_ms": step_ms, "compute_ms": compute_ms, "utilization": min(1.0, compute_ms / step_ms),
-        "test_accuracy": right[0].item() / right[1].item(), "images_per_s": steps * args.batch / train_s,
+        "test_accuracy": test_accuracy, "target_accuracy": args.target_accuracy,
+        "steps_to_target": reached[0] if reached else None, "time_to_target_s": reached[1] if reached else None,
+        "accuracy_trace": trace, "images_per_s": steps * args.batch / train_s,
         "train_s": train_s, "gradient_bytes_per_step": params * 4,
         "bytes_per_step": (after["bytes"] - before["bytes"]) / max(1, steps) if args.backend == "hopwise" else params * 4,
         "wire_bytes_per_step": (after["wire_bytes"] - before["wire_bytes"]) / max(1, steps),
@@ -173,6 +200,9 @@ def main():
         print(f"train.py: {steps} steps in {train_s:.1f} s: step {step_ms:.1f} ms, compute {compute_ms:.1f} ms "
               f"(utilization {result['utilization']:.0%}), {result['images_per_s']:.0f} images/s, test accuracy "
               f"{result['test_accuracy']:.4f}")
+        if args.target_accuracy:
+            print(f"train.py: target accuracy {args.target_accuracy:.4f} " +
+                  (f"reached after {reached[0]} steps, {reached[1]:.1f} s of training" if reached else "not reached"))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=1)
