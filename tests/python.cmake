@@ -1,4 +1,4 @@
-# ---- the PyTorch backend (python/): pytest from Debian, over real ranks (torchrun, mpirun, spawn_ranks.sh) ----
+# ---- the PyTorch backend (frontends/torch/): pytest from Debian, over real ranks (torchrun, mpirun, spawn_ranks.sh) ----
 if(HOPWISE_TORCH_ENABLED)
   set(pytest /usr/bin/python3 -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/python/test_torch_backend.py)
   foreach(part collectives ddp hook faults)
