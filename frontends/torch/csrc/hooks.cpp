@@ -8,6 +8,7 @@
 
 #include "hopwise/common/error.h"
 #include "tensors.h"
+#include "translate.h"
 
 namespace hopwise::torch_backend {
 
@@ -68,17 +69,6 @@ void check_bucket(const at::Tensor& buffer, const char* what) {
   TORCH_CHECK_VALUE(buffer.scalar_type() == at::kFloat && buffer.is_contiguous(), "hopwise: ", what,
                     " compresses contiguous float32 buckets; this one is ", c10::toString(buffer.scalar_type()),
                     " (use hook 'none' or a float32 model)");
-}
-
-template <class F>
-auto translated(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const InvalidArgument& e) {
-    TORCH_CHECK_VALUE(false, e.what());
-  } catch (const Error& e) {
-    TORCH_CHECK(false, e.what());
-  }
 }
 
 }  // namespace

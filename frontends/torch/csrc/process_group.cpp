@@ -15,23 +15,12 @@
 #include "hopwise/comm/transports/ucx_transport.h"
 #include "hopwise/common/error.h"
 #include "tensors.h"
+#include "translate.h"
 #include "torch_store.h"
 
 namespace hopwise::torch_backend {
 
 namespace {
-
-// hopwise's errors as torch's: bad arguments become ValueError, the rest RuntimeError, each with hopwise's text.
-template <class F>
-auto translated(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const InvalidArgument& e) {
-    TORCH_CHECK_VALUE(false, e.what());
-  } catch (const Error& e) {
-    TORCH_CHECK(false, e.what());
-  }
-}
 
 bool use_mpi() {
   const char* forced = std::getenv("HOPWISE_TRANSPORT");
@@ -141,12 +130,6 @@ std::vector<comm::Work> start_allreduce(comm::Communicator& c, const Staged& s, 
   }
   after = [s] { s.finish(); };
   return {c.allreduce_async(s.data(), s.data(), s.count(), plan.dtype, plan.op)};
-}
-
-std::function<void(std::exception_ptr)> on_success(std::function<void()> f) {
-  return [f = std::move(f)](std::exception_ptr e) {
-    if (!e && f) f();
-  };
 }
 
 }  // namespace

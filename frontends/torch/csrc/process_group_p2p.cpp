@@ -11,6 +11,7 @@
 #include "hopwise/common/error.h"
 #include "process_group.h"
 #include "tensors.h"
+#include "translate.h"
 
 namespace hopwise::torch_backend {
 
@@ -18,24 +19,7 @@ namespace {
 
 constexpr int kGatherTag = kFirstBackendTag, kScatterTag = kFirstBackendTag + 1, kAlltoallTag = kFirstBackendTag + 2;
 
-template <class F>
-auto translated(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const InvalidArgument& e) {
-    TORCH_CHECK_VALUE(false, e.what());
-  } catch (const Error& e) {
-    TORCH_CHECK(false, e.what());
-  }
-}
-
 std::vector<at::Tensor> as_list(const at::Tensor& t) { return {t}; }
-
-std::function<void(std::exception_ptr)> on_success(std::function<void()> f) {
-  return [f = std::move(f)](std::exception_ptr e) {
-    if (!e && f) f();
-  };
-}
 
 }  // namespace
 
