@@ -90,7 +90,7 @@ def test_bad_input_is_refused_by_name():
 
 def test_mismatched_shapes_under_check():
     rc, out = launch("torchrun", 2, "faults_worker.py", "mismatch", env={"HOPWISE_DEBUG": "CHECK"})
-    said = lines(out, r"rank (\d): FAILED: .*ranks disagree on the collective call.*count: 10 on rank 0, 12 on rank 1")
+    said = lines(out, r"rank (\d): FAILED after \d+\.\d s: .*ranks disagree on the collective call.*count: 10 on rank 0, 12 on rank 1")
     assert rc != 0 and sorted(said) == ["0", "1"], out[-6000:]
 
 

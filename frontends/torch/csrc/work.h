@@ -44,8 +44,7 @@ class HopwiseWork final : public c10d::Work {
 // PowerSGD hook all-reduces inside one, while DDP's thread goes on to the next bucket): a call made while an
 // earlier call's completion (with its callbacks) has yet to finish waits for it, unless it comes from that
 // completion, and then it goes first, as if callbacks ran the moment a call was made. Every rank thus issues its
-// collectives in the order of one depth-first walk, whatever its threads' timing. (Gloo, which has no such order,
-// mixes up the buckets of torch's PowerSGD hook.)
+// collectives in the order of one depth-first walk, whatever its threads' timing.
 class Sequencer {
  public:
   // Runs `start` now (its synchronous errors reach the caller) or once earlier completions are done (its errors
