@@ -25,6 +25,7 @@ inline hc::Options test_options(hc::Algorithm a = hc::Algorithm::kAuto, std::siz
   o.timeout_s = timeout_s;
   o.chunk_bytes = chunk_bytes;
   o.calibrate = false;  // not collective then, so the communicators can be built on one thread
+  o.tune = false;       // these tests check the cost model's choices; the tuner's tests turn it on
   return o;
 }
 

@@ -262,6 +262,7 @@ inline hc::Options suite_options(hc::Algorithm a = hc::Algorithm::kAuto, double 
   o.timeout_s = timeout_s;
   o.calibrate = false;
   o.discover_topology = false;
+  o.tune = false;
   return o;
 }
 

@@ -6,6 +6,8 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <ctime>
+#include <map>
 #include <mutex>
 
 #include "algorithms/algorithms.h"
@@ -39,6 +41,13 @@ Options Options::from_env() {
   o.emulate_gbps = env::get_double("HOPWISE_EMULATE_GBPS", 0);
   o.discover_topology = env::get_int("HOPWISE_TOPO_DISCOVERY", 1) != 0;
   if (o.emulate_gbps < 0) throw InvalidArgument("HOPWISE_EMULATE_GBPS must be a link speed in Gbit/s (0 = off)");
+  const long long tune = env::get_int("HOPWISE_TUNE", 1);
+  if (tune != 0 && tune != 1) throw InvalidArgument("HOPWISE_TUNE must be 1 (measure the candidates) or 0 (cost model)");
+  o.tune = tune == 1;
+  o.tune_rounds = static_cast<int>(env::get_int("HOPWISE_TUNE_ROUNDS", o.tune_rounds));
+  if (o.tune_rounds < 1 || o.tune_rounds > 100)
+    throw InvalidArgument("HOPWISE_TUNE_ROUNDS must be between 1 and 100 (repetitions of each candidate)");
+  o.tuning_file = env::get_or("HOPWISE_TUNING_FILE", "");
   return o;
 }
 
@@ -63,6 +72,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, Options options
   set_ring_order(topology::identity_ring(size()));
   plan_topology(options);
   if (options.calibrate) impl_->cost = CostModel(calibrate(*impl_->transport, impl_->workspace));
+  start_tuner(options);
   log::info("rank {}: {} ranks over {}, cost model {} (alpha {:.2f} us, {:.2f} GB/s, reduce {:.2f} GB/s)", rank(),
             size(), impl_->transport->name(), impl_->cost.params().source, impl_->cost.params().alpha * 1e6,
             1e-9 / impl_->cost.params().beta, 1e-9 / impl_->cost.params().gamma);
@@ -130,6 +140,78 @@ void Communicator::plan_topology(const Options& options) {
     dump_topology(impl_->plan.cluster ? impl_->plan.cluster->topology : topo, *dump);
 }
 
+namespace {
+
+// FNV-1a over the entries as text: the ranks compare it at the first call.
+std::uint64_t fingerprint(const std::vector<TuningEntry>& entries) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const TuningEntry& e : entries)
+    for (char ch : fmt::format("{}|{}|{}|{};", to_string(e.collective), e.dtype_class, e.size_class, to_string(e.choice))) {
+      h ^= static_cast<unsigned char>(ch);
+      h *= 1099511628211ull;
+    }
+  return h & ((std::uint64_t{1} << 48) - 1);
+}
+
+}  // namespace
+
+void Communicator::start_tuner(const Options& options) {
+  if (!options.tune && options.tuning_file.empty()) return;
+  detail::TunerSettings s;
+  s.online = options.tune;
+  s.rounds = options.tune_rounds;
+  impl_->tuner = std::make_unique<detail::Tuner>(s);
+  if (options.tuning_file.empty()) return;
+  const TuningFile f = read_tuning_file(options.tuning_file);  // a malformed file is an error
+  const std::string why = shape_mismatch(f.job, job_shape());
+  if (!why.empty()) {
+    if (rank() == 0)
+      log::warn("HOPWISE_TUNING_FILE {} was made for {}, this job is {} ({}): ignored; run hopwise-tune "
+                "for this shape",
+                options.tuning_file, to_string(f.job), to_string(job_shape()), why);
+    impl_->tuner->preset({}, 0);
+    return;
+  }
+  impl_->tuner->preset(f.entries, fingerprint(f.entries));
+  log::info("rank {}: {} tuned classes from {} (made {} on {})", rank(), f.entries.size(), options.tuning_file,
+            f.created, f.machine);
+}
+
+JobShape Communicator::job_shape() const {
+  JobShape s;
+  s.ranks = size();
+  const auto& host_of = impl_->plan.host_of;
+  if (!host_of.empty()) {
+    s.hosts = impl_->plan.hosts();
+    std::map<int, int> per_host;
+    for (int h : host_of) ++per_host[h];
+    for (const auto& [h, n] : per_host) s.ranks_per_host = std::max(s.ranks_per_host, n);
+  } else {
+    s.ranks_per_host = std::max(1, local_size());
+    s.hosts = (size() + s.ranks_per_host - 1) / s.ranks_per_host;
+  }
+  return s;
+}
+
+TuningFile Communicator::tuning() const {
+  TuningFile f;
+  f.job = job_shape();
+  f.transport = std::string(impl_->transport->name());
+  f.version = hopwise_version();
+  f.machine = describe_machine();
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  f.created = buf;
+  if (impl_->tuner) f.entries = impl_->tuner->entries();
+  return f;
+}
+
+std::optional<TuningChoice> Communicator::tuned_choice(Collective c, std::size_t bytes, DataType dt) const {
+  if (!impl_->tuner) return std::nullopt;
+  return impl_->tuner->decided({c, dtype_class_of(dt), size_class_of(bytes)});
+}
+
 const CostModel& Communicator::cost_model() const { return impl_->cost; }
 void Communicator::set_algorithm(Algorithm a) {
   if (a != Algorithm::kAuto) algorithm_info(a);  // throws for an id outside the table
@@ -137,11 +219,24 @@ void Communicator::set_algorithm(Algorithm a) {
 }
 
 CollectiveStats Communicator::stats() const {
-  std::lock_guard lock(impl_->mutex);
-  return impl_->stats;
+  CollectiveStats s;
+  {
+    std::lock_guard lock(impl_->mutex);
+    s = impl_->stats;
+  }
+  if (impl_->tuner) {
+    const detail::TunerStats t = impl_->tuner->stats();
+    s.tuning_trials = t.trial_calls;
+    s.tuning_agreements = t.agreements;
+    s.retunes = t.retunes;
+    s.tuning_excess_s = t.excess_s;
+  }
+  return s;
 }
 
-Algorithm Communicator::algorithm_for(Collective c, std::size_t bytes) const { return impl_->choose(c, bytes); }
+Algorithm Communicator::algorithm_for(Collective c, std::size_t bytes, DataType dt) const {
+  return impl_->choose(c, bytes, dt);
+}
 
 void Communicator::set_ring_order(std::vector<int> order) {
   topology::validate_ring(order, size());

@@ -18,6 +18,7 @@
 #include "completion_thread.h"
 #include "hopwise/comm/communicator.h"
 #include "plan_state.h"
+#include "tuner/tuner.h"
 #include "workspace.h"
 
 namespace hopwise::comm {
@@ -72,9 +73,29 @@ struct detail::CommunicatorImpl {
   void run_sync(Task t);
   void add_wire_bytes(std::size_t b);
 
+  // Measured choices (online tuning, HOPWISE_TUNING_FILE); null with HOPWISE_TUNE=0 and no file.
+  std::unique_ptr<detail::Tuner> tuner;
+
   // ---- dispatch.cpp ----
-  Algorithm choose(Collective c, std::size_t bytes) const;
-  void run(Task& t, Algorithm a);
+  // What runs a call, and whether the tuner chose it (its time is then recorded under `key`).
+  struct Selected {
+    TuningChoice choice;
+    bool tuned = false;
+    bool trial = false;  // a candidate under trial: the ranks line up before it
+    detail::TuneKey key{};
+  };
+  Algorithm model_choice(Collective c, std::size_t bytes) const;  // the cost model's pick
+  // What algorithm_for reports: forced, else the tuner's decided choice, else the cost model's.
+  Algorithm choose(Collective c, std::size_t bytes, DataType dt) const;
+  // What the next call runs: forced, else the tuner's (a candidate under trial, or the decided one), else the
+  // cost model's. Every rank calls it at the same calls (the tuner may agree with the others first).
+  Selected select(Collective c, std::size_t count, DataType dt);
+  std::vector<TuningChoice> candidates(Collective c, std::size_t bytes) const;
+  void agree_max(std::vector<double>& v);  // elementwise max over the ranks (small; the cost model's algorithm)
+  JobShape job_shape() const;
+  void run(Task& t, const TuningChoice& choice);
+  // run(), timed for the tuner where it chose.
+  void run_selected(Task& t, const Selected& s);
   // Runs a plain collective right here (on the thread already executing a task: no queue).
   void run_nested(Collective kind, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op);
   std::vector<float> scratch_scales;  // the compressed allreduce's agreed scales

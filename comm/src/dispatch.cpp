@@ -1,6 +1,8 @@
 // Choosing and running an algorithm: a forced one (HOPWISE_ALGO, set_algorithm) where it implements the call and
-// can run here, else the cost model's pick among the algorithm table's candidates; then the row's run function.
-// One rank and empty buffers are handled here once, for every row.
+// can run here, else the tuner's measured choice (tuner/), else the cost model's pick among the algorithm table's
+// candidates; then the row's run function. One rank and empty buffers are handled here once, for every row.
+#include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "communicator_impl.h"
@@ -9,20 +11,79 @@
 
 namespace hopwise::comm {
 
-Algorithm detail::CommunicatorImpl::choose(Collective c, std::size_t bytes) const {
-  const Algorithm f = forced.load();
-  const bool has_native = transport->native() != nullptr;
-  if (f != Algorithm::kAuto && implements(f, c) && (!algorithm_info(f).needs_native || has_native)) return f;
+namespace {
+
+constexpr double kPriorFloorSeconds = 1e-3;
+
+detail::TuneKey key_of(Collective c, std::size_t bytes, DataType dt) {
+  return {c, dtype_class_of(dt), size_class_of(bytes)};
+}
+
+}  // namespace
+
+Algorithm detail::CommunicatorImpl::model_choice(Collective c, std::size_t bytes) const {
   CostQuery q;
   q.collective = c;
   q.bytes = bytes;
   q.ranks = p();
   q.hosts = plan.hosts();
   q.tree_depth = plan.tree_depth;
-  return cost.choose(q, has_native);
+  return cost.choose(q, transport->native() != nullptr);
 }
 
-void detail::CommunicatorImpl::run(Task& t, Algorithm a) {
+Algorithm detail::CommunicatorImpl::choose(Collective c, std::size_t bytes, DataType dt) const {
+  const Algorithm f = forced.load();
+  const bool has_native = transport->native() != nullptr;
+  if (f != Algorithm::kAuto && implements(f, c) && (!algorithm_info(f).needs_native || has_native)) return f;
+  if (tuner)
+    if (auto d = tuner->decided(key_of(c, bytes, dt))) return d->algorithm;
+  return model_choice(c, bytes);
+}
+
+// The table's candidates the cost model does not rule out (possible here; and where a trial would cost more than
+// a millisecond, within the prior's factor of the best estimate: trials are cheap where calls are short), each at the communicator's chunk; the pipelined ones also at 4x the chunk where a call holds
+// many chunks, and the ring allreduce on one ring where the plan runs several side by side.
+std::vector<TuningChoice> detail::CommunicatorImpl::candidates(Collective c, std::size_t bytes) const {
+  CostQuery q;
+  q.collective = c;
+  q.bytes = bytes;
+  q.ranks = p();
+  q.hosts = plan.hosts();
+  q.tree_depth = plan.tree_depth;
+  const auto est = cost.candidates(q, transport->native() != nullptr);
+  double best = INFINITY;
+  for (const auto& [a, t] : est) best = std::min(best, t);
+  std::vector<TuningChoice> out;
+  const std::size_t big_chunk = options.chunk_bytes * 4;
+  for (const auto& [a, t] : est) {
+    if (!std::isfinite(t) || (t > tuner->settings().prior * best && t > kPriorFloorSeconds)) continue;
+    out.push_back({a, 0, 0});
+    const bool pipelined = a == Algorithm::kRing || a == Algorithm::kTree;
+    if (pipelined && c != Collective::kBarrier && bytes >= 4 * big_chunk) out.push_back({a, big_chunk, 0});
+    if (a == Algorithm::kRing && c == Collective::kAllreduce && plan.channels.size() > 1) out.push_back({a, 0, 1});
+  }
+  return out;
+}
+
+void detail::CommunicatorImpl::agree_max(std::vector<double>& v) {
+  Task t{Collective::kAllreduce, v.data(), v.data(), v.size(), DataType::kFloat64, ReduceOp::kMax};
+  run(t, {model_choice(Collective::kAllreduce, v.size() * sizeof(double)), 0, 0});
+}
+
+detail::CommunicatorImpl::Selected detail::CommunicatorImpl::select(Collective c, std::size_t count, DataType dt) {
+  const std::size_t bytes = count * dtype_size(dt);
+  const Algorithm f = forced.load();
+  const bool trivial = p() == 1 || (count == 0 && c != Collective::kBarrier);
+  if (f != Algorithm::kAuto || !tuner || trivial) return {{choose(c, bytes, dt), 0, 0}};
+  const detail::TuneKey key = key_of(c, bytes, dt);
+  auto pick = tuner->next(
+      key, [&] { return candidates(c, bytes); }, [this](std::vector<double>& v) { agree_max(v); },
+      transport->rank());
+  if (!pick) return {{model_choice(c, bytes), 0, 0}};
+  return {pick->choice, true, pick->trial, key};
+}
+
+void detail::CommunicatorImpl::run(Task& t, const TuningChoice& choice) {
   if (t.kind == Collective::kSend || t.kind == Collective::kRecv)
     throw Error("internal: point-to-point task on the collective path");
   const std::size_t es = dtype_size(t.dt);
@@ -41,14 +102,27 @@ void detail::CommunicatorImpl::run(Task& t, Algorithm a) {
     if (call.scale != 1.0 && t.kind != Collective::kAllgather) scale_by(t.dt, t.out, t.count, call.scale);
     return;
   }
-  AlgorithmContext ctx{*transport, options.chunk_bytes, plan.ring, &workspace, &plan};
-  algorithm_info(a).run(ctx, call);
+  AlgorithmContext ctx{*transport, choice.chunk_bytes ? choice.chunk_bytes : options.chunk_bytes, plan.ring,
+                       &workspace, &plan};
+  ctx.one_channel = choice.channels == 1;
+  algorithm_info(choice.algorithm).run(ctx, call);
+}
+
+void detail::CommunicatorImpl::run_selected(Task& t, const Selected& s) {
+  if (!s.tuned) return run(t, s.choice);
+  if (s.trial) {
+    Task b{Collective::kBarrier};
+    run(b, {model_choice(Collective::kBarrier, 0), 0, 0});
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  run(t, s.choice);
+  tuner->record(s.key, s.choice, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 void detail::CommunicatorImpl::run_nested(Collective kind, const void* in, void* out, std::size_t count, DataType dt,
                                           ReduceOp op) {
   Task n{kind, in, out, count, dt, op};
-  run(n, choose(kind, count * dtype_size(dt)));
+  run_selected(n, select(kind, count, dt));
 }
 
 }  // namespace hopwise::comm

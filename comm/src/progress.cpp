@@ -52,17 +52,21 @@ double detail::CommunicatorImpl::wire_seconds(const Task& t) const {
 }
 
 std::exception_ptr detail::CommunicatorImpl::execute(Task& t) {
-  const Algorithm a = choose(t.kind, t.count * dtype_size(t.dt));
+  Algorithm a = Algorithm::kAuto;
   try {
     if (!broken.empty())
       throw Error(fmt::format("communicator is unusable after an earlier error ({}); create a new one", broken));
+    // A composite call chooses for each of its plain collectives; its own entry names the cost model's pick.
+    const Selected s = t.job ? Selected{{model_choice(t.kind, t.count * dtype_size(t.dt)), 0, 0}}
+                             : select(t.kind, t.count, t.dt);
+    a = s.choice.algorithm;
     // The compression is part of the call: a PowerSGD allreduce against a plain one of the same count differs.
     if (options.check) check.verify(*transport, {t.kind, t.count, t.dt, t.op, t.root, a, t.compression});
     const auto start = std::chrono::steady_clock::now();
     if (t.job)
       t.job(*this);
     else
-      run(t, a);
+      run_selected(t, s);
     if (options.emulate_gbps > 0)
       std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                 std::chrono::duration<double>(wire_seconds(t))));

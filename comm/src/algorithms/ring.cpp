@@ -194,7 +194,7 @@ void ring_allgather(const Context& c, const void* in, void* out, std::size_t sen
 void planned_ring_allreduce(AlgorithmContext& a, const CollectiveCall& c) {
   const Context ctx = context_of(a);
   const auto& channels = a.plan->channels;
-  if (channels.size() > 1) {
+  if (channels.size() > 1 && !a.one_channel) {
     std::vector<Workspace*> extra;
     for (auto& w : a.plan->channel_workspaces) extra.push_back(w.get());
     ring_allreduce_channels(ctx, extra, c.in, c.out, c.count, c.dt, c.op, c.scale, channels);

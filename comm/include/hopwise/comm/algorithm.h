@@ -57,6 +57,7 @@ struct AlgorithmContext {
   const std::vector<int>& ring;
   Workspace* workspace = nullptr;
   detail::PlanState* plan = nullptr;
+  bool one_channel = false;  // the ring allreduce runs one ring even where the plan has several channels
 };
 
 // What a cost estimate is asked: seconds for `collective` on `bytes` (per rank, as the benchmark reports it).

@@ -14,6 +14,7 @@
 #include "hopwise/comm/algorithm.h"
 #include "hopwise/comm/cost_model.h"
 #include "hopwise/comm/transport.h"
+#include "hopwise/comm/tuning.h"
 #include "hopwise/comm/work.h"
 #include "hopwise/common/dtype.h"
 #include "hopwise/topology/cluster.h"
@@ -44,6 +45,15 @@ struct Options {
   // HOPWISE_TOPO_DISCOVERY (default 1 through from_env): discover every rank's host at start, gather the views
   // and plan the ring and trees on the job's cluster (collective). HOPWISE_TOPO_FILE replaces discovery with a file.
   bool discover_topology = false;
+  // HOPWISE_TUNE (default 1): measure instead of guessing. The first calls of each collective, dtype class and
+  // size class try the candidates in turn and every rank then runs the fastest (the slowest rank's time, median
+  // of `tune_rounds`, HOPWISE_TUNE_ROUNDS); a drift of the chosen one's time tunes that class again. 0: the cost
+  // model alone. The chosen algorithm is the same on every rank.
+  bool tune = true;
+  int tune_rounds = 3;
+  // HOPWISE_TUNING_FILE: choices measured before (hopwise-tune); classes it lacks are tuned online (when `tune`).
+  // A file made for another job shape is ignored with a warning; a malformed one is an error.
+  std::string tuning_file;
   static Options from_env();
   // HOPWISE_TIMEOUT_S alone (checked), for the communicators that read no other knob of these.
   static double timeout_from_env();
@@ -62,6 +72,10 @@ struct CollectiveStats {
   std::uint64_t calls = 0;
   std::uint64_t bytes = 0;       // user-buffer bytes passed to collectives on this rank
   std::uint64_t wire_bytes = 0;  // bytes this rank's compressed allreduces put on the wire (payloads + scales)
+  // The tuner's: calls that ran a candidate under trial, its agreement calls, size classes tuned again after a
+  // drift, and the seconds the trials cost beyond running the chosen algorithm (this rank).
+  std::uint64_t tuning_trials = 0, tuning_agreements = 0, retunes = 0;
+  double tuning_excess_s = 0;
 };
 
 class Communicator {
@@ -148,7 +162,15 @@ class Communicator {
   const topology::Cluster* cluster() const;
   // The algorithm that will run `c` on `bytes` (resolves auto through the cost model; a forced algorithm that
   // does not implement `c` falls back to the cost model's choice among those that do).
-  Algorithm algorithm_for(Collective c, std::size_t bytes) const;
+  // With tuning: the tuned choice where the size class is tuned, else the cost model's (what the next call runs
+  // may be a candidate under trial).
+  Algorithm algorithm_for(Collective c, std::size_t bytes, DataType dt = DataType::kFloat32) const;
+  // The tuner's decided choice for the call's class, with its chunk and channels (nullopt: not tuned yet, or
+  // tuning off).
+  std::optional<TuningChoice> tuned_choice(Collective c, std::size_t bytes, DataType dt = DataType::kFloat32) const;
+  // What was tuned so far, as a tuning file would keep it (job shape, machine, version, every decided class).
+  TuningFile tuning() const;
+  JobShape job_shape() const;
   // Forces an algorithm for later calls (kAuto returns to the cost model).
   void set_algorithm(Algorithm a);
   const CostModel& cost_model() const;
@@ -156,6 +178,7 @@ class Communicator {
 
  private:
   void plan_topology(const Options& options);
+  void start_tuner(const Options& options);
   std::unique_ptr<detail::CommunicatorImpl> impl_;
 };
 

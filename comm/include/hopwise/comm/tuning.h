@@ -1,0 +1,70 @@
+// Measured algorithm choices: what the tuner decided per (collective, dtype class, size class) for one job shape,
+// and the tuning file that keeps them (JSON, written by hopwise-tune, read through HOPWISE_TUNING_FILE), in the
+// spirit of Open MPI's dynamic rules file and NCCL's tuner plugin.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hopwise/comm/algorithm.h"
+#include "hopwise/common/dtype.h"
+
+namespace hopwise::comm {
+
+// One candidate the tuner times: an algorithm of the table with its pipelining grain and ring channels.
+struct TuningChoice {
+  Algorithm algorithm = Algorithm::kAuto;
+  std::size_t chunk_bytes = 0;  // 0: the communicator's (HOPWISE_CHUNK_BYTES)
+  int channels = 0;             // ring allreduce: 0 = the plan's channels, 1 = one ring
+  bool operator==(const TuningChoice&) const = default;
+};
+// "ring", "ring/chunk=1M", "ring/channels=1": as tables, logs and the tuning file print a choice.
+std::string to_string(const TuningChoice& c);
+
+// Calls are tuned per size class: class k holds the calls of (2^(k-1), 2^k] bytes (class 0: 0 and 1 byte).
+int size_class_of(std::size_t bytes);
+std::size_t size_class_max_bytes(int size_class);
+// Dtypes whose reductions cost alike share their tuning: "float" (fp32, fp64), "half" (fp16, bf16), "int".
+std::string dtype_class_of(DataType dt);
+
+struct TuningEntry {
+  Collective collective = Collective::kAllreduce;
+  std::string dtype_class = "float";
+  int size_class = 0;
+  TuningChoice choice;
+  double seconds = 0;  // the choice's time: the slowest rank's, median over the repetitions
+  // Every candidate timed, with its time (INFINITY: dropped after the first round, far slower than the best).
+  std::vector<std::pair<std::string, double>> measured;
+};
+
+// What a tuning is valid for: the same number of ranks, hosts and ranks per host.
+struct JobShape {
+  int ranks = 1, hosts = 1, ranks_per_host = 1;
+  bool operator==(const JobShape&) const = default;
+};
+std::string to_string(const JobShape& s);  // "4 ranks on 2 hosts, 2 per host"
+
+struct TuningFile {
+  JobShape job;
+  std::string transport;  // what the timings ran over (informational)
+  std::string version;    // hopwise's, at the time of the tuning
+  std::string machine;    // host name, CPU model and cores of rank 0
+  std::string created;    // UTC, ISO 8601
+  std::vector<TuningEntry> entries;
+};
+
+// Reads and checks a tuning file; throws InvalidArgument naming the file, the line and what is wrong (malformed
+// JSON, an unknown algorithm or collective, a missing field).
+TuningFile read_tuning_file(const std::string& path);
+// Writes it (atomically: a temporary file renamed over `path`).
+void write_tuning_file(const TuningFile& file, const std::string& path);
+// Why a file made for `made_for` does not fit `job` ("" when it fits): names each field that differs.
+std::string shape_mismatch(const JobShape& made_for, const JobShape& job);
+// This machine, as a tuning file records it.
+std::string describe_machine();
+std::string hopwise_version();
+
+}  // namespace hopwise::comm

@@ -1,0 +1,222 @@
+#include "tuner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "hopwise/common/log.h"
+
+namespace hopwise::comm::detail {
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return INFINITY;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string class_text(const TuneKey& k) {
+  const std::size_t hi = size_class_max_bytes(k.size_class);
+  const std::string size = hi >= (1u << 20) ? fmt::format("{} MiB", hi >> 20)
+                           : hi >= 1024    ? fmt::format("{} KiB", hi >> 10)
+                                           : fmt::format("{} B", hi);
+  return fmt::format("{} {} up to {}", to_string(k.collective), k.dtype_class, size);
+}
+
+}  // namespace
+
+void Tuner::preset(const std::vector<TuningEntry>& entries, std::uint64_t fingerprint) {
+  std::lock_guard lock(mu_);
+  fingerprint_ = fingerprint;
+  for (const TuningEntry& e : entries) {
+    Class c;
+    c.candidates = {e.choice};
+    c.alive = {true};
+    c.decided = true;
+    c.choice = e.choice;
+    c.tuned_s = e.seconds;
+    c.from_file = true;
+    c.measured = e.measured;
+    classes_[{e.collective, e.dtype_class, e.size_class}] = std::move(c);
+  }
+}
+
+// A fingerprint that differs between ranks shows as max(x) != -max(-x) for one of its two 24-bit halves.
+void Tuner::verify_preset(const Agree& agree, int rank) {
+  const double hi = static_cast<double>((fingerprint_ >> 24) & 0xFFFFFF), lo = static_cast<double>(fingerprint_ & 0xFFFFFF);
+  std::vector<double> v{hi, lo, -hi, -lo};
+  agree(v);
+  std::lock_guard lock(mu_);
+  ++stats_.agreements;
+  verified_ = true;
+  if (v[0] == -v[2] && v[1] == -v[3]) return;
+  std::erase_if(classes_, [](const auto& kv) { return kv.second.from_file; });
+  if (rank == 0)
+    log::warn("the ranks read different tuning files (HOPWISE_TUNING_FILE differs, or some ranks have "
+              "none): every rank ignores them and tunes online; give every rank the same file");
+}
+
+void Tuner::start_round(Class& c) {
+  c.order.clear();
+  for (std::size_t i = 0; i < c.candidates.size(); ++i)
+    if (c.alive[i]) c.order.push_back(i);
+  // Each round starts elsewhere: a call leaves caches and the allocator in a state that helps or hurts the next.
+  if (!c.order.empty())
+    std::rotate(c.order.begin(), c.order.begin() + static_cast<long>(static_cast<std::size_t>(c.round) % c.order.size()),
+                c.order.end());
+  c.pos = 0;
+  c.local.assign(c.candidates.size(), 0.0);
+  c.pending = c.order.empty();
+}
+
+void Tuner::finish_round(Class& c, const Agree& agree) {
+  std::vector<double> v = c.local;  // dead candidates read 0
+  agree(v);                         // the slowest rank's time of each
+  std::lock_guard lock(mu_);
+  ++stats_.agreements;
+  double best = INFINITY;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (c.alive[i]) {
+      c.agreed[i].push_back(v[i]);
+      best = std::min(best, v[i]);
+    }
+  if (c.round == 0)
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (c.alive[i] && v[i] > s_.prune * best) c.alive[i] = false;
+  ++c.round;
+  c.pending = false;
+  const auto alive = std::count(c.alive.begin(), c.alive.end(), true);
+  if (c.round < s_.rounds && alive > 1) {
+    start_round(c);
+    return;
+  }
+  std::size_t pick = 0;
+  double pick_s = INFINITY;
+  c.measured.clear();
+  for (std::size_t i = 0; i < c.candidates.size(); ++i) {
+    const double m = c.alive[i] ? median(c.agreed[i]) : INFINITY;
+    c.measured.emplace_back(to_string(c.candidates[i]), m);
+    if (m < pick_s) {
+      pick_s = m;
+      pick = i;
+    }
+  }
+  c.decided = true;
+  c.choice = c.candidates[pick];
+  c.tuned_s = pick_s;
+  double spent = 0;
+  for (double t : c.trial_s) spent += t;
+  stats_.excess_s += std::max(0.0, spent - static_cast<double>(c.trial_s.size()) * pick_s);
+  c.trial_s.clear();
+  c.recent.clear();
+  c.since_check = 0;
+}
+
+void Tuner::check_drift(const TuneKey& key, Class& c, const Agree& agree, int rank) {
+  std::vector<double> v{median(std::vector<double>(c.recent.begin(), c.recent.end()))};
+  agree(v);
+  std::lock_guard lock(mu_);
+  ++stats_.agreements;
+  c.since_check = 0;
+  if (!(v[0] > s_.drift * c.tuned_s) || !s_.online) return;
+  if (rank == 0)
+    log::warn("{}: {} now takes {:.1f} us, {:.1f}x its tuned {:.1f} us; tuning this size class again",
+              class_text(key), to_string(c.choice), v[0] * 1e6, v[0] / c.tuned_s, c.tuned_s * 1e6);
+  ++stats_.retunes;
+  // Every candidate again, the cost model's filter included (a preset class has only its own choice).
+  c.alive.assign(c.candidates.size(), true);
+  c.agreed.assign(c.candidates.size(), {});
+  c.round = 0;
+  c.decided = false;
+  c.from_file = false;
+  c.needs_candidates = c.candidates.size() <= 1;
+  c.recent.clear();
+  start_round(c);
+}
+
+std::optional<Tuner::Pick> Tuner::next(const TuneKey& key, const Candidates& candidates, const Agree& agree,
+                                        int rank) {
+  if (!verified_) verify_preset(agree, rank);
+  std::unique_lock lock(mu_);
+  auto it = classes_.find(key);
+  if (it == classes_.end()) {
+    if (!s_.online) return std::nullopt;
+    lock.unlock();
+    std::vector<TuningChoice> cands = candidates();  // outside the lock: the cost model runs here
+    if (cands.empty()) return std::nullopt;
+    lock.lock();
+    Class c;
+    c.candidates = std::move(cands);
+    c.needs_candidates = false;
+    it = classes_.emplace(key, std::move(c)).first;
+    it->second.alive.assign(it->second.candidates.size(), true);
+    it->second.agreed.assign(it->second.candidates.size(), {});
+    start_round(it->second);
+  }
+  Class& c = it->second;
+  if (c.decided && c.since_check >= s_.check_every && static_cast<int>(c.recent.size()) >= s_.window) {
+    lock.unlock();
+    check_drift(key, c, agree, rank);
+    lock.lock();
+  }
+  if (c.needs_candidates) {  // a file's class that drifted: now every candidate
+    lock.unlock();
+    std::vector<TuningChoice> cands = candidates();
+    lock.lock();
+    if (!cands.empty()) c.candidates = std::move(cands);
+    c.needs_candidates = false;
+    c.alive.assign(c.candidates.size(), true);
+    c.agreed.assign(c.candidates.size(), {});
+    start_round(c);
+  }
+  if (c.pending) {
+    lock.unlock();
+    finish_round(c, agree);
+    lock.lock();
+  }
+  if (c.decided) return Pick{c.choice, false};
+  return Pick{c.candidates[c.order[c.pos]], true};
+}
+
+void Tuner::record(const TuneKey& key, const TuningChoice& choice, double seconds) {
+  std::lock_guard lock(mu_);
+  auto it = classes_.find(key);
+  if (it == classes_.end()) return;
+  Class& c = it->second;
+  if (c.decided) {
+    if (!(choice == c.choice)) return;
+    c.recent.push_back(seconds);
+    if (static_cast<int>(c.recent.size()) > s_.window) c.recent.pop_front();
+    ++c.since_check;
+    return;
+  }
+  if (c.pending || c.pos >= c.order.size() || !(c.candidates[c.order[c.pos]] == choice)) return;
+  c.local[c.order[c.pos]] = seconds;
+  c.trial_s.push_back(seconds);
+  ++stats_.trial_calls;
+  if (++c.pos == c.order.size()) c.pending = true;
+}
+
+std::optional<TuningChoice> Tuner::decided(const TuneKey& key) const {
+  std::lock_guard lock(mu_);
+  auto it = classes_.find(key);
+  if (it == classes_.end() || !it->second.decided) return std::nullopt;
+  return it->second.choice;
+}
+
+std::vector<TuningEntry> Tuner::entries() const {
+  std::lock_guard lock(mu_);
+  std::vector<TuningEntry> out;
+  for (const auto& [k, c] : classes_)
+    if (c.decided) out.push_back({k.collective, k.dtype_class, k.size_class, c.choice, c.tuned_s, c.measured});
+  return out;
+}
+
+TunerStats Tuner::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace hopwise::comm::detail

@@ -1,0 +1,112 @@
+// The online tuner: in the first calls of each (collective, dtype class, size class) it runs every candidate in
+// turn, a few rounds, agrees after each round on the slowest rank's time of each (an elementwise max-allreduce of a
+// few doubles, so every rank makes the same choice), drops the far slower ones after the first round and keeps
+// the fastest median. Afterwards it watches the chosen one: every `check_every` calls the ranks agree on its recent
+// median, and a drift past `drift` times the tuned time starts the tuning of that class again.
+//
+// The call schedule depends only on how many calls of a class came before and on agreed figures, so every rank
+// runs the same candidate at the same call. next() and record() are called by the one thread that executes the
+// communicator's calls; the read-only queries may come from any thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "hopwise/comm/tuning.h"
+
+namespace hopwise::comm::detail {
+
+struct TunerSettings {
+  bool online = true;     // HOPWISE_TUNE: tune classes the file does not cover (else the cost model chooses)
+  int rounds = 3;         // HOPWISE_TUNE_ROUNDS: repetitions of each candidate (median)
+  double prune = 2.0;     // after round 1, drop a candidate slower than prune x the best
+  double prior = 8.0;     // never try a candidate the cost model estimates above prior x its best estimate
+  int check_every = 64;   // calls of a tuned class between drift checks
+  int window = 16;        // recent calls whose median is checked
+  double drift = 1.5;     // re-tune when the chosen one takes drift x its tuned time
+};
+
+struct TunerStats {
+  std::uint64_t trial_calls = 0;  // calls that ran a candidate under trial
+  std::uint64_t agreements = 0;   // the small max-allreduces the tuner made
+  std::uint64_t retunes = 0;      // classes tuned again after a drift
+  double excess_s = 0;            // what the trials cost beyond running the chosen algorithm (this rank)
+};
+
+struct TuneKey {
+  Collective collective;
+  std::string dtype_class;
+  int size_class;
+  auto tie() const { return std::tie(collective, dtype_class, size_class); }
+  bool operator<(const TuneKey& o) const { return tie() < o.tie(); }
+};
+
+class Tuner {
+ public:
+  using Agree = std::function<void(std::vector<double>&)>;  // elementwise max over the ranks; collective
+  using Candidates = std::function<std::vector<TuningChoice>()>;
+
+  explicit Tuner(TunerSettings s = {}) : s_(s) {}
+  const TunerSettings& settings() const { return s_; }
+
+  // Entries from a tuning file: decided from the start. `fingerprint` (of the file's entries) is compared across
+  // the ranks at the first call; where ranks read different files, every rank drops them (warning on rank 0).
+  void preset(const std::vector<TuningEntry>& entries, std::uint64_t fingerprint);
+
+  // What to run for this call of `key`, or nullopt: not tuned (tuning off and no entry: the cost model chooses).
+  // May make one small agreement call first; every rank must call it at the same calls. `trial`: a candidate
+  // under trial (the caller lines the ranks up first, so that no rank's time holds another's late arrival).
+  struct Pick {
+    TuningChoice choice;
+    bool trial = false;
+  };
+  std::optional<Pick> next(const TuneKey& key, const Candidates& candidates, const Agree& agree, int rank);
+  // The time this rank took for the call next() returned `choice` for.
+  void record(const TuneKey& key, const TuningChoice& choice, double seconds);
+
+  // The decided choice of `key` (nullopt: not decided yet).
+  std::optional<TuningChoice> decided(const TuneKey& key) const;
+  std::vector<TuningEntry> entries() const;  // every decided class
+  TunerStats stats() const;
+
+ private:
+  struct Class {
+    std::vector<TuningChoice> candidates;
+    std::vector<bool> alive;
+    std::vector<std::vector<double>> agreed;  // per candidate: the slowest rank's time of each round
+    std::vector<double> local;                // this round's own times, per candidate
+    std::vector<std::size_t> order;           // this round's schedule (candidate indices)
+    std::size_t pos = 0;                      // calls of this round made
+    int round = 0;
+    bool pending = false;  // the round is complete: agree at the next call
+    bool decided = false;
+    TuningChoice choice;
+    double tuned_s = 0;
+    std::vector<double> trial_s;  // this rank's trial times, for the excess figure
+    std::deque<double> recent;
+    int since_check = 0;
+    bool from_file = false;
+    bool needs_candidates = false;  // a file's class that drifted: gather the candidates at the next call
+    std::vector<std::pair<std::string, double>> measured;  // every candidate's median, once decided
+  };
+  void start_round(Class& c);
+  void finish_round(Class& c, const Agree& agree);
+  void check_drift(const TuneKey& key, Class& c, const Agree& agree, int rank);
+  void verify_preset(const Agree& agree, int rank);
+
+  TunerSettings s_;
+  mutable std::mutex mu_;  // guards classes_ and stats_ against the read-only queries
+  std::map<TuneKey, Class> classes_;
+  TunerStats stats_;
+  std::uint64_t fingerprint_ = 0;
+  bool verified_ = false;  // the first call compares the ranks' files (also where none has one)
+};
+
+}  // namespace hopwise::comm::detail

@@ -1,0 +1,365 @@
+// The tuner: its schedule alone (one rank, synthetic times: rounds, pruning, the median, drift), then through the
+// communicator over in-process ranks: every rank makes the same choice even where each rank alone would choose
+// differently, measuring beats a wrong cost model, a drifting choice is tuned again, and the tuning file's round
+// trip, its errors and the cases where it is ignored.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "../comm/src/tuner/tuner.h"
+#include "hopwise/comm/algorithm.h"
+#include "hopwise/comm/transports/inproc_transport.h"
+#include "hopwise/comm/tuning.h"
+#include "hopwise/common/error.h"
+#include "hopwise/common/reduce.h"
+#include "inproc_group.h"
+
+namespace {
+
+using namespace hwtest;
+using hc::Algorithm;
+using hc::Collective;
+using hc::TuningChoice;
+using hopwise::DataType;
+using hopwise::ReduceOp;
+
+// ---------------------------------------------------------------- the schedule alone (one rank, no collective)
+struct OneRank {
+  hc::detail::Tuner tuner;
+  hc::detail::TuneKey key{Collective::kAllreduce, "float", 20};
+  std::vector<TuningChoice> cands{{Algorithm::kRing}, {Algorithm::kTree}, {Algorithm::kDirect}};
+  int agreements = 0;
+  explicit OneRank(hc::detail::TunerSettings s = {}) : tuner(s) {}
+  // One call: what the tuner picks, timed as `time_of` says.
+  TuningChoice call(const std::function<double(Algorithm)>& time_of) {
+    auto pick = tuner.next(
+        key, [&] { return cands; }, [&](std::vector<double>&) { ++agreements; }, 0);
+    EXPECT_TRUE(pick.has_value());
+    tuner.record(key, pick->choice, time_of(pick->choice.algorithm));
+    return pick->choice;
+  }
+};
+
+TEST(TunerSchedule, EachCandidateEachRoundThenTheFastestMedian) {
+  OneRank t;
+  std::map<Algorithm, int> runs;
+  // tree is fastest but for one outlier; direct is 3x ring: dropped after the first round.
+  int tree_calls = 0;
+  auto time_of = [&](Algorithm a) {
+    ++runs[a];
+    if (a == Algorithm::kTree) return ++tree_calls == 2 ? 9e-3 : 1e-3;
+    return a == Algorithm::kRing ? 2e-3 : 6e-3;
+  };
+  for (int i = 0; i < 40; ++i) t.call(time_of);
+  ASSERT_TRUE(t.tuner.decided(t.key).has_value());
+  EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kTree) << "median, not mean: one outlier does not count";
+  EXPECT_EQ(runs[Algorithm::kDirect], 1) << "3x the best after round 1: dropped";
+  const auto st = t.tuner.stats();
+  EXPECT_EQ(st.trial_calls, 1u + 3u + 3u);  // direct once, ring and tree three rounds each
+  EXPECT_EQ(t.agreements, 1 + 3) << "the file check, then one agreement per round";
+  EXPECT_NEAR(st.excess_s, (6e-3 - 1e-3) + 3 * (2e-3 - 1e-3) + (9e-3 - 1e-3), 1e-9);
+  const auto e = t.tuner.entries();
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].measured.size(), 3u);
+  EXPECT_TRUE(std::isinf(e[0].measured[2].second)) << "direct's time reads as dropped";
+}
+
+TEST(TunerSchedule, ADriftTunesTheClassAgainAndOnlyThen) {
+  OneRank t;
+  double ring = 1e-3, tree = 2e-3;
+  auto time_of = [&](Algorithm a) { return a == Algorithm::kRing ? ring : a == Algorithm::kTree ? tree : 9e-3; };
+  for (int i = 0; i < 300; ++i) t.call(time_of);
+  EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kRing);
+  EXPECT_EQ(t.tuner.stats().retunes, 0u) << "steady times never re-tune";
+  ring = 1.3e-3;  // within the drift factor
+  for (int i = 0; i < 300; ++i) t.call(time_of);
+  EXPECT_EQ(t.tuner.stats().retunes, 0u);
+  ring = 5e-3;  // past it: tree is now the faster
+  for (int i = 0; i < 200; ++i) t.call(time_of);
+  EXPECT_EQ(t.tuner.stats().retunes, 1u);
+  EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kTree);
+}
+
+TEST(TunerSchedule, TuningOffLeavesTheChoiceToTheCostModel) {
+  hc::detail::TunerSettings s;
+  s.online = false;
+  OneRank t(s);
+  auto pick = t.tuner.next(
+      t.key, [&] { return t.cands; }, [](std::vector<double>&) {}, 0);
+  EXPECT_FALSE(pick.has_value());
+}
+
+// ---------------------------------------------------------------- through the communicator, in-process ranks
+hc::Options tuned_options(int rounds = 3) {
+  hc::Options o = test_options();
+  o.tune = true;
+  o.tune_rounds = rounds;
+  return o;
+}
+
+// Rows registered by this test: a ring allreduce followed by a sleep on one rank only (so that only that rank
+// sees it slow), and rows whose estimate undercuts every built-in but which sleep (a wrong cost model).
+std::atomic<int> g_sleep_a_us{0}, g_sleep_b_us{0};
+constexpr std::size_t kSkewCount = 3001, kWrongModelCount = 1999, kDriftCount = std::size_t{4} << 20;
+
+Algorithm row(const std::string& name, std::size_t at_count, std::function<void(int rank)> after) {
+  hc::AlgorithmInfo r;
+  r.name = name;
+  r.collectives = {Collective::kAllreduce};
+  r.summary = "a ring allreduce with a sleep (registered by a test)";
+  r.estimate = [at_count](const hc::CostQuery& q) {
+    return q.bytes == at_count * sizeof(float) ? 1e-15 : static_cast<double>(INFINITY);
+  };
+  r.run = [after](hc::AlgorithmContext& ctx, const hc::CollectiveCall& c) {
+    hc::algorithm_info(Algorithm::kRing).run(ctx, c);
+    after(ctx.transport.rank());
+  };
+  return hc::register_algorithm(r);
+}
+
+void sleep_us(int us) { std::this_thread::sleep_for(std::chrono::microseconds(us)); }
+
+Algorithm late_on(int rank) {
+  static const Algorithm a0 = row("test-late-on-0", kSkewCount, [](int r) { if (r == 0) sleep_us(3000); });
+  static const Algorithm a1 = row("test-late-on-1", kSkewCount, [](int r) { if (r == 1) sleep_us(3000); });
+  return rank == 0 ? a0 : a1;
+}
+Algorithm slow_but_cheap_on_paper() {
+  static const Algorithm a = row("test-slow", kWrongModelCount, [](int) { sleep_us(2000); });
+  return a;
+}
+Algorithm drift_a() {
+  static const Algorithm a = row("test-drift-a", kDriftCount, [](int) { sleep_us(g_sleep_a_us.load()); });
+  return a;
+}
+Algorithm drift_b() {
+  static const Algorithm a = row("test-drift-b", kDriftCount, [](int) { sleep_us(g_sleep_b_us.load()); });
+  return a;
+}
+
+// `calls` float sum-allreduces of `count` on every rank, each checked against the exact sum.
+std::string allreduces(Group& g, std::size_t count, int calls) {
+  return g.run([&](int r, hc::Communicator& c) {
+    std::vector<float> x(count), y(count);
+    for (int k = 0; k < calls; ++k) {
+      for (std::size_t i = 0; i < count; ++i) x[i] = static_cast<float>((r + 1) * (i % 5 + 1) + k);
+      c.allreduce(x.data(), y.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      const int n = c.size();
+      for (std::size_t i = 0; i < count; i += 97) {
+        const float want = static_cast<float>(n * (n + 1) / 2 * (i % 5 + 1) + n * k);
+        if (y[i] != want) throw hopwise::Error(fmt::format("call {}: y[{}] = {}, want {}", k, i, y[i], want));
+      }
+    }
+  });
+}
+
+TEST(TunerChoice, EveryRankChoosesTheSameWhereEachAloneWouldNot) {
+  late_on(0);
+  for (int n : {2, 3, 5}) {
+    SCOPED_TRACE(fmt::format("{} ranks", n));
+    hc::Options o = tuned_options();
+    o.check = true;  // every call's algorithm is compared across the ranks before it runs
+    Group g(n, o);
+    ASSERT_EQ(allreduces(g, kSkewCount, 60), "");
+    const auto first = g.comm(0).tuned_choice(Collective::kAllreduce, kSkewCount * 4);
+    ASSERT_TRUE(first.has_value());
+    EXPECT_NE(first->algorithm, late_on(0)) << "rank 0 saw it slow: the slowest rank's time counts";
+    EXPECT_NE(first->algorithm, late_on(1)) << "rank 1 saw it slow";
+    for (int r = 1; r < n; ++r) EXPECT_EQ(g.comm(r).tuned_choice(Collective::kAllreduce, kSkewCount * 4), first);
+    const auto st = g.comm(0).stats();
+    EXPECT_GT(st.tuning_trials, 0u);
+    EXPECT_GT(st.tuning_agreements, 0u);
+  }
+}
+
+TEST(TunerChoice, MeasuringOverrulesAWrongCostModel) {
+  const Algorithm slow = slow_but_cheap_on_paper();
+  {
+    Group g(3, test_options());  // tuning off: the model's pick
+    EXPECT_EQ(g.comm(0).algorithm_for(Collective::kAllreduce, kWrongModelCount * 4), slow);
+  }
+  Group g(3, tuned_options());
+  ASSERT_EQ(allreduces(g, kWrongModelCount, 40), "");
+  const Algorithm got = g.comm(0).algorithm_for(Collective::kAllreduce, kWrongModelCount * 4);
+  EXPECT_NE(got, slow);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(g.comm(r).algorithm_for(Collective::kAllreduce, kWrongModelCount * 4), got);
+  // Its row under trial was dropped after the first round: 2 ms against tens of microseconds.
+  const auto entries = g.comm(0).tuning().entries;
+  ASSERT_EQ(entries.size(), 1u);
+  for (const auto& [name, t] : entries[0].measured)
+    if (name == "test-slow") {
+      EXPECT_TRUE(std::isinf(t)) << t;
+    }
+}
+
+TEST(TunerChoice, ADriftingChoiceIsTunedAgainOnEveryRank) {
+  // At 16 MiB only the two test rows are tried: the built-ins' estimates are far above theirs and above 1 ms.
+  const Algorithm a = drift_a(), b = drift_b();
+  g_sleep_a_us = 0;
+  g_sleep_b_us = 20000;
+  Group g(2, tuned_options());
+  ASSERT_EQ(allreduces(g, kDriftCount, 12), "");
+  ASSERT_TRUE(g.comm(0).tuned_choice(Collective::kAllreduce, kDriftCount * 4).has_value());
+  EXPECT_EQ(g.comm(0).tuned_choice(Collective::kAllreduce, kDriftCount * 4)->algorithm, a);
+  g_sleep_a_us = 40000;
+  g_sleep_b_us = 0;
+  ASSERT_EQ(allreduces(g, kDriftCount, 90), "");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(g.comm(r).stats().retunes, 1u);
+    EXPECT_EQ(g.comm(r).tuned_choice(Collective::kAllreduce, kDriftCount * 4)->algorithm, b);
+  }
+}
+
+// ---------------------------------------------------------------- the tuning file
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / fmt::format("hopwise-{}-{}", ::getpid(), name)).string();
+}
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+TEST(TuningFile, RoundTripThenUsedWithoutTrials) {
+  const std::string path = temp_path("tuning.json");
+  hc::TuningFile made;
+  {
+    Group g(3, tuned_options());
+    for (std::size_t count : {std::size_t{5}, std::size_t{4099}, std::size_t{70000}})
+      ASSERT_EQ(allreduces(g, count, 30), "");
+    made = g.comm(0).tuning();
+  }
+  ASSERT_EQ(made.entries.size(), 3u);
+  EXPECT_EQ(made.job, (hc::JobShape{3, 1, 3}));
+  hc::write_tuning_file(made, path);
+  const hc::TuningFile back = hc::read_tuning_file(path);
+  EXPECT_EQ(back.job, made.job);
+  EXPECT_EQ(back.version, hc::hopwise_version());
+  EXPECT_FALSE(back.machine.empty());
+  ASSERT_EQ(back.entries.size(), made.entries.size());
+  for (std::size_t i = 0; i < back.entries.size(); ++i) {
+    EXPECT_EQ(back.entries[i].choice, made.entries[i].choice);
+    EXPECT_EQ(back.entries[i].size_class, made.entries[i].size_class);
+    EXPECT_NEAR(back.entries[i].seconds, made.entries[i].seconds, 1e-7);
+  }
+  hc::Options o = tuned_options();
+  o.tuning_file = path;
+  Group g(3, o);
+  for (const auto& e : made.entries)
+    for (int r = 0; r < 3; ++r)
+      EXPECT_EQ(g.comm(r).tuned_choice(Collective::kAllreduce, hc::size_class_max_bytes(e.size_class)), e.choice);
+  ASSERT_EQ(allreduces(g, 4099, 20), "");
+  EXPECT_EQ(g.comm(0).stats().tuning_trials, 0u) << "a class the file holds needs no trial";
+  ASSERT_EQ(allreduces(g, 300, 20), "");
+  EXPECT_GT(g.comm(0).stats().tuning_trials, 0u) << "a class it lacks is tuned online";
+  std::remove(path.c_str());
+}
+
+TEST(TuningFile, ErrorsNameTheFileAndLine) {
+  const std::string path = temp_path("bad.json");
+  auto error_of = [&](const std::string& text) {
+    write_text(path, text);
+    try {
+      hc::read_tuning_file(path);
+    } catch (const hopwise::InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string head =
+      "{\n  \"format\": \"hopwise-tuning/1\",\n  \"job\": {\"ranks\": 2, \"hosts\": 1, \"ranks_per_host\": 2},\n"
+      "  \"entries\": [\n";
+  const std::string good =
+      "    {\"collective\": \"allreduce\", \"dtype\": \"float\", \"max_bytes\": 4096, \"algorithm\": \"ring\", "
+      "\"time_us\": 10}";
+  std::string e = error_of(head + good + ",\n" + good + "\n  ]\n}\n");
+  EXPECT_EQ(e, "no error");
+  e = error_of(head + good + ",\n    {\"collective\": \"allreduce\", \"dtype\": \"float\", \"max_bytes\": 8192, "
+                             "\"algorithm\": \"warp\", \"time_us\": 3}\n  ]\n}\n");
+  EXPECT_NE(e.find(path), std::string::npos) << e;
+  EXPECT_NE(e.find("line 6"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown algorithm 'warp'"), std::string::npos) << e;
+  e = error_of(head + good + ",\n    {\"collective\": \"allreduce\", \"dtype\": \"float\", \"algorithm\": \"ring\"}\n]}");
+  EXPECT_NE(e.find("line 6"), std::string::npos) << e;
+  EXPECT_NE(e.find("max_bytes"), std::string::npos) << e;
+  e = error_of(head + good + ",\n    {\"collective\": \"allreduce\", \"dtype\": \"float\", \"max_bytes\": 5000, "
+                             "\"algorithm\": \"ring\", \"time_us\": 1}]}");
+  EXPECT_NE(e.find("power of two"), std::string::npos) << e;
+  e = error_of(head + good + ",\n    {\"collective\": \"broadcast\", \"dtype\": \"float\", \"max_bytes\": 64, "
+                             "\"algorithm\": \"shm\", \"time_us\": 1}]}");
+  EXPECT_NE(e.find("does not implement broadcast"), std::string::npos) << e;
+  e = error_of(head + good + "\n    oops\n]}");
+  EXPECT_NE(e.find("line 6"), std::string::npos) << e;
+  EXPECT_NE(e.find("not valid JSON"), std::string::npos) << e;
+  e = error_of("{\"format\": \"other/2\", \"job\": {}, \"entries\": []}");
+  EXPECT_NE(e.find("format"), std::string::npos) << e;
+  std::remove(path.c_str());
+  try {
+    hc::read_tuning_file(path);
+    ADD_FAILURE() << "a missing file read";
+  } catch (const hopwise::InvalidArgument& x) {
+    EXPECT_NE(std::string(x.what()).find("hopwise-tune"), std::string::npos) << x.what();
+  }
+}
+
+TEST(TuningFile, AnotherJobShapeIsIgnoredWithAWarning) {
+  const std::string path = temp_path("shape.json");
+  hc::TuningFile f;
+  f.job = {4, 2, 2};
+  f.entries.push_back({Collective::kAllreduce, "float", 14, {Algorithm::kTree}, 1e-5, {}});
+  hc::write_tuning_file(f, path);
+  hc::Options o = tuned_options();
+  o.tuning_file = path;
+  testing::internal::CaptureStderr();
+  Group g(2, o);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("was made for 4 ranks on 2 hosts, 2 per host"), std::string::npos) << err;
+  EXPECT_NE(err.find("ranks 4 (this job 2)"), std::string::npos) << err;
+  EXPECT_FALSE(g.comm(0).tuned_choice(Collective::kAllreduce, 16384).has_value());
+  std::remove(path.c_str());
+}
+
+TEST(TuningFile, RanksWithDifferentFilesAllIgnoreThem) {
+  const std::string p1 = temp_path("rank0.json"), p2 = temp_path("rank1.json");
+  hc::TuningFile f;
+  f.job = {2, 1, 2};
+  f.entries.push_back({Collective::kAllreduce, "float", 14, {Algorithm::kTree}, 1e-5, {}});
+  hc::write_tuning_file(f, p1);
+  f.entries[0].choice = {Algorithm::kRing};
+  hc::write_tuning_file(f, p2);
+  auto world = hc::make_inprocess_world(2);
+  std::vector<std::unique_ptr<hc::Communicator>> comms;
+  for (int r = 0; r < 2; ++r) {
+    hc::Options o = tuned_options();
+    o.tuning_file = r == 0 ? p1 : p2;
+    comms.push_back(std::make_unique<hc::Communicator>(std::make_unique<hc::InProcessTransport>(world, r), o));
+  }
+  testing::internal::CaptureStderr();
+  std::vector<std::thread> ts;
+  std::vector<float> out(2);
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      std::vector<float> x(3000, 1.0f), y(3000);
+      for (int k = 0; k < 30; ++k) comms[r]->allreduce(x.data(), y.data(), x.size(), DataType::kFloat32);
+      out[r] = y[0];
+    });
+  for (auto& t : ts) t.join();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("different tuning files"), std::string::npos) << err;
+  EXPECT_EQ(out[0], 2.0f);
+  EXPECT_EQ(out[1], 2.0f);
+  const auto c0 = comms[0]->tuned_choice(Collective::kAllreduce, 12000), c1 = comms[1]->tuned_choice(Collective::kAllreduce, 12000);
+  ASSERT_TRUE(c0.has_value());
+  EXPECT_EQ(c0, c1) << "tuned online alike instead";
+  std::remove(p1.c_str());
+  std::remove(p2.c_str());
+}
+
+}  // namespace
