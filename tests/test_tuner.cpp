@@ -54,7 +54,7 @@ struct OneRank {
 TEST(TunerSchedule, EachCandidateEachRoundThenTheFastestMedian) {
   OneRank t;
   std::map<Algorithm, int> runs;
-  // tree is fastest but for one outlier; direct is 3x ring: dropped after the first round.
+  // tree is fastest but for one outlier; direct is 3x ring: dropped after two rounds.
   int tree_calls = 0;
   auto time_of = [&](Algorithm a) {
     ++runs[a];
@@ -64,15 +64,15 @@ TEST(TunerSchedule, EachCandidateEachRoundThenTheFastestMedian) {
   for (int i = 0; i < 40; ++i) t.call(time_of);
   ASSERT_TRUE(t.tuner.decided(t.key).has_value());
   EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kTree) << "median, not mean: one outlier does not count";
-  EXPECT_EQ(runs[Algorithm::kDirect], 1) << "3x the best after round 1: dropped";
+  EXPECT_EQ(runs[Algorithm::kDirect], 2) << "above 2x the best at its own best after two rounds: dropped";
   const auto st = t.tuner.stats();
-  EXPECT_EQ(st.trial_calls, 1u + 3u + 3u);  // direct once, ring and tree three rounds each
+  EXPECT_EQ(st.trial_calls, 2u + 3u + 3u);  // direct twice, ring and tree three rounds each
   EXPECT_EQ(t.agreements, 1 + 3) << "the file check, then one agreement per round";
-  EXPECT_NEAR(st.excess_s, (6e-3 - 1e-3) + 3 * (2e-3 - 1e-3) + (9e-3 - 1e-3), 1e-9);
+  EXPECT_NEAR(st.excess_s, 2 * (6e-3 - 1e-3) + 3 * (2e-3 - 1e-3) + (9e-3 - 1e-3), 1e-9);
   const auto e = t.tuner.entries();
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].measured.size(), 3u);
-  EXPECT_TRUE(std::isinf(e[0].measured[2].second)) << "direct's time reads as dropped";
+  EXPECT_EQ(e[0].measured[2], std::make_pair(std::string("direct"), 6e-3)) << "the median of the rounds it ran";
 }
 
 TEST(TunerSchedule, ADriftTunesTheClassAgainAndOnlyThen) {
@@ -194,12 +194,12 @@ TEST(TunerChoice, MeasuringOverrulesAWrongCostModel) {
   const Algorithm got = g.comm(0).algorithm_for(Collective::kAllreduce, kWrongModelCount * 4);
   EXPECT_NE(got, slow);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(g.comm(r).algorithm_for(Collective::kAllreduce, kWrongModelCount * 4), got);
-  // Its row under trial was dropped after the first round: 2 ms against tens of microseconds.
+  // Its row was dropped after two rounds: 2 ms against tens of microseconds.
   const auto entries = g.comm(0).tuning().entries;
   ASSERT_EQ(entries.size(), 1u);
   for (const auto& [name, t] : entries[0].measured)
     if (name == "test-slow") {
-      EXPECT_TRUE(std::isinf(t)) << t;
+      EXPECT_GE(t, 2e-3);
     }
 }
 

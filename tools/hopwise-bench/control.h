@@ -39,6 +39,8 @@ class Control {
     o.calibrate = false;
     o.discover_topology = false;
     o.emulate_gbps = 0;
+    o.tune = false;  // a barrier and small maxima: nothing to tune, and no trial may disturb a timed call
+    o.tuning_file.clear();
     return o;
   }
   comm::Communicator c_;

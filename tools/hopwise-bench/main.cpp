@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -105,7 +106,9 @@ class Bench {
       : o_(o), comm_(c), control_(control), p_(c.size()), rank_(c.rank()), with_mpi_(with_mpi), hosts_(hosts) {
     // A row per algorithm that implements the collective (tree has no reduce_scatter, for one).
     for (Algorithm a : o.algorithms) {
-      if (comm::implements(a, o.collective))
+      if (a != Algorithm::kAuto && comm::algorithm_info(a).needs_native && c.transport().native() == nullptr) {
+        if (rank_ == 0) fmt::print("# {}: {} has no native collectives: no row\n", comm::to_string(a), c.transport().name());
+      } else if (comm::implements(a, o.collective))
         algorithms_.push_back(a);
       else if (rank_ == 0)
         fmt::print("# {} does not implement {}: no row\n", comm::to_string(a), comm::to_string(o.collective));
@@ -136,6 +139,14 @@ class Bench {
   // The peer every row is compared with: MPI's own collective where MPI runs, else Gloo's, else none.
   std::string reference() const { return with_mpi_ ? "mpi" : has_gloo() ? "gloo" : "none"; }
 
+  // Per size: what auto ran, the fastest of the other rows and their ratio (auto/best = best time / auto's).
+  struct AutoVsBest {
+    std::size_t bytes;
+    std::string chose, best;
+    double ratio;
+  };
+  const std::vector<AutoVsBest>& auto_vs_best() const { return auto_vs_best_; }
+
   std::vector<Row> run_sizes() {
     std::vector<Row> rows;
     for (std::size_t bytes = o_.min_bytes; bytes <= o_.max_bytes; bytes *= o_.factor) {
@@ -149,6 +160,20 @@ class Bench {
   void run_overlap();
 
  private:
+  // The bytes of the call as the communicator counts them (reduce_scatter: the block received; allgather: the block
+  // sent): what its tuning is keyed by.
+  std::size_t call_bytes(std::size_t count) const {
+    const bool blocks = o_.collective == Collective::kReduceScatter || o_.collective == Collective::kAllgather;
+    return (blocks ? count / static_cast<std::size_t>(p_) : count) * dtype_size(o_.dtype);
+  }
+  // Runs auto until the tuner has decided this size (its trials are the first calls of a job: the rows time the
+  // steady state after them). Every rank decides at the same call, so every rank leaves the loop together.
+  void settle_tuning(std::size_t count) {
+    comm_.set_algorithm(Algorithm::kAuto);
+    for (int i = 0; i < 400 && !comm_.tuned_choice(o_.collective, call_bytes(count), o_.dtype); ++i) run_ours(count);
+    run_ours(count);  // the call after the decision
+  }
+
   // Elements per call: allreduce/broadcast/reduce move `count`; reduce_scatter's input and allgather's output
   // hold `count` (rounded down to a multiple of p).
   std::size_t count_for(std::size_t bytes) const {
@@ -244,6 +269,7 @@ class Bench {
     const std::size_t slots = ours + (has_gloo() ? 1 : 0) + (with_mpi_ ? 1 : 0);
     std::vector<std::vector<double>> samples(slots);
     fill(in_->data, count, o_.dtype, rank_, o_.op);
+    if (std::find(algorithms_.begin(), algorithms_.end(), Algorithm::kAuto) != algorithms_.end()) settle_tuning(count);
     auto time_slot = [&](std::size_t k, int it) {
       const bool mpi = with_mpi_ && k + 1 == slots;
       if (k < ours) comm_.set_algorithm(algorithms_[k]);
@@ -258,15 +284,18 @@ class Bench {
       const double t = now_s() - t0;
       if (it >= o_.warmup) samples[k].push_back(t);
     };
-    // Ours and MPI's interleaved, iteration by iteration, so that both see the same machine; the order rotates
-    // every iteration, because a call leaves caches and the allocator in a state that helps or hurts the next.
+    // Ours and MPI's interleaved, iteration by iteration, so that both see the same machine; the order is shuffled
+    // every iteration (the same on every rank: one seed), because a call leaves caches, the allocator and MPI's
+    // progress in a state that helps or hurts the next: in a merely rotated order the row after MPI's was always
+    // the same one, and measured 15% slower than the same algorithm in another row.
     // Gloo runs in a pass of its own afterwards: its TCP progress threads would disturb whatever runs after it.
+    const std::size_t interleaved = ours + (with_mpi_ ? 1 : 0);
+    std::vector<std::size_t> order(interleaved);
+    std::mt19937 shuffle_seed(12345);
     for (int it = 0; it < o_.warmup + o_.iters; ++it) {
-      const std::size_t interleaved = ours + (with_mpi_ ? 1 : 0);
-      for (std::size_t j = 0; j < interleaved; ++j) {
-        const std::size_t k = (j + static_cast<std::size_t>(it)) % interleaved;
-        time_slot(k == ours ? slots - 1 : k, it);
-      }
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      std::shuffle(order.begin(), order.end(), shuffle_seed);
+      for (std::size_t k : order) time_slot(k == ours ? slots - 1 : k, it);
     }
     if (has_gloo())
       for (int it = 0; it < o_.warmup + o_.iters; ++it) time_slot(ours, it);
@@ -296,13 +325,18 @@ class Bench {
         const Algorithm a = algorithms_[k];
         comm_.set_algorithm(a);
         r.algo = std::string(comm::to_string(a));
-        if (a == Algorithm::kAuto)
-          r.algo = fmt::format("auto:{}", comm::to_string(comm_.algorithm_for(o_.collective, r.bytes)));
+        if (a == Algorithm::kAuto) {
+          const auto tuned = comm_.tuned_choice(o_.collective, call_bytes(count), o_.dtype);
+          r.algo = fmt::format("auto:{}", tuned ? comm::to_string(*tuned)
+                                                : std::string(comm::to_string(comm_.algorithm_for(
+                                                      o_.collective, call_bytes(count), o_.dtype))));
+        }
         r.check = o_.check ? (check(count) ? "ok" : "FAIL") : "-";
       }
       rows.push_back(r);
     }
     comm_.set_algorithm(Algorithm::kAuto);
+    note_auto_vs_best(rows);
     for (const auto& spec : o_.codecs) rows.push_back(codec_row(count, spec, mpi_t));
     if (o_.wire_gbps > 0 && hosts_ > 1) {
       const double wire = wire_seconds(count * dtype_size(o_.dtype));
@@ -319,6 +353,20 @@ class Bench {
     }
     if (rank_ == 0) print_rows(rows);
     return rows;
+  }
+
+  // Where the rows hold auto and at least one other of ours: auto's time against the fastest of those.
+  void note_auto_vs_best(const std::vector<Row>& rows) {
+    const Row* autorow = nullptr;
+    const Row* best = nullptr;
+    for (std::size_t k = 0; k < algorithms_.size() && k < rows.size(); ++k) {
+      if (algorithms_[k] == Algorithm::kAuto)
+        autorow = &rows[k];
+      else if (best == nullptr || rows[k].time_us < best->time_us)
+        best = &rows[k];
+    }
+    if (autorow == nullptr || best == nullptr) return;
+    auto_vs_best_.push_back({autorow->bytes, autorow->algo.substr(5), best->algo, best->time_us / autorow->time_us});
   }
 
   // The input of compressed rows: rank `rank`'s random normal floats (regenerated for the serial checks).
@@ -552,6 +600,7 @@ class Bench {
   int hosts_;
   MPI_Comm ref_ = MPI_COMM_NULL;
   std::unique_ptr<Buffer> in_, out_, expected_, scratch_;
+  std::vector<AutoVsBest> auto_vs_best_;
 #if HOPWISE_HAVE_GLOO
   std::unique_ptr<GlooPeer> gloo_;
 #endif
@@ -667,6 +716,19 @@ int run(int argc, char** argv) {
                o.wire_gbps > 0 && hosts > 1 ? " vs_wire" : "");
   }
   const auto rows = bench.run_sizes();
+  if (rank == 0 && !bench.auto_vs_best().empty()) {
+    fmt::print("# auto against the fastest other row of this run (auto/best = best time / auto's time)\n");
+    fmt::print("{:>12} {:>22} {:>22} {:>9}\n", "size(B)", "auto chose", "best", "auto/best");
+    double worst = INFINITY;
+    for (const auto& a : bench.auto_vs_best()) {
+      fmt::print("{:>12} {:>22} {:>22} {:>9.3f}\n", a.bytes, a.chose, a.best, a.ratio);
+      worst = std::min(worst, a.ratio);
+    }
+    const comm::CollectiveStats st = comm.stats();
+    fmt::print("# lowest auto/best {:.3f}; tuning: {} trial calls, {} agreements, {} re-tunes, {:.1f} ms beyond the "
+               "chosen algorithms (rank 0)\n",
+               worst, st.tuning_trials, st.tuning_agreements, st.retunes, st.tuning_excess_s * 1e3);
+  }
   if (o.overlap && o.collective == Collective::kAllreduce) bench.run_overlap();
   bool ok = true;
   for (const Row& r : rows) ok = ok && r.check != "FAIL";

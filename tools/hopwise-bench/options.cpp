@@ -21,7 +21,8 @@ constexpr const char* kUsage = R"(usage: mpirun -np N hopwise-bench [options]
   -f FACTOR      multiply the size by FACTOR each row, default 4
   -o OP          sum | avg | min | max | prod, default sum
   -d DTYPE       float32 | float64 | float16 | bfloat16 | int32 | int64 | uint8, default float32
-  -a ALGOS       comma list of auto, ring, hd, tree, native: one row each, default auto
+  -a ALGOS       comma list of auto, ring, hd, tree, native, direct, shm, hier: one row each, default auto;
+                 "all": auto and every algorithm of the table (a summary compares auto with the fastest)
   -n ITERS       timed iterations per row (median reported), default 20
   -w WARMUP      untimed iterations first, default 5
   -c 0|1         check every result against a reference, default 0
@@ -40,6 +41,11 @@ Without MPI (under torchrun) the reference is Gloo's allreduce (vs_gloo) where i
 
 std::vector<comm::Algorithm> parse_algorithms(std::string_view list) {
   std::vector<comm::Algorithm> out;
+  if (list == "all") {  // auto and every row of the algorithm table
+    out.push_back(comm::Algorithm::kAuto);
+    for (comm::Algorithm a : comm::all_algorithms()) out.push_back(a);
+    return out;
+  }
   while (!list.empty()) {
     const auto comma = list.find(',');
     out.push_back(comm::parse_algorithm(list.substr(0, comma)));

@@ -76,29 +76,46 @@ void Tuner::finish_round(Class& c, const Agree& agree) {
   agree(v);                         // the slowest rank's time of each
   std::lock_guard lock(mu_);
   ++stats_.agreements;
-  double best = INFINITY;
   for (std::size_t i = 0; i < v.size(); ++i)
-    if (c.alive[i]) {
-      c.agreed[i].push_back(v[i]);
-      best = std::min(best, v[i]);
-    }
-  if (c.round == 0)
+    if (c.alive[i]) c.agreed[i].push_back(v[i]);
+  // After two rounds, drop what is far slower than the best even at its own best: a single slow call (the first
+  // at a new size grows the scratch buffers) must not cost a candidate its place.
+  if (c.round == 1) {
+    double best_min = INFINITY;
     for (std::size_t i = 0; i < v.size(); ++i)
-      if (c.alive[i] && v[i] > s_.prune * best) c.alive[i] = false;
+      if (c.alive[i]) best_min = std::min(best_min, *std::min_element(c.agreed[i].begin(), c.agreed[i].end()));
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (c.alive[i] && *std::min_element(c.agreed[i].begin(), c.agreed[i].end()) > s_.prune * best_min)
+        c.alive[i] = false;
+  }
   ++c.round;
   c.pending = false;
-  const auto alive = std::count(c.alive.begin(), c.alive.end(), true);
+  auto alive = std::count(c.alive.begin(), c.alive.end(), true);
   if (c.round < s_.rounds && alive > 1) {
     start_round(c);
     return;
+  }
+  // A close race gets more rounds, between the close ones only (each costs little beyond the best): on a busy
+  // machine three repetitions do not tell 5% apart.
+  if (alive > 1 && c.round < s_.rounds * s_.close_race_factor) {
+    double best_median = INFINITY;
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (c.alive[i]) best_median = std::min(best_median, median(c.agreed[i]));
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (c.alive[i] && median(c.agreed[i]) > s_.close * best_median) c.alive[i] = false;
+    alive = std::count(c.alive.begin(), c.alive.end(), true);
+    if (alive > 1) {
+      start_round(c);
+      return;
+    }
   }
   std::size_t pick = 0;
   double pick_s = INFINITY;
   c.measured.clear();
   for (std::size_t i = 0; i < c.candidates.size(); ++i) {
-    const double m = c.alive[i] ? median(c.agreed[i]) : INFINITY;
+    const double m = median(c.agreed[i]);
     c.measured.emplace_back(to_string(c.candidates[i]), m);
-    if (m < pick_s) {
+    if (c.alive[i] && m < pick_s) {
       pick_s = m;
       pick = i;
     }

@@ -26,7 +26,9 @@ namespace hopwise::comm::detail {
 struct TunerSettings {
   bool online = true;     // HOPWISE_TUNE: tune classes the file does not cover (else the cost model chooses)
   int rounds = 3;         // HOPWISE_TUNE_ROUNDS: repetitions of each candidate (median)
-  double prune = 2.0;     // after round 1, drop a candidate slower than prune x the best
+  double prune = 2.0;     // after round 2, drop a candidate whose best is above prune x the best's
+  double close = 1.1;     // after `rounds`, candidates within close x the best median race on...
+  int close_race_factor = 3;  // ...up to this many times `rounds` in all
   double prior = 8.0;     // never try a candidate the cost model estimates above prior x its best estimate
   int check_every = 64;   // calls of a tuned class between drift checks
   int window = 16;        // recent calls whose median is checked

@@ -36,7 +36,7 @@ struct TuningEntry {
   int size_class = 0;
   TuningChoice choice;
   double seconds = 0;  // the choice's time: the slowest rank's, median over the repetitions
-  // Every candidate timed, with its time (INFINITY: dropped after the first round, far slower than the best).
+  // Every candidate timed, with its median (those dropped early, far slower than the best, ran fewer rounds).
   std::vector<std::pair<std::string, double>> measured;
 };
 
