@@ -3,6 +3,7 @@
 // caller), read by the algorithm rows through AlgorithmContext::plan.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +27,9 @@ struct PlanState {
   // Hierarchical allreduce: this rank's host group (ring order) and, on each host's first rank, the leaders.
   std::unique_ptr<GroupTransport> host_group, leader_group;
   topology::TreeShape host_tree;  // binary tree over host_group's ranks, rooted at the leader
+  // The pipelined hierarchical allreduce's reduce and broadcast threads' scratch space.
+  std::array<std::unique_ptr<Workspace>, 2> hier_workspaces{std::make_unique<Workspace>(),
+                                                            std::make_unique<Workspace>()};
   topology::TreeShape tree_a, tree_b;
   bool two_trees = true;
   int tree_depth = 1;  // of tree_a, for the cost model

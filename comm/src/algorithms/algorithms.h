@@ -3,6 +3,7 @@
 // (hopwise/comm/algorithm.h; the table itself is registry.cpp).
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <vector>
@@ -118,9 +119,16 @@ bool two_shot_allreduce(const Context& c, const void* in, void* out, std::size_t
 
 // Reduce within a host to its leader (local rank 0), ring allreduce among the leaders, broadcast within the host.
 // `local`: this rank's host group; `leaders`: the leaders' group on leaders, nullptr elsewhere; `tree`: over the
-// host group's ranks, rooted at its rank 0 (the leader).
+// host group's ranks, rooted at its rank 0 (the leader). Calls of at least two segments are pipelined: the
+// phases run side by side on three threads, segment by segment, the two extra ones on `workspaces`.
+struct HierarchicalPipeline {
+  std::size_t segment_bytes = 0;          // 0: one segment, the phases one after another
+  std::array<Workspace*, 2> workspaces{};  // the reduce's and the broadcast's scratch space
+};
+std::size_t hierarchical_segment_bytes(std::size_t bytes, std::size_t chunk_bytes);
 void hierarchical_allreduce(const Context& local, const Context* leaders, const topology::TreeShape& tree,
-                            const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, double scale);
+                            const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, double scale,
+                            const HierarchicalPipeline& pipe);
 
 // Dissemination barrier: ceil(log2 p) rounds of 1-byte messages.
 void dissemination_barrier(const Context& c);

@@ -1,9 +1,14 @@
 // Hierarchical allreduce: reduce within each host to its leader (a pipelined tree over the host's ranks), ring
 // allreduce among the leaders (one per host: the slow links carry each byte once per host, not once per rank),
-// broadcast within each host. The groups are GroupTransports over the communicator's transport.
-#include <cstring>
-
+// broadcast within each host. The groups are GroupTransports over the communicator's transport. Large calls run
+// the three phases side by side, segment by segment, so the host's work hides behind the network's.
 #include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
 #include "../plan_state.h"
 #include "algorithms.h"
 #include "hopwise/comm/cost_model.h"
@@ -11,8 +16,16 @@
 
 namespace hopwise::comm::algo {
 
-void hierarchical_allreduce(const Context& local, const Context* leaders, const topology::TreeShape& tree,
-                            const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, double scale) {
+// Segments of at least 4 chunks, and at most 8 per call: each segment's ring pays its own 2(H-1) latencies.
+std::size_t hierarchical_segment_bytes(std::size_t bytes, std::size_t chunk_bytes) {
+  return std::max(4 * chunk_bytes, (bytes + 7) / 8);
+}
+
+namespace {
+
+// One segment's three phases, run one after another (small calls, or one segment).
+void hierarchical_segment(const Context& local, const Context* leaders, const topology::TreeShape& tree,
+                          const char* in, char* out, std::size_t count, DataType dt, ReduceOp op) {
   if (local.transport.size() > 1) {
     tree_reduce(local, in, out, count, dt, op, 1.0, tree);  // out written on the leader (local rank 0) only
   } else if (in != out && count > 0) {
@@ -21,6 +34,102 @@ void hierarchical_allreduce(const Context& local, const Context* leaders, const 
   if (leaders != nullptr && leaders->transport.size() > 1)
     ring_allreduce(*leaders, out, out, count, dt, op, 1.0, topology::identity_ring(leaders->transport.size()));
   if (local.transport.size() > 1) tree_broadcast(local, out, count, dt, tree);
+}
+
+// How far each phase has come (segments done), shared by the phases' threads; a failed phase wakes the others.
+struct Progress {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::size_t reduced = 0, ringed = 0;
+  bool failed = false;
+  void advance(std::size_t& what) {
+    {
+      std::lock_guard lock(mu);
+      ++what;
+    }
+    cv.notify_all();
+  }
+  // Waits until `what` passes `segment`; false if another phase failed.
+  bool wait_past(const std::size_t& what, std::size_t segment) {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return failed || what > segment; });
+    return !failed;
+  }
+  void fail() {
+    {
+      std::lock_guard lock(mu);
+      failed = true;
+    }
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
+void hierarchical_allreduce(const Context& local, const Context* leaders, const topology::TreeShape& tree,
+                            const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, double scale,
+                            const HierarchicalPipeline& pipe) {
+  const std::size_t es = dtype_size(dt), bytes = count * es;
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  // Decided alike on every rank of a host (same size, same call): the segments must match on both ends.
+  const bool ring = leaders != nullptr && leaders->transport.size() > 1;
+  const std::size_t seg_count = std::max<std::size_t>(1, pipe.segment_bytes / es);
+  if (local.transport.size() == 1 || pipe.segment_bytes == 0 || bytes < 2 * pipe.segment_bytes) {
+    hierarchical_segment(local, leaders, tree, src, dst, count, dt, op);
+  } else {
+    // Pipelined: the host's reduce of segment k+1 runs while the leaders' ring carries segment k and the host's
+    // broadcast spreads segment k-1; each phase on its own thread with its own scratch space, in segment order,
+    // so that each phase's messages keep their order. A non-leader's broadcast of segment k waits on no local
+    // event: its receives wait for the leader.
+    const std::size_t segments = (count + seg_count - 1) / seg_count;
+    auto seg = [&](std::size_t k) { return std::pair{k * seg_count, std::min(seg_count, count - k * seg_count)}; };
+    Progress prog;
+    std::exception_ptr errors[3];
+    const Context reduce_ctx{local.transport, *pipe.workspaces[0], local.chunk_bytes};
+    const Context bcast_ctx{local.transport, *pipe.workspaces[1], local.chunk_bytes};
+    const bool leader = local.transport.rank() == tree.root;
+    auto guarded = [&](int i, auto body) {
+      try {
+        body();
+      } catch (...) {
+        errors[i] = std::current_exception();
+        prog.fail();
+      }
+    };
+    std::thread reducer([&] {
+      guarded(0, [&] {
+        for (std::size_t k = 0; k < segments && !prog.failed; ++k) {
+          const auto [off, n] = seg(k);
+          tree_reduce(reduce_ctx, src + off * es, dst + off * es, n, dt, op, 1.0, tree);
+          prog.advance(prog.reduced);
+        }
+      });
+    });
+    std::thread broadcaster([&] {
+      guarded(1, [&] {
+        for (std::size_t k = 0; k < segments; ++k) {
+          if (leader && !prog.wait_past(ring ? prog.ringed : prog.reduced, k)) return;
+          const auto [off, n] = seg(k);
+          tree_broadcast(bcast_ctx, dst + off * es, n, dt, tree);
+        }
+      });
+    });
+    if (leader && ring)  // the leaders' ring on this thread
+      guarded(2, [&] {
+        for (std::size_t k = 0; k < segments; ++k) {
+          if (!prog.wait_past(prog.reduced, k)) return;
+          const auto [off, n] = seg(k);
+          ring_allreduce(*leaders, dst + off * es, dst + off * es, n, dt, op, 1.0,
+                         topology::identity_ring(leaders->transport.size()));
+          prog.advance(prog.ringed);
+        }
+      });
+    reducer.join();
+    broadcaster.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
   if (scale != 1.0) scale_by(dt, out, count, scale);
 }
 
@@ -29,7 +138,8 @@ AlgorithmInfo hierarchical_row() {
   r.name = "hier";
   r.aliases = {"hierarchical"};
   r.collectives = {Collective::kAllreduce};
-  r.summary = "tree reduce within each host, ring among the hosts' leaders, tree broadcast within each host";
+  r.summary = "tree reduce within each host, ring among the hosts' leaders, tree broadcast within each host; "
+              "pipelined segment by segment";
   r.estimate = [](const CostQuery& q) {
     // Three phases one after another. Within a host: a binary tree of depth d over ranks_per_host, whose
     // interior ranks receive two children (2n per byte up, 2n down); among the H leaders: a ring allreduce.
@@ -43,17 +153,22 @@ AlgorithmInfo hierarchical_row() {
     const double leaders = H > 1 ? 2 * (H - 1) * alpha_for(m, std::min(kModelChunk, n / H)) + 2 * (H - 1) / H * n * be +
                                        (H - 1) / H * n * m.gamma
                                  : 0;
+    // Pipelined (at least two segments of 4 model chunks): the phases overlap, one segment's worth of the
+    // shorter phase exposed (segments are an eighth of the call).
+    if (per_host > 1 && n >= 8 * kModelChunk) return std::max(local, leaders) + std::min(local, leaders) / 8;
     return local + leaders;
   };
   r.run = [](AlgorithmContext& a, const CollectiveCall& c) {
     detail::PlanState& plan = *a.plan;
     plan.make_groups(a.transport);
     const Context local{*plan.host_group, *a.workspace, a.chunk_bytes};
+    const HierarchicalPipeline pipe{hierarchical_segment_bytes(c.count * dtype_size(c.dt), a.chunk_bytes),
+                                    {plan.hier_workspaces[0].get(), plan.hier_workspaces[1].get()}};
     if (plan.leader_group) {
       const Context leaders{*plan.leader_group, *a.workspace, a.chunk_bytes};
-      hierarchical_allreduce(local, &leaders, plan.host_tree, c.in, c.out, c.count, c.dt, c.op, c.scale);
+      hierarchical_allreduce(local, &leaders, plan.host_tree, c.in, c.out, c.count, c.dt, c.op, c.scale, pipe);
     } else {
-      hierarchical_allreduce(local, nullptr, plan.host_tree, c.in, c.out, c.count, c.dt, c.op, c.scale);
+      hierarchical_allreduce(local, nullptr, plan.host_tree, c.in, c.out, c.count, c.dt, c.op, c.scale, pipe);
     }
   };
   return r;

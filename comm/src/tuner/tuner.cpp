@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <random>
 
 #include "hopwise/common/log.h"
 
@@ -62,10 +63,11 @@ void Tuner::start_round(Class& c) {
   c.order.clear();
   for (std::size_t i = 0; i < c.candidates.size(); ++i)
     if (c.alive[i]) c.order.push_back(i);
-  // Each round starts elsewhere: a call leaves caches and the allocator in a state that helps or hurts the next.
-  if (!c.order.empty())
-    std::rotate(c.order.begin(), c.order.begin() + static_cast<long>(static_cast<std::size_t>(c.round) % c.order.size()),
-                c.order.end());
+  // A new order each round, the same on every rank (one seed): a call leaves caches, the allocator and the
+  // transport in a state that helps or hurts the next, and in a merely rotated order each candidate would always
+  // follow the same one.
+  std::mt19937 g(static_cast<std::uint32_t>(c.round * 7919 + c.candidates.size()));
+  std::shuffle(c.order.begin(), c.order.end(), g);
   c.pos = 0;
   c.local.assign(c.candidates.size(), 0.0);
   c.pending = c.order.empty();
