@@ -82,6 +82,7 @@ struct detail::CommunicatorImpl {
     TuningChoice choice;
     bool tuned = false;
     bool trial = false;  // a candidate under trial: the ranks line up before it
+    double step = 0;     // its place in the tuner's schedule, compared across the ranks as they line up
     detail::TuneKey key{};
   };
   Algorithm model_choice(Collective c, std::size_t bytes) const;  // the cost model's pick

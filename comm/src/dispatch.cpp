@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <fmt/core.h>
+
 #include "communicator_impl.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/reduce.h"
@@ -80,7 +82,7 @@ detail::CommunicatorImpl::Selected detail::CommunicatorImpl::select(Collective c
       key, [&] { return candidates(c, bytes); }, [this](std::vector<double>& v) { agree_max(v); },
       transport->rank());
   if (!pick) return {{model_choice(c, bytes), 0, 0}};
-  return {pick->choice, true, pick->trial, key};
+  return {pick->choice, true, pick->trial, pick->step, key};
 }
 
 void detail::CommunicatorImpl::run(Task& t, const TuningChoice& choice) {
@@ -111,8 +113,14 @@ void detail::CommunicatorImpl::run(Task& t, const TuningChoice& choice) {
 void detail::CommunicatorImpl::run_selected(Task& t, const Selected& s) {
   if (!s.tuned) return run(t, s.choice);
   if (s.trial) {
-    Task b{Collective::kBarrier};
-    run(b, {model_choice(Collective::kBarrier, 0), 0, 0});
+    // Line the ranks up (no rank's time then holds another's late arrival) and compare their schedules: a rank
+    // whose tuner went another way must fail here, naming it, rather than pair its call with a different one.
+    std::vector<double> v{s.step, -s.step};
+    agree_max(v);
+    if (v[0] != -v[1])
+      throw Error(fmt::format("the ranks' tuning schedules differ (trial step {} here, {} to {} across the ranks); "
+                              "run with HOPWISE_TUNE=0 and report this",
+                              s.step, -v[1], v[0]));
   }
   const auto t0 = std::chrono::steady_clock::now();
   run(t, s.choice);

@@ -196,7 +196,9 @@ std::optional<Tuner::Pick> Tuner::next(const TuneKey& key, const Candidates& can
     lock.lock();
   }
   if (c.decided) return Pick{c.choice, false};
-  return Pick{c.candidates[c.order[c.pos]], true};
+  log::info("rank {}: tuning {}: round {} call {}/{}: {}", rank, class_text(key), c.round, c.pos + 1, c.order.size(),
+            to_string(c.candidates[c.order[c.pos]]));
+  return Pick{c.candidates[c.order[c.pos]], true, static_cast<double>(stats_.trial_calls) * 64 + key.size_class};
 }
 
 void Tuner::record(const TuneKey& key, const TuningChoice& choice, double seconds) {

@@ -68,6 +68,7 @@ class Tuner {
   struct Pick {
     TuningChoice choice;
     bool trial = false;
+    double step = 0;  // a trial's place in this rank's schedule (trials so far and the class): alike on every rank
   };
   std::optional<Pick> next(const TuneKey& key, const Candidates& candidates, const Agree& agree, int rank);
   // The time this rank took for the call next() returned `choice` for.
