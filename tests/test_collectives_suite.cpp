@@ -438,6 +438,30 @@ TEST(Async, BackToBackMixedKinds) {
   });
 }
 
+// Shared-slot calls right after large message-passing ones, back to back: the last large send of a ring may still
+// need the receiver's library to acknowledge it, and a rank that only spun on the slots' flags never let it
+// (found by the tuner, which alternates algorithms: shm after ring at 64 MiB hung under mpirun).
+TEST(SharedSlots, AfterLargeMessagesBackToBack) {
+  each([&] {
+    if (comm().transport().shared_slots() == nullptr) GTEST_SKIP() << "no shared slots in this world";
+    // 64 MiB of float32 (rendezvous messages) where a library moves them; in-process, 4 MiB covers the algorithms.
+    const bool library = world().ranks != World::Ranks::kThreads;
+    const std::size_t count = std::size_t{1} << (library ? 24 : 20);
+    const float n = static_cast<float>(comm().size());
+    std::vector<float> x(count, 1.0f), y(count);
+    for (int it = 0; it < 3; ++it)
+      for (Algorithm a : {Algorithm::kSharedMemory, Algorithm::kRing, Algorithm::kSharedMemory,
+                          Algorithm::kHalvingDoubling, Algorithm::kDirect}) {
+        comm().set_algorithm(a);
+        std::fill(y.begin(), y.end(), -1.0f);
+        comm().allreduce(x.data(), y.data(), count, DataType::kFloat32, ReduceOp::kSum);
+        ASSERT_EQ(y[0], n) << algo_name(a);
+        ASSERT_EQ(y[count - 1], n) << algo_name(a);
+      }
+    comm().set_algorithm(Algorithm::kAuto);
+  });
+}
+
 // ================================================================================ plans and errors
 TEST(Plan, RandomRingOrder) {
   each([&] {

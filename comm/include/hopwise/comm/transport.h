@@ -112,6 +112,10 @@ class Transport {
   // Whether the transport knows that `peer` has failed (its process exited, its connection broke): waits that
   // do not go through wait_all (the shared slots' flags) ask it now and then, so as to fail before the timeout.
   virtual bool peer_gone(int /*peer*/) const { return false; }
+  // Lets the library move the messages in flight (rendezvous hand-shakes, acknowledgements). A wait that spins
+  // outside the transport (the shared-slot flags) calls it now and then: a peer's large send may need this rank's
+  // library to answer before it completes, and a rank that only watched flags would never let it.
+  virtual void progress() {}
 
   // After a failed call: the ranks that have abandoned this transport (this one included), waiting up to `listen`
   // for all to do so; nullopt where the transport keeps no such count (then the ranks exchange notes).

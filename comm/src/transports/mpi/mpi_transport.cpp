@@ -331,6 +331,12 @@ std::optional<int> MpiTransport::probe_any(int tag) {
   return flag ? std::optional<int>(status.MPI_SOURCE) : std::nullopt;
 }
 
+// Any MPI call drives Open MPI's progress engine; a probe that matches nothing consumes nothing.
+void MpiTransport::progress() {
+  int flag = 0;
+  MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);
+}
+
 bool MpiTransport::test(Request& r) {
   if (!r.active) return true;
   MPI_Request m = to_mpi(r.handle);

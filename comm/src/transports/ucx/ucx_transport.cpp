@@ -337,6 +337,8 @@ UcxTransport::~UcxTransport() {
   s_->near.reset();
 }
 
+void UcxTransport::progress() { s_->progress(); }
+
 SharedSlots* UcxTransport::shared_slots() { return s_->slots ? &s_->slots->slots() : nullptr; }
 
 // Says so in the store, so that ranks still waiting for this one fail now rather than at their timeout (and then

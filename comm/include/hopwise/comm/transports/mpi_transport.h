@@ -38,6 +38,7 @@ class MpiTransport final : public Transport {
   int local_size() const override { return local_size_; }
   int host_id() const override { return host_id_; }
   NativeCollectives* native() override { return native_.get(); }
+  void progress() override;
   SharedSlots* shared_slots() override { return slots_.base.empty() ? nullptr : &slots_; }
   void abandon() override;
 

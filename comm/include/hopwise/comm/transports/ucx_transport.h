@@ -45,6 +45,7 @@ class UcxTransport final : public Transport {
   int local_size() const override { return local_size_; }
   int host_id() const override { return host_ids_[static_cast<std::size_t>(rank_)]; }
   SharedSlots* shared_slots() override;
+  void progress() override;
   bool peer_gone(int peer) const override;
   std::optional<std::vector<int>> ranks_that_gave_up(std::chrono::duration<double> listen) override;
   void abandon() override;
