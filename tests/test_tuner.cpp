@@ -54,7 +54,7 @@ struct OneRank {
 TEST(TunerSchedule, EachCandidateEachRoundThenTheFastestMedian) {
   OneRank t;
   std::map<Algorithm, int> runs;
-  // tree is fastest but for one outlier; direct is 3x ring: dropped after two rounds.
+  // tree is fastest but for one outlier; direct, 6x tree, is dropped after one round.
   int tree_calls = 0;
   auto time_of = [&](Algorithm a) {
     ++runs[a];
@@ -64,15 +64,16 @@ TEST(TunerSchedule, EachCandidateEachRoundThenTheFastestMedian) {
   for (int i = 0; i < 40; ++i) t.call(time_of);
   ASSERT_TRUE(t.tuner.decided(t.key).has_value());
   EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kTree) << "median, not mean: one outlier does not count";
-  EXPECT_EQ(runs[Algorithm::kDirect], 2) << "above 2x the best at its own best after two rounds: dropped";
+  EXPECT_EQ(runs[Algorithm::kDirect], 1) << "above 4x the best after one round: dropped";
   const auto st = t.tuner.stats();
-  EXPECT_EQ(st.trial_calls, 2u + 3u + 3u);  // direct twice, ring and tree three rounds each
+  EXPECT_EQ(st.trial_calls, 1u + 3u + 3u);  // direct once, ring and tree three rounds each
   EXPECT_EQ(t.agreements, 1 + 3) << "the file check, then one agreement per round";
-  EXPECT_NEAR(st.excess_s, 2 * (6e-3 - 1e-3) + 3 * (2e-3 - 1e-3) + (9e-3 - 1e-3), 1e-9);
+  EXPECT_NEAR(st.excess_s, (6e-3 - 1e-3) + 3 * (2e-3 - 1e-3) + (9e-3 - 1e-3), 1e-9);
   const auto e = t.tuner.entries();
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].measured.size(), 3u);
   EXPECT_EQ(e[0].measured[2], std::make_pair(std::string("direct"), 6e-3)) << "the median of the rounds it ran";
+  // A candidate 3x the best survives round 1 (a slow first call must not cost it its place), not round 2.
 }
 
 TEST(TunerSchedule, ADriftTunesTheClassAgainAndOnlyThen) {
@@ -164,6 +165,16 @@ std::string allreduces(Group& g, std::size_t count, int calls) {
   });
 }
 
+// Allreduces of `count` until the tuner has decided its class (every rank decides at the same call), at most 500.
+std::string settle(Group& g, std::size_t count) {
+  return g.run([&](int, hc::Communicator& c) {
+    std::vector<float> x(count, 1.0f), y(count);
+    for (int k = 0; k < 500 && !c.tuned_choice(Collective::kAllreduce, count * 4); ++k)
+      c.allreduce(x.data(), y.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    if (!c.tuned_choice(Collective::kAllreduce, count * 4)) throw hopwise::Error("not tuned after 500 calls");
+  });
+}
+
 TEST(TunerChoice, EveryRankChoosesTheSameWhereEachAloneWouldNot) {
   late_on(0);
   for (int n : {2, 3, 5}) {
@@ -171,7 +182,8 @@ TEST(TunerChoice, EveryRankChoosesTheSameWhereEachAloneWouldNot) {
     hc::Options o = tuned_options();
     o.check = true;  // every call's algorithm is compared across the ranks before it runs
     Group g(n, o);
-    ASSERT_EQ(allreduces(g, kSkewCount, 60), "");
+    ASSERT_EQ(allreduces(g, kSkewCount, 20), "");
+    ASSERT_EQ(settle(g, kSkewCount), "");
     const auto first = g.comm(0).tuned_choice(Collective::kAllreduce, kSkewCount * 4);
     ASSERT_TRUE(first.has_value());
     EXPECT_NE(first->algorithm, late_on(0)) << "rank 0 saw it slow: the slowest rank's time counts";
@@ -190,7 +202,8 @@ TEST(TunerChoice, MeasuringOverrulesAWrongCostModel) {
     EXPECT_EQ(g.comm(0).algorithm_for(Collective::kAllreduce, kWrongModelCount * 4), slow);
   }
   Group g(3, tuned_options());
-  ASSERT_EQ(allreduces(g, kWrongModelCount, 40), "");
+  ASSERT_EQ(allreduces(g, kWrongModelCount, 20), "");
+  ASSERT_EQ(settle(g, kWrongModelCount), "");
   const Algorithm got = g.comm(0).algorithm_for(Collective::kAllreduce, kWrongModelCount * 4);
   EXPECT_NE(got, slow);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(g.comm(r).algorithm_for(Collective::kAllreduce, kWrongModelCount * 4), got);
@@ -232,8 +245,10 @@ TEST(TuningFile, RoundTripThenUsedWithoutTrials) {
   hc::TuningFile made;
   {
     Group g(3, tuned_options());
-    for (std::size_t count : {std::size_t{5}, std::size_t{4099}, std::size_t{70000}})
-      ASSERT_EQ(allreduces(g, count, 30), "");
+    for (std::size_t count : {std::size_t{5}, std::size_t{4099}, std::size_t{70000}}) {
+      ASSERT_EQ(allreduces(g, count, 10), "");
+      ASSERT_EQ(settle(g, count), "");
+    }
     made = g.comm(0).tuning();
   }
   ASSERT_EQ(made.entries.size(), 3u);
@@ -347,7 +362,8 @@ TEST(TuningFile, RanksWithDifferentFilesAllIgnoreThem) {
   for (int r = 0; r < 2; ++r)
     ts.emplace_back([&, r] {
       std::vector<float> x(3000, 1.0f), y(3000);
-      for (int k = 0; k < 30; ++k) comms[r]->allreduce(x.data(), y.data(), x.size(), DataType::kFloat32);
+      for (int k = 0; k < 500 && (k == 0 || !comms[r]->tuned_choice(Collective::kAllreduce, 12000)); ++k)
+        comms[r]->allreduce(x.data(), y.data(), x.size(), DataType::kFloat32);
       out[r] = y[0];
     });
   for (auto& t : ts) t.join();

@@ -81,13 +81,15 @@ void Tuner::finish_round(Class& c, const Agree& agree) {
   for (std::size_t i = 0; i < v.size(); ++i)
     if (c.alive[i]) c.agreed[i].push_back(v[i]);
   // After two rounds, drop what is far slower than the best even at its own best: a single slow call (the first
-  // at a new size grows the scratch buffers) must not cost a candidate its place.
-  if (c.round == 1) {
+  // at a new size grows the scratch buffers) must not cost a candidate its place. What is hopeless after one
+  // round (past 4x) goes at once: at 256 MiB across hosts a second try of such a one costs seconds.
+  if (c.round == 0 || c.round == 1) {
+    const double factor = c.round == 0 ? 2 * s_.prune : s_.prune;
     double best_min = INFINITY;
     for (std::size_t i = 0; i < v.size(); ++i)
       if (c.alive[i]) best_min = std::min(best_min, *std::min_element(c.agreed[i].begin(), c.agreed[i].end()));
     for (std::size_t i = 0; i < v.size(); ++i)
-      if (c.alive[i] && *std::min_element(c.agreed[i].begin(), c.agreed[i].end()) > s_.prune * best_min)
+      if (c.alive[i] && *std::min_element(c.agreed[i].begin(), c.agreed[i].end()) > factor * best_min)
         c.alive[i] = false;
   }
   ++c.round;
