@@ -92,6 +92,18 @@ TEST(TunerSchedule, ADriftTunesTheClassAgainAndOnlyThen) {
   EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kTree);
 }
 
+TEST(TunerSchedule, ALargerClassSkipsWhatWasFarSlowerOneClassBelow) {
+  OneRank t;
+  auto time_of = [&](Algorithm a) { return a == Algorithm::kRing ? 1e-3 : a == Algorithm::kTree ? 1.5e-3 : 2.5e-3; };
+  for (int i = 0; i < 40; ++i) t.call(time_of);  // class 20 (1 MiB): direct measured 2.5x ring
+  t.key.size_class = 21;
+  std::map<Algorithm, int> runs;
+  for (int i = 0; i < 40; ++i) t.call([&](Algorithm a) { ++runs[a]; return 2 * time_of(a); });
+  EXPECT_EQ(runs[Algorithm::kDirect], 0) << "2.5x the winner at 1 MiB: not tried at 2 MiB";
+  EXPECT_GT(runs[Algorithm::kTree], 0) << "1.5x: still tried";
+  EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kRing);
+}
+
 TEST(TunerSchedule, TuningOffLeavesTheChoiceToTheCostModel) {
   hc::detail::TunerSettings s;
   s.online = false;

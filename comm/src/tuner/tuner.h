@@ -103,6 +103,7 @@ class Tuner {
   void finish_round(Class& c, const Agree& agree);
   void check_drift(const TuneKey& key, Class& c, const Agree& agree, int rank);
   void verify_preset(const Agree& agree, int rank);
+  void inherit_prune(const TuneKey& key, std::vector<TuningChoice>& cands) const;
 
   TunerSettings s_;
   mutable std::mutex mu_;  // guards classes_ and stats_ against the read-only queries
