@@ -8,7 +8,8 @@ mpiexec=$1 tune=$2 bench=$3
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 run() { "$mpiexec" --allow-run-as-root --oversubscribe "$@"; }
-run -np 2 -x HOPWISE_DEBUG=CHECK "$tune" -b 4K -e 256K --rounds 2 -o "$dir/t.json"
+# From 4 bytes, and int32 too: the bench's own one-int allreduce (its host count) is then in the file as well.
+run -np 2 -x HOPWISE_DEBUG=CHECK "$tune" -b 4 -e 256K -d float32,int32 --rounds 2 -o "$dir/t.json"
 python3 -c "import json,sys; f=json.load(open(sys.argv[1])); print('file entries', len(f['entries']), 'job', f['job'])" "$dir/t.json"
 echo "--- same shape"
 run -np 2 -x HOPWISE_TUNING_FILE="$dir/t.json" "$bench" -a auto,ring -b 4K -e 256K -n 3 -w 1

@@ -209,7 +209,8 @@ int run(int argc, char** argv) {
         if (std::find(b.begin(), b.end(), t.name) != b.end()) count += t.count;
       fmt::print("  bucket {}: {} ({:.2f} MB) -> {}\n", k++, fmt::join(b, ", "), count * 4 / 1e6,
                  f.compression == "none"
-                     ? std::string(hc::to_string(comm.algorithm_for(hc::Collective::kAllreduce, count * 4)))
+                     ? std::string(hc::to_string(comm.algorithm_for(hc::Collective::kAllreduce, count * 4))) +
+                           (comm.tuned_choice(hc::Collective::kAllreduce, count * 4) ? "" : " (cost model; tuned in the first steps)")
                      : f.compression + " (its payloads all-reduced or all-gathered)");
     }
     fmt::print(
@@ -310,6 +311,15 @@ int run(int argc, char** argv) {
         acc, f.epochs, images_per_s, step_ms / n_steps, compute_ms / n_steps, comm_ms / n_steps, exposed_ms / n_steps,
         overlap_pct, bytes / n_steps / 1e6);
     if (!f.trace.empty()) fmt::print("trace written to {} (open in ui.perfetto.dev or chrome://tracing)\n", f.trace);
+    const hc::CollectiveStats st = comm.stats();
+    std::string tuned;
+    for (const auto& e : comm.tuning().entries)
+      if (e.size_class >= 10)  // the gradient buckets' classes, not the job's small bookkeeping calls
+        tuned += fmt::format("{}{} B {}", tuned.empty() ? "" : ", ", hc::size_class_max_bytes(e.size_class),
+                             hc::to_string(e.choice));
+    if (!tuned.empty())
+      fmt::print("tuned (size class up to: choice): {}; {} trial calls, {} re-tunes, {:.1f} ms beyond the choices\n",
+                 tuned, st.tuning_trials, st.retunes, st.tuning_excess_s * 1e3);
     if (!f.json.empty()) {
       std::FILE* j = std::fopen(f.json.c_str(), "w");
       if (!j) throw hopwise::Error("cannot write --json " + f.json);

@@ -133,6 +133,7 @@ void Tuner::finish_round(Class& c, const Agree& agree) {
   c.trial_s.clear();
   c.recent.clear();
   c.since_check = 0;
+  c.baseline_s = 0;
 }
 
 void Tuner::check_drift(const TuneKey& key, Class& c, const Agree& agree, int rank) {
@@ -141,10 +142,16 @@ void Tuner::check_drift(const TuneKey& key, Class& c, const Agree& agree, int ra
   std::lock_guard lock(mu_);
   ++stats_.agreements;
   c.since_check = 0;
-  if (!(v[0] > s_.drift * c.tuned_s) || !s_.online) return;
+  // The first check sets the steady state to watch: a job's calls include the wait for the last rank to arrive,
+  // which the trials (ranks lined up) do not, so the trial time is no baseline for a drift.
+  if (c.baseline_s == 0) {
+    c.baseline_s = v[0];
+    return;
+  }
+  if (!(v[0] > s_.drift * c.baseline_s) || !s_.online) return;
   if (rank == 0)
-    log::warn("{}: {} now takes {:.1f} us, {:.1f}x its tuned {:.1f} us; tuning this size class again",
-              class_text(key), to_string(c.choice), v[0] * 1e6, v[0] / c.tuned_s, c.tuned_s * 1e6);
+    log::warn("{}: {} now takes {:.1f} us, {:.1f}x its steady {:.1f} us; tuning this size class again",
+              class_text(key), to_string(c.choice), v[0] * 1e6, v[0] / c.baseline_s, c.baseline_s * 1e6);
   ++stats_.retunes;
   // Every candidate again, the cost model's filter included (a preset class has only its own choice).
   c.alive.assign(c.candidates.size(), true);

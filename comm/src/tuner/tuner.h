@@ -2,7 +2,8 @@
 // turn, a few rounds, agrees after each round on the slowest rank's time of each (an elementwise max-allreduce of a
 // few doubles, so every rank makes the same choice), drops the far slower ones after the first round and keeps
 // the fastest median. Afterwards it watches the chosen one: every `check_every` calls the ranks agree on its recent
-// median, and a drift past `drift` times the tuned time starts the tuning of that class again.
+// median; the first such median is its steady time, and a later one past `drift` times that starts the tuning of
+// the class again.
 //
 // The call schedule depends only on how many calls of a class came before and on agreed figures, so every rank
 // runs the same candidate at the same call. next() and record() are called by the one thread that executes the
@@ -32,7 +33,7 @@ struct TunerSettings {
   double prior = 8.0;     // never try a candidate the cost model estimates above prior x its best estimate
   int check_every = 64;   // calls of a tuned class between drift checks
   int window = 16;        // recent calls whose median is checked
-  double drift = 1.5;     // re-tune when the chosen one takes drift x its tuned time
+  double drift = 1.5;     // re-tune when the chosen one takes drift x its steady time
 };
 
 struct TunerStats {
@@ -91,7 +92,8 @@ class Tuner {
     bool pending = false;  // the round is complete: agree at the next call
     bool decided = false;
     TuningChoice choice;
-    double tuned_s = 0;
+    double tuned_s = 0;     // the choice's time in the trials (ranks lined up)
+    double baseline_s = 0;  // its steady time in the job (the first drift check's median; 0: not yet)
     std::vector<double> trial_s;  // this rank's trial times, for the excess figure
     std::deque<double> recent;
     int since_check = 0;
