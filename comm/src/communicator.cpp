@@ -48,6 +48,8 @@ Options Options::from_env() {
   if (o.tune_rounds < 1 || o.tune_rounds > 100)
     throw InvalidArgument("HOPWISE_TUNE_ROUNDS must be between 1 and 100 (repetitions of each candidate)");
   o.tuning_file = env::get_or("HOPWISE_TUNING_FILE", "");
+  o.ring_window = static_cast<int>(env::get_int("HOPWISE_RING_WINDOW", -1));
+  if (o.ring_window < -1) throw InvalidArgument("HOPWISE_RING_WINDOW must be -1 (by the plan), 0 (no limit) or a count");
   return o;
 }
 

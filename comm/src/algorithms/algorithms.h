@@ -33,10 +33,13 @@ struct Context {
   Workspace& workspace;
   std::size_t chunk_bytes;  // largest message; also the pipelining grain
   int tag_offset = 0;       // added to the ring's tags: channels running side by side keep their messages apart
+  std::size_t send_window = 0;  // the ring's sends in flight at most (0: no limit); see AlgorithmContext
 };
 
 // The scratch space, chunk and transport of a row's run, as the algorithm functions below take them.
-inline Context context_of(const AlgorithmContext& a) { return {a.transport, *a.workspace, a.chunk_bytes}; }
+inline Context context_of(const AlgorithmContext& a) {
+  return {a.transport, *a.workspace, a.chunk_bytes, 0, a.send_window};
+}
 
 // The rows of the built-in algorithms, one per file.
 AlgorithmInfo ring_row();

@@ -165,7 +165,7 @@ AlgorithmInfo hierarchical_row() {
     const HierarchicalPipeline pipe{hierarchical_segment_bytes(c.count * dtype_size(c.dt), a.chunk_bytes),
                                     {plan.hier_workspaces[0].get(), plan.hier_workspaces[1].get()}};
     if (plan.leader_group) {
-      const Context leaders{*plan.leader_group, *a.workspace, a.chunk_bytes};
+      const Context leaders{*plan.leader_group, *a.workspace, a.chunk_bytes, 0, a.send_window};
       hierarchical_allreduce(local, &leaders, plan.host_tree, c.in, c.out, c.count, c.dt, c.op, c.scale, pipe);
     } else {
       hierarchical_allreduce(local, nullptr, plan.host_tree, c.in, c.out, c.count, c.dt, c.op, c.scale, pipe);

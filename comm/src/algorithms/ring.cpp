@@ -36,6 +36,18 @@ void for_chunks(std::size_t len, std::size_t chunk, F f) {
   for (std::size_t j = 0, k = 0; j < len; j += chunk, ++k) f(k, j, std::min(chunk, len - j));
 }
 
+// At most `limit` of a rank's sends in flight (0: any number), the oldest waited for before the next is posted.
+struct SendWindow {
+  Transport& t;
+  Requests& sends;
+  std::size_t limit;
+  std::size_t oldest = 0;
+  void push(const Request& r) {
+    if (limit != 0 && sends.size() - oldest >= limit) t.wait(sends[oldest++]);
+    sends.push_back(r);
+  }
+};
+
 // Reduce-scatter phase. Step s sends segment i-s and receives segment i-s-1, reducing it with the local input.
 // Partial results go to `work` (indexed like `in`); the last step writes this rank's block to `final_dst`.
 void reduce_scatter_phase(const Context& c, const char* in, char* work, char* final_dst, const Blocks& blocks,
@@ -49,6 +61,7 @@ void reduce_scatter_phase(const Context& c, const char* in, char* work, char* fi
   char* temp[2] = {static_cast<char*>(c.workspace.get(Scratch::kRecvA, max_seg * es + 64)),
                    static_cast<char*>(c.workspace.get(Scratch::kRecvB, max_seg * es + 64))};
   Requests recvs[2] = {Requests(t), Requests(t)}, sends(t);
+  SendWindow window{t, sends, c.send_window};
   const int steps = r.p - 1;
 
   auto post_recvs = [&](int s) {
@@ -64,7 +77,7 @@ void reduce_scatter_phase(const Context& c, const char* in, char* work, char* fi
   {
     const int b = r.block(order, r.i);
     for_chunks(blocks.len(b), ce, [&](std::size_t, std::size_t j, std::size_t n) {
-      sends.push_back(t.isend(in + (blocks.off(b) + j) * es, n * es, r.next, c.tag_offset + kTagRingReduceScatter));
+      window.push(t.isend(in + (blocks.off(b) + j) * es, n * es, r.next, c.tag_offset + kTagRingReduceScatter));
     });
   }
   for (int s = 0; s < steps; ++s) {
@@ -79,7 +92,7 @@ void reduce_scatter_phase(const Context& c, const char* in, char* work, char* fi
       if (last) {
         if (scale != 1.0) scale_by(dt, dst + j * es, n, scale);
       } else {
-        sends.push_back(t.isend(dst + j * es, n * es, r.next, c.tag_offset + kTagRingReduceScatter + s + 1));
+        window.push(t.isend(dst + j * es, n * es, r.next, c.tag_offset + kTagRingReduceScatter + s + 1));
       }
     });
   }
@@ -97,6 +110,7 @@ void allgather_phase(const Context& c, char* buf, const Blocks& blocks, DataType
   std::vector<Requests> recvs;
   for (int s = 0; s < steps; ++s) recvs.emplace_back(t);
   Requests sends(t);
+  SendWindow window{t, sends, c.send_window};
   for (int s = 0; s < steps; ++s) {
     const int b = r.block(order, r.i - s);
     for_chunks(blocks.len(b), ce, [&](std::size_t, std::size_t j, std::size_t n) {
@@ -107,7 +121,7 @@ void allgather_phase(const Context& c, char* buf, const Blocks& blocks, DataType
   {
     const int b = r.block(order, r.i + 1);
     for_chunks(blocks.len(b), ce, [&](std::size_t, std::size_t j, std::size_t n) {
-      sends.push_back(t.isend(buf + (blocks.off(b) + j) * es, n * es, r.next, c.tag_offset + kTagRingAllgather));
+      window.push(t.isend(buf + (blocks.off(b) + j) * es, n * es, r.next, c.tag_offset + kTagRingAllgather));
     });
   }
   for (int s = 0; s < steps; ++s) {
@@ -115,8 +129,7 @@ void allgather_phase(const Context& c, char* buf, const Blocks& blocks, DataType
     for_chunks(blocks.len(b), ce, [&](std::size_t k, std::size_t j, std::size_t n) {
       t.wait(recvs[static_cast<std::size_t>(s)][k]);
       if (s + 1 < steps)
-        sends.push_back(
-            t.isend(buf + (blocks.off(b) + j) * es, n * es, r.next, c.tag_offset + kTagRingAllgather + s + 1));
+        window.push(t.isend(buf + (blocks.off(b) + j) * es, n * es, r.next, c.tag_offset + kTagRingAllgather + s + 1));
     });
   }
   t.wait_all(sends);
@@ -154,7 +167,7 @@ void ring_allreduce_channels(const Context& c, std::vector<Workspace*> extra, co
     threads.emplace_back([&, ch] {
       try {
         const Context cc{c.transport, *extra[ch - 1], c.chunk_bytes,
-                         c.tag_offset + static_cast<int>(ch) * kRingChannelTagStride};
+                         c.tag_offset + static_cast<int>(ch) * kRingChannelTagStride, c.send_window};
         const int b = static_cast<int>(ch);
         ring_allreduce(cc, i8 + parts.off(b) * es, o8 + parts.off(b) * es, parts.len(b), dt, op, scale, channels[ch]);
       } catch (...) {

@@ -58,6 +58,9 @@ struct AlgorithmContext {
   Workspace* workspace = nullptr;
   detail::PlanState* plan = nullptr;
   bool one_channel = false;  // the ring allreduce runs one ring even where the plan has several channels
+  // The ring's sends in flight at most (0: no limit). Across hosts a whole block queued at once made Open MPI's
+  // TCP path carry one direction at a time; within a host the limit only costs (HOPWISE_RING_WINDOW).
+  std::size_t send_window = 0;
 };
 
 // What a cost estimate is asked: seconds for `collective` on `bytes` (per rank, as the benchmark reports it).

@@ -49,6 +49,9 @@ struct Options {
   // size class try the candidates in turn and every rank then runs the fastest (the slowest rank's time, median
   // of `tune_rounds`, HOPWISE_TUNE_ROUNDS); a drift of the chosen one's time tunes that class again. 0: the cost
   // model alone. The chosen algorithm is the same on every rank.
+  // HOPWISE_RING_WINDOW: the ring's sends in flight at most; -1 (default): 1 where the plan spans hosts (a
+  // whole block queued at once halved a 2-host ring's speed over TCP), else no limit (within a host a limit costs).
+  int ring_window = -1;
   bool tune = true;
   int tune_rounds = 3;
   // HOPWISE_TUNING_FILE: choices measured before (hopwise-tune); classes it lacks are tuned online (when `tune`).
