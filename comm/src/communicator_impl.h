@@ -85,6 +85,7 @@ struct detail::CommunicatorImpl {
     double step = 0;     // its place in the tuner's schedule, compared across the ranks as they line up
     detail::TuneKey key{};
   };
+  CostQuery query(Collective c, std::size_t bytes) const;         // the cost model's question for a call
   Algorithm model_choice(Collective c, std::size_t bytes) const;  // the cost model's pick
   // What algorithm_for reports: forced, else the tuner's decided choice, else the cost model's.
   Algorithm choose(Collective c, std::size_t bytes, DataType dt) const;

@@ -23,14 +23,18 @@ detail::TuneKey key_of(Collective c, std::size_t bytes, DataType dt) {
 
 }  // namespace
 
-Algorithm detail::CommunicatorImpl::model_choice(Collective c, std::size_t bytes) const {
+CostQuery detail::CommunicatorImpl::query(Collective c, std::size_t bytes) const {
   CostQuery q;
   q.collective = c;
   q.bytes = bytes;
   q.ranks = p();
   q.hosts = plan.hosts();
   q.tree_depth = plan.tree_depth;
-  return cost.choose(q, transport->native() != nullptr);
+  return q;
+}
+
+Algorithm detail::CommunicatorImpl::model_choice(Collective c, std::size_t bytes) const {
+  return cost.choose(query(c, bytes), transport->native() != nullptr);
 }
 
 Algorithm detail::CommunicatorImpl::choose(Collective c, std::size_t bytes, DataType dt) const {
@@ -43,16 +47,11 @@ Algorithm detail::CommunicatorImpl::choose(Collective c, std::size_t bytes, Data
 }
 
 // The table's candidates the cost model does not rule out (possible here; and where a trial would cost more than
-// a millisecond, within the prior's factor of the best estimate: trials are cheap where calls are short), each at the communicator's chunk; the pipelined ones also at 4x the chunk where a call holds
-// many chunks, and the ring allreduce on one ring where the plan runs several side by side.
+// a millisecond, within the prior's factor of the best estimate: trials are cheap where calls are short), each at
+// the communicator's chunk; the pipelined ones also at 4x the chunk where a call holds many chunks, and the ring
+// allreduce on one ring where the plan runs several side by side.
 std::vector<TuningChoice> detail::CommunicatorImpl::candidates(Collective c, std::size_t bytes) const {
-  CostQuery q;
-  q.collective = c;
-  q.bytes = bytes;
-  q.ranks = p();
-  q.hosts = plan.hosts();
-  q.tree_depth = plan.tree_depth;
-  const auto est = cost.candidates(q, transport->native() != nullptr);
+  const auto est = cost.candidates(query(c, bytes), transport->native() != nullptr);
   double best = INFINITY;
   for (const auto& [a, t] : est) best = std::min(best, t);
   std::vector<TuningChoice> out;
