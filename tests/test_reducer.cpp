@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <set>
 
+#include "../comm/src/reducer/bucket_tuner.h"
 #include "collective_reference.h"
 #include "hopwise/comm/reducer.h"
 #include "hopwise/common/error.h"
@@ -142,6 +144,60 @@ TEST(Reducer, RebuildsFromRankZerosReadyOrder) {
     EXPECT_EQ(z[999], 3.0f);
   });
   EXPECT_EQ(err, "");
+}
+
+TEST(BucketTuner, EachCapItsStepsThenTheFastestAgreed) {
+  hopwise::comm::detail::BucketTuner t(3);
+  // This rank finds 4 MB fastest, the other rank (its figures arrive through the max) 2 MB slow: 4 MB stays.
+  const std::vector<double> mine{5, 4, 2, 3, 6}, others{5, 9, 3, 3.5, 6};
+  std::vector<double> caps_run;
+  bool agreed = false;
+  for (int step = 0; t.active(); ++step) {
+    caps_run.push_back(t.cap());
+    const auto k = static_cast<std::size_t>(step / 3);
+    t.record(mine[k] + 0.1 * (step % 3), [&](std::vector<double>& v) {
+      agreed = true;
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::max(v[i], others[i]);
+    });
+    ASSERT_LT(step, 20);
+  }
+  EXPECT_TRUE(agreed);
+  EXPECT_EQ(caps_run.size(), 15u) << "five caps, three steps each";
+  EXPECT_EQ(caps_run.front(), 1);
+  EXPECT_EQ(caps_run.back(), 25);
+  EXPECT_EQ(t.cap(), 4) << "the slowest rank's median per cap decides";
+}
+
+TEST(Reducer, TunedBucketCapIsTheSameOnEveryRankAndResultsStayExact) {
+  Group g(2, test_options());
+  std::vector<double> caps(2);
+  const std::string err = g.run([&](int r, hc::Communicator& c) {
+    std::vector<std::vector<float>> grads;
+    for (std::size_t n : {700000u, 600000u, 500000u, 400000u, 300000u}) grads.emplace_back(n);  // 10 MB in all
+    hc::ReducerOptions ro;
+    ro.tune_bucket = true;
+    hc::GradientReducer red(c, ro);
+    for (std::size_t i = 0; i < grads.size(); ++i) red.add_parameter("p" + std::to_string(i), grads[i].data(), grads[i].size());
+    red.finalize();
+    std::set<std::size_t> bucket_counts;
+    for (int step = 0; step < 30; ++step) {
+      for (auto& gr : grads) std::fill(gr.begin(), gr.end(), static_cast<float>(r + step));
+      for (int i = static_cast<int>(grads.size()) - 1; i >= 0; --i) red.mark_ready(i);
+      red.finish();
+      bucket_counts.insert(red.bucket_count());
+      for (const auto& gr : grads)
+        if (gr.front() != static_cast<float>(step) + 0.5f || gr.back() != static_cast<float>(step) + 0.5f)
+          throw hopwise::Error(fmt::format("step {}: {} instead of the average {}", step, gr.front(), step + 0.5));
+    }
+    EXPECT_FALSE(red.tuning_bucket()) << "1 + 5 x 5 steps tune it";
+    EXPECT_GE(bucket_counts.size(), 3u) << "the caps tried gave different buckets";
+    caps[static_cast<std::size_t>(r)] = red.bucket_mb();
+  });
+  EXPECT_EQ(err, "");
+  EXPECT_EQ(caps[0], caps[1]);
+  EXPECT_NE(std::find(hopwise::comm::detail::BucketTuner::kCaps.begin(), hopwise::comm::detail::BucketTuner::kCaps.end(),
+                      caps[0]),
+            hopwise::comm::detail::BucketTuner::kCaps.end());
 }
 
 TEST(Reducer, MarkedTwiceIsAnError) {

@@ -209,6 +209,8 @@ TuningFile Communicator::tuning() const {
   return f;
 }
 
+bool Communicator::tunes_online() const { return impl_->tuner && impl_->tuner->settings().online; }
+
 std::optional<TuningChoice> Communicator::tuned_choice(Collective c, std::size_t bytes, DataType dt) const {
   if (!impl_->tuner) return std::nullopt;
   return impl_->tuner->decided({c, dtype_class_of(dt), size_class_of(bytes)});

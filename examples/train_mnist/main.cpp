@@ -33,6 +33,7 @@ struct Flags {
   float lr = 0.05f, momentum = 0.9f;
   std::string compression = hopwise::env::get_or("HOPWISE_COMPRESSION", "none");
   double bucket_mb = 1;
+  bool tune_bucket = false;  // --bucket-mb auto
   int chunks = 4;  // column blocks per weight gradient, each handed to the reducer when done
   bool overlap = true;
   std::string algo = "auto", trace = hopwise::env::get_or("HOPWISE_TRACE_FILE", ""), json;
@@ -48,7 +49,8 @@ constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
   --hidden N        width of the two hidden layers (default 1024: 784-1024-1024-10)
   --compression S   gradient codec spec, e.g. fp16, int8, topk:ratio=0.01, powersgd:rank=4 (default none /
                     HOPWISE_COMPRESSION)
-  --bucket-mb X     gradient bucket cap in MB (default 1; the first bucket is at most 1 MB)
+  --bucket-mb X     gradient bucket cap in MB (default 1; the first bucket is at most 1 MB); auto: measured in the
+                    first steps (caps 1, 2, 4, 8, 25 MB, 5 steps each; the fastest stays)
   --chunks N        hand each weight gradient to the reducer in N column blocks, each as soon as it is computed,
                     so that even the first layer's (the last to finish) overlaps its own computation (default 4)
   --no-overlap      all-reduce only after backward finished (the baseline)
@@ -89,8 +91,13 @@ Flags parse(int argc, char** argv) {
       f.compression = val();
     else if (a == "--chunks")
       f.chunks = static_cast<int>(num(val()));
-    else if (a == "--bucket-mb")
-      f.bucket_mb = num(val());
+    else if (a == "--bucket-mb") {
+      const std::string v = val();
+      if (v == "auto")
+        f.tune_bucket = true;
+      else
+        f.bucket_mb = num(v);
+    }
     else if (a == "--no-overlap")
       f.overlap = false;
     else if (a == "--algo")
@@ -182,6 +189,7 @@ int run(int argc, char** argv) {
   hopwise::examples::Mlp model({px, f.hidden, f.hidden, 10}, f.seed, f.chunks);
   hc::ReducerOptions ro;
   ro.bucket_mb = f.bucket_mb;
+  ro.tune_bucket = f.tune_bucket;
   ro.first_bucket_mb = std::min(1.0, f.bucket_mb);
   ro.overlap = f.overlap;
   ro.compression = f.compression;
@@ -317,6 +325,9 @@ int run(int argc, char** argv) {
       if (e.size_class >= 10)  // the gradient buckets' classes, not the job's small bookkeeping calls
         tuned += fmt::format("{}{} B {}", tuned.empty() ? "" : ", ", hc::size_class_max_bytes(e.size_class),
                              hc::to_string(e.choice));
+    if (f.tune_bucket)
+      fmt::print("bucket cap: {} MB ({}; {} buckets)\n", reducer.bucket_mb(),
+                 reducer.tuning_bucket() ? "still tuning: too few steps" : "measured", reducer.bucket_count());
     if (!tuned.empty())
       fmt::print("tuned (size class up to: choice): {}; {} trial calls, {} re-tunes, {:.1f} ms beyond the choices\n",
                  tuned, st.tuning_trials, st.retunes, st.tuning_excess_s * 1e3);

@@ -72,10 +72,13 @@ void hierarchical_allreduce(const Context& local, const Context* leaders, const 
   const std::size_t es = dtype_size(dt), bytes = count * es;
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
-  // Decided alike on every rank of a host (same size, same call): the segments must match on both ends.
+  // Decided alike on every rank of the job (same size, same call), whatever its host's rank count: the leaders'
+  // rings must cut the same segments on every host (a host of one rank once ran one whole-buffer ring against
+  // the others' segments).
   const bool ring = leaders != nullptr && leaders->transport.size() > 1;
+  const bool alone = local.transport.size() == 1;
   const std::size_t seg_count = std::max<std::size_t>(1, pipe.segment_bytes / es);
-  if (local.transport.size() == 1 || pipe.segment_bytes == 0 || bytes < 2 * pipe.segment_bytes) {
+  if (pipe.segment_bytes == 0 || bytes < 2 * pipe.segment_bytes) {
     hierarchical_segment(local, leaders, tree, src, dst, count, dt, op);
   } else {
     // Pipelined: the host's reduce of segment k+1 runs while the leaders' ring carries segment k and the host's
@@ -101,7 +104,10 @@ void hierarchical_allreduce(const Context& local, const Context* leaders, const 
       guarded(0, [&] {
         for (std::size_t k = 0; k < segments && !prog.failed; ++k) {
           const auto [off, n] = seg(k);
-          tree_reduce(reduce_ctx, src + off * es, dst + off * es, n, dt, op, 1.0, tree);
+          if (!alone)
+            tree_reduce(reduce_ctx, src + off * es, dst + off * es, n, dt, op, 1.0, tree);
+          else if (src != dst)
+            std::memcpy(dst + off * es, src + off * es, n * es);
           prog.advance(prog.reduced);
         }
       });
@@ -111,7 +117,7 @@ void hierarchical_allreduce(const Context& local, const Context* leaders, const 
         for (std::size_t k = 0; k < segments; ++k) {
           if (leader && !prog.wait_past(ring ? prog.ringed : prog.reduced, k)) return;
           const auto [off, n] = seg(k);
-          tree_broadcast(bcast_ctx, dst + off * es, n, dt, tree);
+          if (!alone) tree_broadcast(bcast_ctx, dst + off * es, n, dt, tree);
         }
       });
     });

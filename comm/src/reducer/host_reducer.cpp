@@ -11,8 +11,11 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <optional>
 
 #include "bucket_plan.h"
+#include "bucket_tuner.h"
+#include "hopwise/common/log.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
@@ -22,8 +25,12 @@ namespace hopwise::comm {
 
 ReducerOptions ReducerOptions::from_env() {
   ReducerOptions o;
-  o.bucket_mb = env::get_double("HOPWISE_BUCKET_MB", o.bucket_mb);
-  if (!(o.bucket_mb > 0)) throw InvalidArgument("HOPWISE_BUCKET_MB must be a positive number of megabytes");
+  if (env::get_or("HOPWISE_BUCKET_MB", "") == "auto")
+    o.tune_bucket = true;
+  else
+    o.bucket_mb = env::get_double("HOPWISE_BUCKET_MB", o.bucket_mb);
+  if (!(o.bucket_mb > 0))
+    throw InvalidArgument("HOPWISE_BUCKET_MB must be a positive number of megabytes, or auto (measured)");
   o.compression = env::get_or("HOPWISE_COMPRESSION", "none");
   return o;
 }
@@ -63,6 +70,9 @@ struct GradientReducer::Impl {
   std::vector<Param> params;
   std::vector<Bucket> buckets;
   std::vector<int> ready_order;  // this step's mark_ready order (for the rebuild after step 1)
+  std::vector<int> order;        // the order the buckets were assigned in
+  Clock::time_point first_ready;  // this step's first mark_ready
+  std::optional<detail::BucketTuner> bucket_tuner;  // HOPWISE_BUCKET_MB=auto
   int next_launch = 0;
   int steps = 0;
   bool finalized = false;
@@ -76,6 +86,14 @@ struct GradientReducer::Impl {
       powersgd = std::make_unique<compression::PowerSgd>(compression::PowerSgd::from_spec(spec));
     else if (spec.name != "none")
       codec = compression::make_codec(spec);
+    if (options.tune_bucket) {
+      if (codec)
+        log::warn("HOPWISE_BUCKET_MB=auto with the codec {}: its error feedback lives per bucket, so the cap stays "
+                  "{} MB",
+                  options.compression, options.bucket_mb);
+      else
+        bucket_tuner.emplace();
+    }
   }
 
   // PowerSGD: every matrix of the bucket, P factors in one allreduce and Q factors in another (the comm/ call).
@@ -100,7 +118,8 @@ struct GradientReducer::Impl {
   }
 
   // Buckets in `order` (bucket_plan::assign), each a view or a buffer of its own.
-  void assign(const std::vector<int>& order) {
+  void assign(const std::vector<int>& new_order) {
+    order = new_order;
     buckets.clear();
     for (bucket_plan::Planned& planned : bucket_plan::assign(gradients(), order, options)) {
       Bucket& b = buckets.emplace_back();
@@ -156,6 +175,17 @@ struct GradientReducer::Impl {
       ++next_launch;
     }
   }
+
+  // Whether this cap's steps measure the buckets' steady algorithms: each bucket's allreduce class is tuned (the
+  // communicator's trials would otherwise count against the cap), or this cap has waited 40 steps. Alike on every
+  // rank: the tuner decides at the same call everywhere.
+  bool buckets_settled() {
+    if (++steps_at_cap > 40 || codec || powersgd || !comm.tunes_online()) return true;
+    for (const Bucket& b : buckets)
+      if (!comm.tuned_choice(Collective::kAllreduce, b.count * sizeof(float), DataType::kFloat32)) return false;
+    return true;
+  }
+  int steps_at_cap = 0;
 
   void start_step() {
     for (Bucket& b : buckets) {
@@ -219,6 +249,7 @@ void GradientReducer::mark_ready(int index) {
                     "per step, then call finish()",
                     p.name));
   p.ready = true;
+  if (m.ready_order.empty()) m.first_ready = Clock::now();
   m.ready_order.push_back(index);
   --m.buckets[static_cast<std::size_t>(p.bucket)].pending;
   if (m.options.overlap) m.launch_ready();
@@ -259,18 +290,35 @@ StepStats GradientReducer::finish() {
   s.overlap_pct = s.comm_ms > 0 ? std::clamp(100.0 * (1.0 - s.exposed_comm_ms / s.comm_ms), 0.0, 100.0) : 100.0;
   ++m.steps;
   // After the first step, rebuild the buckets from the order gradients really arrived in (rank 0's, so that
-  // every rank builds the same buckets).
-  if (m.steps == 1 && m.options.rebuild) {
+  // every rank builds the same buckets); a tuned cap starts there with the first candidate.
+  if (m.steps == 1 && (m.options.rebuild || m.bucket_tuner)) {
     std::vector<std::int32_t> order(m.ready_order.begin(), m.ready_order.end());
     m.comm.broadcast(order.data(), order.size(), DataType::kInt32, 0);
     const std::vector<int> observed(order.begin(), order.end());
-    if (const auto rebuilt = bucket_plan::rebuild_order(observed, m.params.size())) m.assign(*rebuilt);
+    const auto rebuilt = m.options.rebuild ? bucket_plan::rebuild_order(observed, m.params.size()) : std::nullopt;
+    if (m.bucket_tuner) m.options.bucket_mb = m.bucket_tuner->cap();
+    if (rebuilt || m.bucket_tuner) m.assign(rebuilt ? *rebuilt : m.order);
+  } else if (m.steps > 1 && m.bucket_tuner && m.bucket_tuner->active() && m.buckets_settled()) {
+    const double span = std::chrono::duration<double>(Clock::now() - m.first_ready).count();
+    const bool changed = m.bucket_tuner->record(span, [&](std::vector<double>& v) {
+      m.comm.allreduce(v.data(), v.data(), v.size(), DataType::kFloat64, ReduceOp::kMax);
+    });
+    if (changed) {
+      m.steps_at_cap = 0;
+      m.options.bucket_mb = m.bucket_tuner->cap();
+      m.assign(m.order);
+      if (!m.bucket_tuner->active() && m.comm.rank() == 0)
+        log::info("bucket cap tuned: {} MB (median step span in s for caps 1 2 4 8 25 MB: {:.4f})", m.options.bucket_mb,
+                  fmt::join(m.bucket_tuner->medians(), " "));
+    }
   }
   m.start_step();
   return s;
 }
 
 std::size_t GradientReducer::bucket_count() const { return impl_->buckets.size(); }
+double GradientReducer::bucket_mb() const { return impl_->options.bucket_mb; }
+bool GradientReducer::tuning_bucket() const { return impl_->bucket_tuner && impl_->bucket_tuner->active(); }
 
 std::vector<std::vector<std::string>> GradientReducer::bucket_names() const {
   return bucket_plan::names_of(impl_->buckets, impl_->params);

@@ -173,6 +173,7 @@ class Communicator {
   std::optional<TuningChoice> tuned_choice(Collective c, std::size_t bytes, DataType dt = DataType::kFloat32) const;
   // What was tuned so far, as a tuning file would keep it (job shape, machine, version, every decided class).
   TuningFile tuning() const;
+  bool tunes_online() const;  // HOPWISE_TUNE=1: untuned classes are measured in their first calls
   JobShape job_shape() const;
   // Forces an algorithm for later calls (kAuto returns to the cost model).
   void set_algorithm(Algorithm a);

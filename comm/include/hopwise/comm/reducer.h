@@ -15,6 +15,10 @@ namespace hopwise::comm {
 
 struct ReducerOptions {
   double bucket_mb = 25;       // HOPWISE_BUCKET_MB: cap of a bucket
+  // HOPWISE_BUCKET_MB=auto: after the first step's rebuild, caps of 1, 2, 4, 8 and 25 MB run 5 steps each, and the
+  // one whose steps (first ready gradient to the end of finish(), the slowest rank's median) were shortest stays.
+  // Uncompressed or PowerSGD only (a codec's per-bucket error feedback would be lost with the buckets).
+  bool tune_bucket = false;
   double first_bucket_mb = 1;  // the first bucket (last layers) small, so that communication starts early
   bool overlap = true;         // false: launch every bucket in finish() (the no-overlap baseline)
   bool rebuild = true;         // rebuild buckets after the first step from the observed ready order
@@ -61,6 +65,8 @@ class GradientReducer {
   StepStats finish();
 
   std::size_t bucket_count() const;
+  double bucket_mb() const;    // the cap in use (the tuned one once tuning is done)
+  bool tuning_bucket() const;  // still trying caps
   std::vector<std::vector<std::string>> bucket_names() const;  // per bucket, in bucket order
   const std::vector<BucketTiming>& last_timings() const;
 
