@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes every reader of untrusted text with libFuzzer under AddressSanitizer + UndefinedBehaviorSanitizer:
-#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 300 s each, all six targets: about 30 minutes)
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 300 s each, all seven targets: about 35 minutes)
 # Builds build-fuzz/ with clang, seeds each corpus from ../shared/topologies (the matching format; JSON seeds are
 # those files converted by hopwise-topo) and a few codec spec strings, then runs the targets one after another.
 # Corpora and crash artifacts stay under build-fuzz/. Exits non-zero when any target crashed, leaked, hung, ran out
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 secs=${1:-300}
 shift || true
-all_targets=(fuzz_hwloc_xml fuzz_nccl_xml fuzz_nvidia_smi fuzz_json fuzz_topology fuzz_codec_spec)
+all_targets=(fuzz_hwloc_xml fuzz_nccl_xml fuzz_nvidia_smi fuzz_json fuzz_topology fuzz_codec_spec fuzz_tuning_file)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 shared=${HOPWISE_SHARED_TOPOLOGIES:-$repo/../shared/topologies}
@@ -28,7 +28,7 @@ cmake --build "$out" -j"$jobs" --target hopwise_fuzzers hopwise-topo
 # ---- seeds: the shared files are read where they lie; JSON seeds are them converted by hopwise-topo ----
 seeds=$out/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{json,codec,empty}
+mkdir -p "$seeds"/{json,codec,tuning,empty}
 if [ -d "$shared" ]; then
   for f in "$shared"/*/*.xml "$shared"/*/*.txt; do
     [ -f "$f" ] || continue
@@ -45,6 +45,20 @@ for s in none fp16 bf16 int8:block=256,round=stochastic qsgd:levels=16 terngrad 
   printf '%s' "$s" >"$seeds/codec/seed$((i++))"
 done
 
+# A tuning file as hopwise-tune writes it, and one entry with every optional field.
+cat >"$seeds/tuning/seed0" <<'JSON'
+{
+  "format": "hopwise-tuning/1",
+  "version": "0.1.0", "machine": "seed", "created": "2026-12-01T00:00:00Z", "transport": "mpi",
+  "job": {"ranks": 4, "hosts": 2, "ranks_per_host": 2},
+  "entries": [
+    {"collective":"allreduce","dtype":"float","max_bytes":4096,"algorithm":"direct","time_us":12.5,"measured_us":{"ring":20.1,"direct":12.5}},
+    {"collective":"allreduce","dtype":"half","max_bytes":67108864,"algorithm":"ring","chunk_bytes":1048576,"channels":1,"time_us":5000},
+    {"collective":"reduce_scatter","dtype":"int","max_bytes":1024,"algorithm":"native","time_us":3}
+  ]
+}
+JSON
+
 seed_dirs() {
   case $1 in
     fuzz_hwloc_xml) shared_dir hwloc ;;
@@ -53,6 +67,7 @@ seed_dirs() {
     fuzz_json) echo "$seeds/json" ;;
     fuzz_topology) echo "$(shared_dir hwloc) $(shared_dir nccl) $(shared_dir nvidia-smi) $seeds/json" ;;
     fuzz_codec_spec) echo "$seeds/codec" ;;
+    fuzz_tuning_file) echo "$seeds/tuning" ;;
     *) echo "fuzz.sh: unknown target '$1'; use one of: ${all_targets[*]}" >&2; exit 2 ;;
   esac
 }
@@ -70,7 +85,7 @@ for t in "${targets[@]}"; do
   log=$out/logs/$t.log
   mkdir -p "$corpus" "$art" "$out/logs"
   dict=()
-  [ "$t" = fuzz_codec_spec ] || dict=(-dict=tests/fuzz/topology.dict)
+  [ "$t" = fuzz_codec_spec ] || [ "$t" = fuzz_tuning_file ] || dict=(-dict=tests/fuzz/topology.dict)
   echo "== $t: ${secs}s (log: $log)"
   start=$(date +%s)
   rc=0

@@ -325,6 +325,8 @@ TEST(TuningFile, ErrorsNameTheFileAndLine) {
   e = error_of(head + good + "\n    oops\n]}");
   EXPECT_NE(e.find("line 6"), std::string::npos) << e;
   EXPECT_NE(e.find("not valid JSON"), std::string::npos) << e;
+  e = error_of("88888e8888");  // a number past a double's range (found by fuzz_tuning_file)
+  EXPECT_NE(e.find("not readable JSON"), std::string::npos) << e;
   e = error_of("{\"format\": \"other/2\", \"job\": {}, \"entries\": []}");
   EXPECT_NE(e.find("format"), std::string::npos) << e;
   std::remove(path.c_str());

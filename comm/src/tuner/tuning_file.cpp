@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <limits>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -90,6 +92,16 @@ Collective parse_collective(const std::string& s) {
 template <class T>
 T field(const nlohmann::json& j, const char* name) {
   if (!j.contains(name)) throw InvalidArgument(fmt::format("missing field \"{}\"", name));
+  if constexpr (std::is_integral_v<T>) {
+    // A whole number within T's range: nlohmann would convert 1e42 or -1 into a size_t by undefined behaviour
+    // (found by fuzz_tuning_file).
+    const nlohmann::json& v = j.at(name);
+    const bool in_range = std::is_signed_v<T>
+                              ? v.is_number_integer() && v.get<std::int64_t>() >= std::numeric_limits<T>::min() &&
+                                    v.get<std::int64_t>() <= std::numeric_limits<T>::max()
+                              : v.is_number_unsigned() && v.get<std::uint64_t>() <= std::numeric_limits<T>::max();
+    if (!in_range) throw InvalidArgument(fmt::format("field \"{}\" must be a whole number in range, not {}", name, v.dump()));
+  }
   try {
     return j.at(name).get<T>();
   } catch (const nlohmann::json::exception&) {
@@ -105,6 +117,7 @@ TuningEntry parse_entry(const nlohmann::json& j) {
   if (e.dtype_class != "float" && e.dtype_class != "half" && e.dtype_class != "int")
     throw InvalidArgument(fmt::format("unknown dtype class '{}'; use float, half or int", e.dtype_class));
   const auto max_bytes = field<std::size_t>(j, "max_bytes");
+  if (max_bytes > (std::size_t{1} << 48)) throw InvalidArgument("max_bytes is past 2^48 (256 TiB); no call is that large");
   e.size_class = size_class_of(max_bytes);
   if (size_class_max_bytes(e.size_class) != max_bytes)
     throw InvalidArgument(fmt::format("max_bytes {} is not a power of two (size classes end at 2^k bytes)", max_bytes));
@@ -183,7 +196,10 @@ TuningFile read_tuning_file(const std::string& path) {
   if (!in) throw InvalidArgument(fmt::format("HOPWISE_TUNING_FILE {}: cannot open it; make one with hopwise-tune", path));
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string text = ss.str();
+  return parse_tuning_file(ss.str(), path);
+}
+
+TuningFile parse_tuning_file(const std::string& text, const std::string& path) {
   auto fail = [&](std::size_t offset, const std::string& what) {
     throw InvalidArgument(fmt::format("tuning file {}, line {}: {}", path, line_of(text, offset), what));
   };
@@ -192,6 +208,8 @@ TuningFile read_tuning_file(const std::string& path) {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     fail(e.byte > 0 ? e.byte - 1 : 0, fmt::format("not valid JSON ({})", e.what()));
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double (found by fuzzing)
+    fail(0, fmt::format("not readable JSON ({})", e.what()));
   }
   TuningFile f;
   try {

@@ -59,6 +59,8 @@ struct TuningFile {
 // Reads and checks a tuning file; throws InvalidArgument naming the file, the line and what is wrong (malformed
 // JSON, an unknown algorithm or collective, a missing field).
 TuningFile read_tuning_file(const std::string& path);
+// The same for the file's text; `path` names it in the errors.
+TuningFile parse_tuning_file(const std::string& text, const std::string& path);
 // Writes it (atomically: a temporary file renamed over `path`).
 void write_tuning_file(const TuningFile& file, const std::string& path);
 // Why a file made for `made_for` does not fit `job` ("" when it fits): names each field that differs.
