@@ -95,7 +95,7 @@ def test_mismatched_shapes_under_check():
 
 
 def test_stopped_rank_is_named_within_the_timeout():
-    rc, out = launch("spawn", 3, "faults_worker.py", "stopped", env={"HOPWISE_TIMEOUT_S": "5"}, timeout=120)
+    rc, out = launch("spawn", 3, "faults_worker.py", "stopped", env={"HOPWISE_TIMEOUT_S": "5", "HOPWISE_TUNE": "0"}, timeout=120)
     said = lines(out, r"rank (\d): FAILED after (\d+\.\d) s: .*rank 1 did not answer")
     assert rc != 0 and sorted(r for r, _ in said) == ["0", "2"], out[-6000:]
     assert all(float(s) < 5 + 3 for _, s in said), said  # the timeout, the listening for others, scheduling
