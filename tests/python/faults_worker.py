@@ -23,7 +23,8 @@ def env_rank_and_size():
 
 
 def say(text):
-    print(f"rank {dist.get_rank()}: {text}", flush=True)
+    sys.stdout.write(f"rank {dist.get_rank()}: {text}\n")  # one write: the ranks share the pipe
+    sys.stdout.flush()
 
 
 def expect_error(kind, pattern, fn):

@@ -90,13 +90,14 @@ def test_bad_input_is_refused_by_name():
 
 def test_mismatched_shapes_under_check():
     rc, out = launch("torchrun", 2, "faults_worker.py", "mismatch", env={"HOPWISE_DEBUG": "CHECK"})
-    said = lines(out, r"rank (\d): FAILED after \d+\.\d s: .*ranks disagree on the collective call.*count: 10 on rank 0, 12 on rank 1")
+    said = lines(out, r"rank (\d): FAILED after \d+\.\d s: .*?ranks disagree on the collective call.*?count: 10 on rank 0, 12 on rank 1")
     assert rc != 0 and sorted(said) == ["0", "1"], out[-6000:]
 
 
 def test_stopped_rank_is_named_within_the_timeout():
-    rc, out = launch("spawn", 3, "faults_worker.py", "stopped", env={"HOPWISE_TIMEOUT_S": "5", "HOPWISE_TUNE": "0"}, timeout=120)
-    said = lines(out, r"rank (\d): FAILED after (\d+\.\d) s: .*rank 1 did not answer")
+    rc, out = launch("spawn", 3, "faults_worker.py", "stopped", env={"HOPWISE_TIMEOUT_S": "5"}, timeout=120)
+    # Not greedy: two ranks' lines can arrive run together (one rank's newline after the other's text).
+    said = lines(out, r"rank (\d): FAILED after (\d+\.\d) s: .*?rank 1 did not answer")
     assert rc != 0 and sorted(r for r, _ in said) == ["0", "2"], out[-6000:]
     assert all(float(s) < 5 + 3 for _, s in said), said  # the timeout, the listening for others, scheduling
 
