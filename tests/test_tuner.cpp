@@ -49,6 +49,14 @@ struct OneRank {
     tuner.record(key, pick->choice, time_of(pick->choice.algorithm));
     return pick->choice;
   }
+  // One call timed as `time_of(algorithm, lined_up)` says (lined up: a trial; else a confirmation block or the job).
+  TuningChoice call2(const std::function<double(Algorithm, bool)>& time_of) {
+    auto pick = tuner.next(
+        key, [&] { return cands; }, [&](std::vector<double>&) { ++agreements; }, 0);
+    EXPECT_TRUE(pick.has_value());
+    tuner.record(key, pick->choice, time_of(pick->choice.algorithm, pick->trial));
+    return pick->choice;
+  }
 };
 
 TEST(TunerSchedule, EachCandidateEachRoundThenTheFastestMedian) {
@@ -92,13 +100,47 @@ TEST(TunerSchedule, ADriftTunesTheClassAgainAndOnlyThen) {
   EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kTree);
 }
 
+TEST(TunerSchedule, CloseFinalistsAreDecidedByCallsInARow) {
+  OneRank t;
+  std::map<Algorithm, int> in_a_row;
+  // Lined up, ring is 20% faster; in the job's rhythm (not lined up) tree is: tree must win.
+  auto time_of = [&](Algorithm a, bool lined_up) {
+    if (!lined_up) ++in_a_row[a];
+    if (a == Algorithm::kDirect) return 9e-3;
+    if (lined_up) return a == Algorithm::kRing ? 1.0e-3 : 1.2e-3;
+    return a == Algorithm::kRing ? 1.6e-3 : 1.1e-3;
+  };
+  int calls = 0;
+  while (!t.tuner.decided(t.key) && calls < 200) {
+    t.call2(time_of);
+    ++calls;
+  }
+  ASSERT_TRUE(t.tuner.decided(t.key).has_value());
+  EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kTree);
+  EXPECT_EQ(in_a_row[Algorithm::kRing], 17) << "one call to settle, then the block of 16";
+  EXPECT_EQ(in_a_row[Algorithm::kTree], 17 + 1) << "and the first call decided (the loop's last)";
+  EXPECT_EQ(in_a_row[Algorithm::kDirect], 0) << "9x: no finalist";
+  const int agreements_when_decided = t.agreements;
+  EXPECT_EQ(agreements_when_decided, 1 + 3 + 1) << "the file check, each round, the blocks";
+  // Slow calls (past confirm_budget_s / 4) skip the blocks: the trials decide.
+  OneRank slow;
+  slow.key.size_class = 28;
+  calls = 0;
+  while (!slow.tuner.decided(slow.key) && calls < 200) {
+    slow.call2([&](Algorithm a, bool lined_up) { return 100 * time_of(a, lined_up); });
+    ++calls;
+  }
+  ASSERT_TRUE(slow.tuner.decided(slow.key).has_value());
+  EXPECT_EQ(slow.tuner.decided(slow.key)->algorithm, Algorithm::kRing);
+}
+
 TEST(TunerSchedule, ALargerClassSkipsWhatWasFarSlowerOneClassBelow) {
   OneRank t;
   auto time_of = [&](Algorithm a) { return a == Algorithm::kRing ? 1e-3 : a == Algorithm::kTree ? 1.5e-3 : 2.5e-3; };
-  for (int i = 0; i < 40; ++i) t.call(time_of);  // class 20 (1 MiB): direct measured 2.5x ring
+  for (int i = 0; i < 80; ++i) t.call(time_of);  // class 20 (1 MiB): direct measured 2.5x ring
   t.key.size_class = 21;
   std::map<Algorithm, int> runs;
-  for (int i = 0; i < 40; ++i) t.call([&](Algorithm a) { ++runs[a]; return 2 * time_of(a); });
+  for (int i = 0; i < 80; ++i) t.call([&](Algorithm a) { ++runs[a]; return 2 * time_of(a); });
   EXPECT_EQ(runs[Algorithm::kDirect], 0) << "2.5x the winner at 1 MiB: not tried at 2 MiB";
   EXPECT_GT(runs[Algorithm::kTree], 0) << "1.5x: still tried";
   EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kRing);

@@ -73,7 +73,7 @@ void Tuner::start_round(Class& c) {
   c.pending = c.order.empty();
 }
 
-void Tuner::finish_round(Class& c, const Agree& agree) {
+void Tuner::finish_round(const TuneKey& key, Class& c, const Agree& agree, int rank) {
   std::vector<double> v = c.local;  // dead candidates read 0
   agree(v);                         // the slowest rank's time of each
   std::lock_guard lock(mu_);
@@ -124,16 +124,60 @@ void Tuner::finish_round(Class& c, const Agree& agree) {
       pick = i;
     }
   }
+  // The finalists, best first: every candidate (dropped or not) whose median is close to the best's.
+  c.finalists.clear();
+  for (std::size_t i = 0; i < c.candidates.size(); ++i)
+    if (median(c.agreed[i]) <= s_.confirm_within * pick_s) c.finalists.push_back(i);
+  std::stable_sort(c.finalists.begin(), c.finalists.end(),
+                   [&](std::size_t a, std::size_t b) { return median(c.agreed[a]) < median(c.agreed[b]); });
+  if (c.finalists.size() > static_cast<std::size_t>(s_.confirm_max)) c.finalists.resize(static_cast<std::size_t>(s_.confirm_max));
+  if (rank == 0) {
+    std::string row;
+    for (const auto& [name, m] : c.measured) row += fmt::format("{}{} {:.1f} us", row.empty() ? "" : ", ", name, m * 1e6);
+    log::info("tuning {}: lined up, medians: {}", class_text(key), row);
+  }
+  c.block = pick_s > 0 ? static_cast<int>(std::min<double>(s_.confirm_calls, std::floor(s_.confirm_budget_s / pick_s)))
+                       : s_.confirm_calls;
+  if (c.finalists.size() < 2 || c.block < 4) return decide(c, pick, 0);
+  c.confirming = true;
+  c.block_pos = 0;
+  c.block_s.assign(c.finalists.size(), {});
+}
+
+void Tuner::decide(Class& c, std::size_t pick, double steady_s) {
+  c.confirming = false;
   c.decided = true;
   c.choice = c.candidates[pick];
-  c.tuned_s = pick_s;
+  c.tuned_s = median(c.agreed[pick]);
   double spent = 0;
   for (double t : c.trial_s) spent += t;
-  stats_.excess_s += std::max(0.0, spent - static_cast<double>(c.trial_s.size()) * pick_s);
+  // Beyond what the choice would have cost: its lined-up time for the trials, its block time for the blocks.
+  const double per_call = steady_s > 0 ? std::min(steady_s, c.tuned_s) : c.tuned_s;
+  stats_.excess_s += std::max(0.0, spent - static_cast<double>(c.trial_s.size()) * per_call);
   c.trial_s.clear();
   c.recent.clear();
   c.since_check = 0;
-  c.baseline_s = 0;
+  c.baseline_s = 0;  // the first drift check sets it: the job's first calls are no steady state (scratch buffers grow)
+}
+
+void Tuner::finish_confirm(const TuneKey& key, Class& c, const Agree& agree, int rank) {
+  std::vector<double> v;
+  for (const auto& times : c.block_s) v.push_back(median(times));
+  agree(v);  // the slowest rank's median of each block
+  std::lock_guard lock(mu_);
+  ++stats_.agreements;
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < v.size(); ++i)
+    if (v[i] < v[best]) best = i;
+  const std::size_t pick = c.finalists[best];
+  if (rank == 0) {
+    std::string row;
+    for (std::size_t i = 0; i < v.size(); ++i)
+      row += fmt::format("{}{} {:.1f} us (lined up {:.1f})", i ? ", " : "", to_string(c.candidates[c.finalists[i]]),
+                         v[i] * 1e6, median(c.agreed[c.finalists[i]]) * 1e6);
+    log::info("tuning {}: in a row: {}: {} chosen", class_text(key), row, to_string(c.candidates[pick]));
+  }
+  decide(c, pick, v[best]);
 }
 
 void Tuner::check_drift(const TuneKey& key, Class& c, const Agree& agree, int rank) {
@@ -158,6 +202,7 @@ void Tuner::check_drift(const TuneKey& key, Class& c, const Agree& agree, int ra
   c.agreed.assign(c.candidates.size(), {});
   c.round = 0;
   c.decided = false;
+  c.confirming = false;
   c.from_file = false;
   c.needs_candidates = c.candidates.size() <= 1;
   c.recent.clear();
@@ -222,10 +267,16 @@ std::optional<Tuner::Pick> Tuner::next(const TuneKey& key, const Candidates& can
   }
   if (c.pending) {
     lock.unlock();
-    finish_round(c, agree);
+    finish_round(key, c, agree, rank);
+    lock.lock();
+  }
+  if (c.confirming && c.block_pos == c.confirm_calls_total()) {
+    lock.unlock();
+    finish_confirm(key, c, agree, rank);
     lock.lock();
   }
   if (c.decided) return Pick{c.choice, false};
+  if (c.confirming) return Pick{c.candidates[c.finalists[c.block_pos / static_cast<std::size_t>(c.block + 1)]], false};
   log::info("rank {}: tuning {}: round {} call {}/{}: {}", rank, class_text(key), c.round, c.pos + 1, c.order.size(),
             to_string(c.candidates[c.order[c.pos]]));
   return Pick{c.candidates[c.order[c.pos]], true, static_cast<double>(stats_.trial_calls) * 64 + key.size_class};
@@ -241,6 +292,15 @@ void Tuner::record(const TuneKey& key, const TuningChoice& choice, double second
     c.recent.push_back(seconds);
     if (static_cast<int>(c.recent.size()) > s_.window) c.recent.pop_front();
     ++c.since_check;
+    return;
+  }
+  if (c.confirming) {
+    const std::size_t f = c.block_pos / static_cast<std::size_t>(c.block + 1);
+    if (c.block_pos >= c.confirm_calls_total() || !(c.candidates[c.finalists[f]] == choice)) return;
+    if (c.block_pos % static_cast<std::size_t>(c.block + 1) != 0) c.block_s[f].push_back(seconds);  // first: settles
+    c.trial_s.push_back(seconds);
+    ++stats_.trial_calls;
+    ++c.block_pos;
     return;
   }
   if (c.pending || c.pos >= c.order.size() || !(c.candidates[c.order[c.pos]] == choice)) return;

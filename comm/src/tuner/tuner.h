@@ -1,8 +1,12 @@
 // The online tuner: in the first calls of each (collective, dtype class, size class) it runs every candidate in
 // turn, a few rounds, agrees after each round on the slowest rank's time of each (an elementwise max-allreduce of a
 // few doubles, so every rank makes the same choice), drops the far slower ones after the first round and keeps
-// the fastest median. Afterwards it watches the chosen one: every `check_every` calls the ranks agree on its recent
-// median; the first such median is its steady time, and a later one past `drift` times that starts the tuning of
+// the fastest median. Where calls are short, the finalists (within `confirm_within` of the best) then run a block
+// of calls each in the job's own rhythm, ranks not lined up, and the agreed block medians decide: what a training
+// step's back-to-back buckets see can differ from an isolated call (on a 1 Gbit/s link, 1 MB buckets in a row took
+// ring 10.7-11.6 ms and tree 7.6-7.8 ms each where, lined up, ring was the faster: 6.5-6.9 ms against 7.4-7.9).
+// Afterwards it watches the chosen one: every `check_every` calls the ranks agree on its recent median; the first
+// such median is its steady time, and a later one past `drift` times that starts the tuning of
 // the class again.
 //
 // The call schedule depends only on how many calls of a class came before and on agreed figures, so every rank
@@ -34,6 +38,11 @@ struct TunerSettings {
   int check_every = 64;   // calls of a tuned class between drift checks
   int window = 16;        // recent calls whose median is checked
   double drift = 1.5;     // re-tune when the chosen one takes drift x its steady time
+  double confirm_within = 1.5;    // finalists: trial medians within this of the best...
+  int confirm_max = 6;            // ...at most this many (lined up, six rows within 1.4x ranked tree 4th of 6
+                                  // where in a row it was the only fast one)...
+  int confirm_calls = 16;         // ...each run this many calls in a row (after one to settle)...
+  double confirm_budget_s = 0.25; // ...fewer where that would take longer; none where fewer than 4 would fit
 };
 
 struct TunerStats {
@@ -100,9 +109,18 @@ class Tuner {
     bool from_file = false;
     bool needs_candidates = false;  // a file's class that drifted: gather the candidates at the next call
     std::vector<std::pair<std::string, double>> measured;  // every candidate's median, once decided
+    // The confirmation: finalists' blocks of calls in the job's rhythm (block + 1 calls each, the first not kept).
+    std::vector<std::size_t> finalists;
+    std::vector<std::vector<double>> block_s;
+    int block = 0;
+    std::size_t block_pos = 0;  // confirmation calls made
+    bool confirming = false;
+    std::size_t confirm_calls_total() const { return finalists.size() * static_cast<std::size_t>(block + 1); }
   };
+  void decide(Class& c, std::size_t pick, double steady_s);
+  void finish_confirm(const TuneKey& key, Class& c, const Agree& agree, int rank);
   void start_round(Class& c);
-  void finish_round(Class& c, const Agree& agree);
+  void finish_round(const TuneKey& key, Class& c, const Agree& agree, int rank);
   void check_drift(const TuneKey& key, Class& c, const Agree& agree, int rank);
   void verify_preset(const Agree& agree, int rank);
   void inherit_prune(const TuneKey& key, std::vector<TuningChoice>& cands) const;
