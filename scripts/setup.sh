@@ -15,6 +15,7 @@ packages=(
   libtorch-dev pybind11-dev python3-dev  # the PyTorch backend (a c10d ProcessGroup extension) is built against them
   python3-pytest                     # the Python tests of that backend
   libopenblas0-pthread               # torch's BLAS: without it Debian's torch multiplies with the reference BLAS
+  libopenblas-dev                    # the same BLAS under the C++ training job's matrix products (Eigen calls it)
   libgloo-dev                        # Gloo: the second peer in hopwise-bench's allreduce tables
   libeigen3-dev                      # the training job's matrix products
   zlib1g-dev                         # reading the gzip-compressed IDX files

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -350,7 +351,15 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
+#ifdef HOPWISE_OPENBLAS
+extern "C" void openblas_set_num_threads(int);
+#endif
+
 int main(int argc, char** argv) {
+#ifdef HOPWISE_OPENBLAS
+  // One BLAS thread per rank: the cores are shared with the other ranks and each communicator's progress thread.
+  if (!std::getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(1);
+#endif
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

@@ -20,7 +20,6 @@ Mlp::Mlp(std::vector<int> sizes, std::uint64_t seed, int weight_chunks)
   }
   for (int l = 0; l < L; ++l) {
     const auto out = static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l) + 1]);
-    const auto in = static_cast<std::size_t>(sizes_[static_cast<std::size_t>(l)]);
     const std::string name = "layer" + std::to_string(l + 1) + ".weight";
     for (int k = 0; k < chunks_; ++k) {
       // Column block of the column-major out x in weight: contiguous, out * columns floats.
