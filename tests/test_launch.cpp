@@ -29,7 +29,7 @@ class Env {
   }
 
  private:
-  static constexpr const char* kRead[] = {"OMPI_COMM_WORLD_SIZE",
+  static constexpr const char* kRead[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
                                           "OMPI_COMM_WORLD_RANK",
                                           "PMI_SIZE",
                                           "PMIX_RANK",
@@ -76,6 +76,27 @@ TEST(Launch, MpirunMeansMpi) {
   EXPECT_EQ(l.rank, 2);
   EXPECT_EQ(l.size, 3);
   EXPECT_TRUE(hc::launched_as_job());
+}
+
+// A job across hosts goes over UCX, meeting through MPI; one host's job (or HOPWISE_TRANSPORT=mpi) stays on MPI.
+TEST(Launch, MpirunAcrossHostsMeansUcxThroughMpi) {
+  {
+    Env env({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+    const hc::Launch l = hc::detect_launch();
+    EXPECT_EQ(l.way, hc::Launch::Way::kUcx);
+    EXPECT_EQ(l.store, "mpi");
+    EXPECT_TRUE(l.spans_hosts);
+    EXPECT_NE(l.why.find("spans hosts"), std::string::npos) << l.why;
+  }
+  {
+    Env env({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}});
+    EXPECT_EQ(hc::detect_launch().way, hc::Launch::Way::kMpi);
+  }
+  {
+    Env env({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+             {"HOPWISE_TRANSPORT", "mpi"}});
+    EXPECT_EQ(hc::detect_launch().way, hc::Launch::Way::kMpi);
+  }
 }
 
 TEST(Launch, TorchrunMeansUcxOverTheTcpStoreAtMaster) {

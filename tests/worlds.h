@@ -224,7 +224,7 @@ inline const std::vector<World>& worlds() {
        World::Ranks::kMpirun,
        [] { return std::vector<int>{mpi_job_size()}; },
        [](int, const RankBody& body) { run_ucx_mpirun(body); },
-       true,
+       false,  // abandon() tells the MPI store a peer is lost: no MPI_Finalize at exit, which mpirun reports
        {{"mpi", [](int, const StoreBody& b) { mpi_world_stores("mpi", b); }}}},
       {"launch",
        World::Ranks::kLaunched,

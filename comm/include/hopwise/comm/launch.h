@@ -1,5 +1,5 @@
 // How this process was launched, read from the environment, and the transport that goes with it: under mpirun
-// (OMPI_COMM_WORLD_*) MPI; under torchrun or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
+// (OMPI_COMM_WORLD_*) MPI within one host and UCX (meeting through MPI) once the job spans hosts; under torchrun or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
 // the TCP store and UCX; HOPWISE_TRANSPORT=mpi|ucx forces one. The store's address is HOPWISE_STORE
 // (tcp://HOST:PORT or file:///DIR) where set.
 #pragma once
@@ -20,6 +20,7 @@ struct Launch {
   std::string store;     // where the ranks meet for UCX: "mpi", "tcp://host:port", "file:///dir"
   std::string job;       // the job's name, which a TCP or file store checks
   std::string why;       // one line for the log: what was read and what it chose
+  bool spans_hosts = false;  // mpirun's local size is below the job's (known before any rank talks)
 };
 
 // Throws InvalidArgument naming the variable that is missing or malformed.

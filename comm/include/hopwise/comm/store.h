@@ -27,6 +27,9 @@ class Store {
   virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
   // Whether every key is set, without waiting.
   virtual bool check(const std::vector<std::string>& keys) = 0;
+  // A transport meeting through this store gave up on a peer: a store whose teardown waits for every rank (MPI's:
+  // MPI_Finalize) must not, or this process never exits.
+  virtual void peer_lost() {}
 };
 
 // A store shared by the threads of one process (the in-process transport's ranks, tests).

@@ -311,6 +311,8 @@ void MpiTransport::wait_all(std::span<Request> reqs) {
   for (std::size_t i : index) reqs[i].active = false;
 }
 
+void mpi_peer_lost() { g_abandoned = true; }
+
 void MpiTransport::abandon() {
   abandoned_ = true;
   g_abandoned = true;

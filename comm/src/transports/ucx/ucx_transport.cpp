@@ -346,6 +346,7 @@ SharedSlots* UcxTransport::shared_slots() { return s_->slots ? &s_->slots->slots
 void UcxTransport::abandon() {
   if (s_->abandoned) return;
   s_->abandoned = true;
+  s_->store->peer_lost();
   try {
     s_->store->set(fmt::format("{}/gave-up/{}", s_->name, rank_), "1");
   } catch (const std::exception&) {

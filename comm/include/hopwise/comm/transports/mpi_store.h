@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "hopwise/comm/store.h"
+#include "hopwise/comm/transports/mpi_transport.h"
 
 namespace hopwise::comm {
 
@@ -27,6 +28,7 @@ class MpiStore final : public Store {
   void wait(const std::vector<std::string>& keys, Seconds timeout) override;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
+  void peer_lost() override { mpi_peer_lost(); }
 
   int rank() const { return rank_; }
   int size() const { return size_; }

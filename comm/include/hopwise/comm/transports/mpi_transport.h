@@ -13,6 +13,9 @@ namespace hopwise::comm {
 // has, checks that the thread level allows a progress thread. Throws Error otherwise.
 void ensure_mpi_initialized();
 
+// A peer is lost (stopped, gone): at exit, no MPI_Finalize, which would wait for it forever.
+void mpi_peer_lost();
+
 // Throws TransportError with MPI's own error string when rc is not MPI_SUCCESS.
 void check_mpi(int rc, const char* what);
 
