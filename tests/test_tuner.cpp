@@ -394,6 +394,15 @@ TEST(TuningFile, AnotherJobShapeIsIgnoredWithAWarning) {
   EXPECT_NE(err.find("was made for 4 ranks on 2 hosts, 2 per host"), std::string::npos) << err;
   EXPECT_NE(err.find("ranks 4 (this job 2)"), std::string::npos) << err;
   EXPECT_FALSE(g.comm(0).tuned_choice(Collective::kAllreduce, 16384).has_value());
+  // The same shape over another transport: its timings do not carry over (MPI's native exists only over MPI).
+  f.job = {2, 1, 2};
+  f.transport = "mpi";
+  hc::write_tuning_file(f, path);
+  testing::internal::CaptureStderr();
+  Group same_shape(2, o);
+  const std::string err2 = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err2.find("transport mpi (this job inproc)"), std::string::npos) << err2;
+  EXPECT_FALSE(same_shape.comm(0).tuned_choice(Collective::kAllreduce, 16384).has_value());
   std::remove(path.c_str());
 }
 

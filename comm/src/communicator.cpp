@@ -165,7 +165,10 @@ void Communicator::start_tuner(const Options& options) {
   impl_->tuner = std::make_unique<detail::Tuner>(s);
   if (options.tuning_file.empty()) return;
   const TuningFile f = read_tuning_file(options.tuning_file);  // a malformed file is an error
-  const std::string why = shape_mismatch(f.job, job_shape());
+  std::string why = shape_mismatch(f.job, job_shape());
+  // Another transport's timings do not carry over (and MPI's native collectives exist only over MPI).
+  if (!f.transport.empty() && f.transport != transport().name())
+    why += fmt::format("{}transport {} (this job {})", why.empty() ? "" : ", ", f.transport, transport().name());
   if (!why.empty()) {
     if (rank() == 0)
       log::warn("HOPWISE_TUNING_FILE {} was made for {}, this job is {} ({}): ignored; run hopwise-tune "

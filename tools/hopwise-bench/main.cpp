@@ -275,13 +275,15 @@ class Bench {
       if (k < ours) comm_.set_algorithm(algorithms_[k]);
       control_.sync();
       const double t0 = now_s();
-      if (mpi)
-        run_mpi(count);
-      else if (k >= ours)
-        run_gloo(count);
-      else
-        run_ours(count);
-      const double t = now_s() - t0;
+      for (int b = 0; b < o_.burst; ++b) {  // --burst: back to back, as a job's buckets run
+        if (mpi)
+          run_mpi(count);
+        else if (k >= ours)
+          run_gloo(count);
+        else
+          run_ours(count);
+      }
+      const double t = (now_s() - t0) / o_.burst;
       if (it >= o_.warmup) samples[k].push_back(t);
     };
     // Ours and MPI's interleaved, iteration by iteration, so that both see the same machine; the order is shuffled
@@ -687,9 +689,10 @@ int run(int argc, char** argv) {
     const auto& cp = comm.cost_model().params();
     fmt::print(
         "# hopwise-bench: {}, {} ranks on {} host(s) over {} ({}), {} {}, {} iters (median, max over ranks), {} "
-        "warm-up\n",
+        "warm-up{}\n",
         comm::to_string(o.collective), comm.size(), hosts, comm.transport().name(), launch.launcher, to_string(o.dtype),
-        to_string(o.op), o.iters, o.warmup);
+        to_string(o.op), o.iters, o.warmup,
+        o.burst > 1 ? fmt::format(", each sample {} calls back to back", o.burst) : std::string());
     fmt::print("# single-core memcpy {:.2f} GB/s (the physical limit here); reduction kernels: {}\n", limit,
                active_isa());
     fmt::print(

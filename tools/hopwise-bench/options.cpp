@@ -34,6 +34,8 @@ constexpr const char* kUsage = R"(usage: mpirun -np N hopwise-bench [options]
                  serial run of the same codec
   --wire GBPS    each host's link runs at GBPS Gbit/s (e.g. shaped by local-cluster.sh): a wire row per size,
                  the least time the bytes each host must send over its link take, and vs_wire = wire / row time
+  --burst N      each timed sample is N calls back to back after the ranks line up (the time per call): what a
+                 job's buckets see, and what the tuner decides short calls by; default 1 (each call alone)
   -h             this help
 Every row is timed interleaved with MPI's own collective on the same buffers; vs_mpi = MPI time / our time.
 Without MPI (under torchrun) the reference is Gloo's allreduce (vs_gloo) where it runs.
@@ -105,6 +107,8 @@ Options parse_options(int argc, char** argv) {
       o.iters = parse_int(flag, value(), 1);
     else if (flag == "-w")
       o.warmup = parse_int(flag, value(), 0);
+    else if (flag == "--burst")
+      o.burst = parse_int(flag, value(), 1);
     else if (flag == "-c")
       o.check = parse_int(flag, value(), 0) != 0;
     else if (flag == "--coll")

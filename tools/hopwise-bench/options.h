@@ -18,6 +18,7 @@ struct Options {
   DataType dtype = DataType::kFloat32;
   std::vector<comm::Algorithm> algorithms{comm::Algorithm::kAuto};
   int iters = 20, warmup = 5;
+  int burst = 1;                    // --burst N: each sample is N calls back to back (per-call time)
   bool check = false;
   std::string csv_path;
   bool overlap = false;             // add the async-overlap table

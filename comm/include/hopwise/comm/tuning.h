@@ -49,7 +49,7 @@ std::string to_string(const JobShape& s);  // "4 ranks on 2 hosts, 2 per host"
 
 struct TuningFile {
   JobShape job;
-  std::string transport;  // what the timings ran over (informational)
+  std::string transport;  // what the timings ran over: a job over another transport ignores the file
   std::string version;    // hopwise's, at the time of the tuning
   std::string machine;    // host name, CPU model and cores of rank 0
   std::string created;    // UTC, ISO 8601
