@@ -58,9 +58,10 @@ def main():
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--model", default="mlp")
     ap.add_argument("--bucket-mb", type=float, default=25)
-    ap.add_argument("--config", nargs="*", default=DEFAULT)
+    ap.add_argument("--config", nargs="*", action="extend", default=None)  # --config A B, or --config A --config B
     ap.add_argument("--json", default="")
     args = ap.parse_args()
+    args.config = args.config or DEFAULT
     results = {c: [] for c in args.config}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
@@ -90,10 +91,11 @@ def main():
     print(f"{'backend/hook':<32} {'step ms':>8} {'compute':>8} {'util':>5} {'accuracy':>9} {'vs gloo':>8} "
           f"{'time to gloo acc':>17}")
     for c, m in med.items():
-        speed = base["step_ms"] / m["step_ms"] if base else float("nan")
-        reach = ("-" if c == "gloo/none" else f"{m['to_accuracy']:.2f}x shorter" if m["to_accuracy"] else "not reached")
+        speed = f"{base['step_ms'] / m['step_ms']:7.2f}x" if base else f"{'-':>8}"  # gloo/none not in --config
+        reach = ("-" if c == "gloo/none" or not base else
+                 f"{m['to_accuracy']:.2f}x shorter" if m["to_accuracy"] else "not reached")
         print(f"{c:<32} {m['step_ms']:8.1f} {m['compute_ms']:8.1f} {m['utilization']:5.0%} {m['test_accuracy']:9.4f} "
-              f"{speed:7.2f}x {reach:>17}")
+              f"{speed} {reach:>17}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"medians": med, "runs": results}, f, indent=1)
