@@ -127,9 +127,9 @@ void Tuner::finish_round(const TuneKey& key, Class& c, const Agree& agree, int r
   // The finalists, best first: every candidate (dropped or not) whose median is close to the best's.
   c.finalists.clear();
   for (std::size_t i = 0; i < c.candidates.size(); ++i)
-    if (median(c.agreed[i]) <= s_.confirm_within * pick_s) c.finalists.push_back(i);
+    if (c.measured[i].second <= s_.confirm_within * pick_s) c.finalists.push_back(i);
   std::stable_sort(c.finalists.begin(), c.finalists.end(),
-                   [&](std::size_t a, std::size_t b) { return median(c.agreed[a]) < median(c.agreed[b]); });
+                   [&](std::size_t a, std::size_t b) { return c.measured[a].second < c.measured[b].second; });
   if (c.finalists.size() > static_cast<std::size_t>(s_.confirm_max)) c.finalists.resize(static_cast<std::size_t>(s_.confirm_max));
   if (rank == 0) {
     std::string row;
@@ -148,7 +148,7 @@ void Tuner::decide(Class& c, std::size_t pick, double steady_s) {
   c.confirming = false;
   c.decided = true;
   c.choice = c.candidates[pick];
-  c.tuned_s = median(c.agreed[pick]);
+  c.tuned_s = c.measured[pick].second;
   double spent = 0;
   for (double t : c.trial_s) spent += t;
   // Beyond what the choice would have cost: its lined-up time for the trials, its block time for the blocks.
@@ -173,8 +173,8 @@ void Tuner::finish_confirm(const TuneKey& key, Class& c, const Agree& agree, int
   if (rank == 0) {
     std::string row;
     for (std::size_t i = 0; i < v.size(); ++i)
-      row += fmt::format("{}{} {:.1f} us (lined up {:.1f})", i ? ", " : "", to_string(c.candidates[c.finalists[i]]),
-                         v[i] * 1e6, median(c.agreed[c.finalists[i]]) * 1e6);
+      row += fmt::format("{}{} {:.1f} us (lined up {:.1f})", i ? ", " : "", c.measured[c.finalists[i]].first,
+                         v[i] * 1e6, c.measured[c.finalists[i]].second * 1e6);
     log::info("tuning {}: in a row: {}: {} chosen", class_text(key), row, to_string(c.candidates[pick]));
   }
   decide(c, pick, v[best]);

@@ -4,7 +4,7 @@
 // the fastest median. Where calls are short, the finalists (within `confirm_within` of the best) then run a block
 // of calls each in the job's own rhythm, ranks not lined up, and the agreed block medians decide: what a training
 // step's back-to-back buckets see can differ from an isolated call (on a 1 Gbit/s link, 1 MB buckets in a row took
-// ring 10.7-11.6 ms and tree 7.6-7.8 ms each where, lined up, ring was the faster: 6.5-6.9 ms against 7.4-7.9).
+// ring 10.2-11.6 ms and tree 7.6-9.2 ms each where, lined up, ring was the faster: 6.5-6.9 ms against 7.4-7.9).
 // Afterwards it watches the chosen one: every `check_every` calls the ranks agree on its recent median; the first
 // such median is its steady time, and a later one past `drift` times that starts the tuning of
 // the class again.

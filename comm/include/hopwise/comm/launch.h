@@ -1,6 +1,6 @@
 // How this process was launched, read from the environment, and the transport that goes with it: under mpirun
-// (OMPI_COMM_WORLD_*) MPI within one host and UCX (meeting through MPI) once the job spans hosts; under torchrun or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
-// the TCP store and UCX; HOPWISE_TRANSPORT=mpi|ucx forces one. The store's address is HOPWISE_STORE
+// (OMPI_COMM_WORLD_*) MPI within one host and UCX (meeting through MPI) once the job spans hosts; under torchrun or
+// any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT the TCP store and UCX; HOPWISE_TRANSPORT=mpi|ucx forces one. The store's address is HOPWISE_STORE
 // (tcp://HOST:PORT or file:///DIR) where set.
 #pragma once
 
