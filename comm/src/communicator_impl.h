@@ -38,6 +38,7 @@ struct Task {
   // HOPWISE_DEBUG=CHECK and errors); `extra` is added to the error's description.
   std::function<void(detail::CommunicatorImpl&)> job;
   std::string compression, extra;
+  bool within_host = false;  // allreduce_within_host: no emulated inter-host link
 };
 
 struct detail::CommunicatorImpl {

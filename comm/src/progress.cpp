@@ -67,7 +67,7 @@ std::exception_ptr detail::CommunicatorImpl::execute(Task& t) {
       t.job(*this);
     else
       run_selected(t, s);
-    if (options.emulate_gbps > 0)
+    if (options.emulate_gbps > 0 && !t.within_host)
       std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                 std::chrono::duration<double>(wire_seconds(t))));
     return nullptr;

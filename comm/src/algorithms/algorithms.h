@@ -27,6 +27,7 @@ inline constexpr int kTagBarrier = 16200;            // + round
 inline constexpr int kTagDirect = 16250;
 inline constexpr int kTagCheck = 16300;  // HOPWISE_DEBUG=CHECK fingerprints
 inline constexpr int kTagAlive = 16301;  // after a timeout: "I gave up too"
+inline constexpr int kTagGossip = 16400;  // + partner index: the model averager's exchanges (averaging/)
 
 struct Context {
   Transport& transport;

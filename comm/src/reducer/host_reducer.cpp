@@ -74,6 +74,7 @@ struct GradientReducer::Impl {
   Clock::time_point first_ready;  // this step's first mark_ready
   std::optional<detail::BucketTuner> bucket_tuner;  // HOPWISE_BUCKET_MB=auto
   int next_launch = 0;
+  GradientScope scope = GradientScope::kWorld;
   int steps = 0;
   bool finalized = false;
   std::vector<BucketTiming> timings;
@@ -162,7 +163,10 @@ struct GradientReducer::Impl {
           off += params[i].count;
         }
       }
-      if (powersgd) {
+      if (scope == GradientScope::kHost) {
+        b.wire_bytes = comm.host_ranks() > 1 ? b.count * sizeof(float) : 0;
+        b.work = comm.allreduce_within_host_async(b.data(), b.data(), b.count, DataType::kFloat32, ReduceOp::kAvg);
+      } else if (powersgd) {
         b.work = launch_powersgd(b);
       } else {
         b.wire_bytes = codec ? codec->payload_bytes(b.count) + codec->scale_count(b.count) * sizeof(float)
@@ -252,7 +256,7 @@ void GradientReducer::mark_ready(int index) {
   if (m.ready_order.empty()) m.first_ready = Clock::now();
   m.ready_order.push_back(index);
   --m.buckets[static_cast<std::size_t>(p.bucket)].pending;
-  if (m.options.overlap) m.launch_ready();
+  if (m.options.overlap && m.scope != GradientScope::kNone) m.launch_ready();
 }
 
 StepStats GradientReducer::finish() {
@@ -267,10 +271,14 @@ StepStats GradientReducer::finish() {
                     "mark_ready() for every registered parameter in backward (or register only "
                     "the parameters that get gradients)",
                     fmt::join(missing, ", ")));
-  m.launch_ready();
   StepStats s;
-  const auto t0 = Clock::now();
   m.timings.clear();
+  if (m.scope == GradientScope::kNone) {  // a local step: the gradients stay as backward left them
+    m.start_step();
+    return s;
+  }
+  m.launch_ready();
+  const auto t0 = Clock::now();
   for (std::size_t k = 0; k < m.buckets.size(); ++k) {
     Bucket& b = m.buckets[k];
     b.work.wait();
@@ -282,6 +290,7 @@ StepStats GradientReducer::finish() {
       }
     }
     s.bytes += b.wire_bytes;
+    if (m.scope == GradientScope::kHost) s.host_bytes += b.wire_bytes;
     s.comm_ms += std::chrono::duration<double, std::milli>(b.work.finished() - b.work.started()).count();
     m.timings.push_back({static_cast<int>(k), b.count * sizeof(float), b.work.started(), b.work.finished()});
   }
@@ -315,6 +324,19 @@ StepStats GradientReducer::finish() {
   m.start_step();
   return s;
 }
+
+void GradientReducer::set_scope(GradientScope scope) {
+  Impl& m = *impl_;
+  if (!m.ready_order.empty())
+    throw InvalidArgument("set_scope() in the middle of a step; call it after finish(), before the next mark_ready()");
+  if (scope == GradientScope::kHost && (m.codec || m.powersgd))
+    throw InvalidArgument(fmt::format("gradients averaged within the host go uncompressed (the codec's state, {}, "
+                                      "is the world's); leave compression none with hierarchical averaging",
+                                      m.options.compression));
+  m.scope = scope;
+}
+
+GradientScope GradientReducer::scope() const { return impl_->scope; }
 
 std::size_t GradientReducer::bucket_count() const { return impl_->buckets.size(); }
 double GradientReducer::bucket_mb() const { return impl_->options.bucket_mb; }

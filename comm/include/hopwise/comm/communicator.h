@@ -142,6 +142,15 @@ class Communicator {
   Work allreduce_powersgd_async(std::span<const PowerSgdTensor> tensors, const compression::PowerSgd& ps,
                                 ReduceOp op = ReduceOp::kSum);
 
+  // ---- within this rank's host only (the plan's hosts; every rank one host where there is no plan) ----
+  // Each host all-reduces among its own ranks (a pipelined tree over the host's ranks, never a link between
+  // hosts): what hierarchical averaging runs every step. Every rank of the job calls it, in the same order as its
+  // other collectives; kAvg divides by the host's rank count. Not link-emulated (HOPWISE_EMULATE_GBPS).
+  void allreduce_within_host(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op = ReduceOp::kSum);
+  Work allreduce_within_host_async(const void* in, void* out, std::size_t count, DataType dt,
+                                   ReduceOp op = ReduceOp::kSum);
+  int host_ranks() const;  // the ranks on this rank's host, as the plan places them (size() without a plan)
+
   // Typed conveniences.
   template <class T>
   void allreduce(std::span<T> buf, ReduceOp op = ReduceOp::kSum) {

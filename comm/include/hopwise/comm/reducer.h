@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "hopwise/comm/averaging.h"
 #include "hopwise/comm/communicator.h"
 
 namespace hopwise::comm {
@@ -34,6 +35,7 @@ struct StepStats {
   double comm_ms = 0;          // the buckets' time on the progress thread, summed
   double exposed_comm_ms = 0;  // time finish() spent waiting: the communication backward did not hide
   double overlap_pct = 0;      // share of comm_ms that was hidden
+  std::size_t host_bytes = 0;  // of `bytes`, what stayed within the host (GradientScope::kHost)
 };
 
 class GradientReducer {
@@ -63,6 +65,11 @@ class GradientReducer {
   void mark_ready(int index);
   // Waits for every bucket, leaves the averaged gradients in place, returns the step's statistics.
   StepStats finish();
+  // What the coming steps' gradients are averaged over (ModelAverager::gradient_scope()): the world (default),
+  // this rank's host (allreduce_within_host; uncompressed: a codec's state is the world's), or nothing (the
+  // gradients stay local). Alike on every rank; between finish() and the next step's first mark_ready().
+  void set_scope(GradientScope scope);
+  GradientScope scope() const;
 
   std::size_t bucket_count() const;
   double bucket_mb() const;    // the cap in use (the tuned one once tuning is done)

@@ -1,0 +1,94 @@
+// Fewer synchronization points: a model averager that a data-parallel trainer calls around each optimizer step,
+// so that ranks wait for each other less often than every step over every link.
+//
+//   sync                   gradients averaged over the world every step (the reducer alone; the default)
+//   local:period=H,warmup=W  post-local SGD (Lin et al., arXiv 1808.07217): W synchronous steps, then no gradient
+//                          communication and the parameters averaged every H steps
+//   hier:period=H          gradients averaged within each host every step (the fast path), parameters across the
+//                          world every H steps
+//   gossip:peers=K[,codec=C] decentralized SGD: each step every rank averages its model with K partners, paired one
+//                          to one on the planned ring and shifting one place per round (Bagua's shift_one); the
+//                          exchange of x_t overlaps the computation of the gradient at x_t (D-PSGD); codec fp16,
+//                          bf16 or int8 sends the model's difference from the last common model
+//   async:period=H         every H steps a snapshot of the model is averaged in the background while compute goes
+//                          on; H steps later each rank adds (average - snapshot): staleness at most H steps
+//
+// Momentum stays local in every method (the averagers touch parameters only), as in Lin et al.'s local SGD and
+// torch's PostLocalSGDOptimizer. Every method averages parameters in a way that keeps the ranks' mean model, so
+// full_average() before an evaluation gives every rank the model the method's ranks hold on average.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "hopwise/comm/communicator.h"
+
+namespace hopwise::comm {
+
+enum class AveragingMethod { kSync, kLocal, kHier, kGossip, kAsync };
+const char* to_string(AveragingMethod m);
+
+struct AveragingSpec {
+  AveragingMethod method = AveragingMethod::kSync;
+  int period = 1;              // local, hier, async: parameters averaged every `period` steps
+  int warmup = 0;              // local: synchronous steps before the first local one
+  int peers = 1;               // gossip: partners per step
+  std::string codec = "none";  // gossip: none, fp16, bf16 or int8 (the codec's defaults)
+  // Throws InvalidArgument naming the method or the field that is wrong and what it takes.
+  static AveragingSpec parse(const std::string& text);
+  std::string to_string() const;  // canonical: parse(to_string()) gives the same spec
+};
+
+// What the gradient reducer averages at a step: over the world, within the host, or nothing (local steps).
+enum class GradientScope { kWorld, kHost, kNone };
+const char* to_string(GradientScope s);
+
+// Gossip's pairing: the partner of ring position `position` among `n` at `round`, or -1 where it sits the round
+// out. Symmetric (partner(partner(p)) == p), a new partner each round: even n by the circle method (n - 1 rounds
+// pair everyone with everyone once, no one idle), odd n by (round - p) mod n (the one paired with itself waits).
+int gossip_partner(int position, int n, std::int64_t round);
+
+struct AveragingStats {
+  std::uint64_t averages = 0;  // parameter averagings this rank took part in (full ones included)
+  std::uint64_t bytes = 0;     // parameter bytes this rank sent or contributed (user-buffer bytes, as the reducer)
+  double wait_ms = 0;          // time the caller's thread spent in the averager (waiting and mixing)
+};
+
+class ModelAverager {
+ public:
+  // `params`: the model's float32 parameters, one buffer the caller owns and updates in place. Collective: rank
+  // 0's parameters are broadcast, so every rank starts from the same model.
+  ModelAverager(Communicator& comm, AveragingSpec spec, float* params, std::size_t count);
+  ~ModelAverager();  // waits for an exchange in flight, so nothing lands in freed memory
+  ModelAverager(const ModelAverager&) = delete;
+  ModelAverager& operator=(const ModelAverager&) = delete;
+
+  const AveragingSpec& spec() const;
+  // What the coming step's gradients are averaged over (the reducer's GradientReducer::set_scope).
+  GradientScope gradient_scope() const;
+  // After backward, before the optimizer step: gossip completes the exchange started after the last step and
+  // mixes the partners' models in. The others do nothing here.
+  void before_step();
+  // After the optimizer step: the step's averaging (local, hier: blocking; gossip, async: started, to overlap
+  // the next steps' compute). Counts the step.
+  void after_step();
+  // Every rank's parameters replaced by the world's mean (what is in flight is awaited first). Before every
+  // evaluation, a checkpoint and the end. Collective; a no-op for sync, whose ranks are always equal.
+  void full_average();
+
+  std::int64_t steps() const;  // after_step() calls so far (restored by load())
+  const AveragingStats& stats() const;
+
+  // The method's state for a checkpoint, taken after full_average() (nothing in flight then): the spec and the
+  // step count, which place the next averaging and gossip round. load() refuses another spec, naming both.
+  std::string save() const;
+  void load(const std::string& saved);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hopwise::comm

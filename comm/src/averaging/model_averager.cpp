@@ -1,0 +1,198 @@
+// The ModelAverager (averaging.h): when each method averages what, over which ranks, and what overlaps the
+// caller's compute. Blocking averages are world allreduces of the parameters (the communicator's tuned choice,
+// `hier` across hosts); async's background average runs on the communicator's progress thread; gossip's
+// exchanges go point to point on the transport, under a tag of their own (gossip_exchange.cpp).
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include "gossip_exchange.h"
+#include "hopwise/comm/averaging.h"
+#include "hopwise/common/error.h"
+
+namespace hopwise::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+struct ModelAverager::Impl {
+  Communicator& comm;
+  AveragingSpec spec;
+  float* params;
+  std::size_t count;
+  std::int64_t steps = 0;
+  AveragingStats stats;
+  std::unique_ptr<detail::GossipExchange> gossip;
+  // async: the snapshot being averaged and where its average lands
+  std::vector<float> snapshot, averaged;
+  Work background;
+  bool in_flight = false;
+
+  Impl(Communicator& c, AveragingSpec s, float* p, std::size_t n) : comm(c), spec(std::move(s)), params(p), count(n) {}
+
+  std::size_t bytes() const { return count * sizeof(float); }
+
+  void average_world() {
+    comm.allreduce(params, params, count, DataType::kFloat32, ReduceOp::kAvg);
+    ++stats.averages;
+    stats.bytes += bytes();
+  }
+
+  // async: adds (average - snapshot) to the parameters, the ranks' progress since the snapshot kept.
+  void apply_background() {
+    const auto t0 = Clock::now();
+    background.wait();
+    in_flight = false;
+    for (std::size_t i = 0; i < count; ++i) params[i] += averaged[i] - snapshot[i];
+    stats.wait_ms += ms_since(t0);
+  }
+
+  void start_background() {
+    const auto t0 = Clock::now();
+    std::memcpy(snapshot.data(), params, bytes());
+    background = comm.allreduce_async(snapshot.data(), averaged.data(), count, DataType::kFloat32, ReduceOp::kAvg);
+    in_flight = true;
+    ++stats.averages;
+    stats.bytes += bytes();
+    stats.wait_ms += ms_since(t0);
+  }
+
+  // Waits for what is in flight and drops it: a full average follows, and every method's averaging keeps the
+  // ranks' mean, so the mean is the same with or without it.
+  void drain() {
+    if (in_flight) {
+      in_flight = false;
+      background.wait();
+    }
+    if (gossip) gossip->drop();
+  }
+};
+
+ModelAverager::ModelAverager(Communicator& comm, AveragingSpec spec, float* params, std::size_t count)
+    : impl_(std::make_unique<Impl>(comm, std::move(spec), params, count)) {
+  Impl& m = *impl_;
+  if (params == nullptr && count > 0)
+    throw InvalidArgument(fmt::format("ModelAverager: the parameter pointer is null for {} elements", count));
+  comm.broadcast(params, count, DataType::kFloat32, 0);
+  if (m.spec.method == AveragingMethod::kAsync) {
+    m.snapshot.assign(count, 0.0f);
+    m.averaged.assign(count, 0.0f);
+  }
+  if (m.spec.method == AveragingMethod::kGossip)
+    m.gossip = std::make_unique<detail::GossipExchange>(comm, m.spec, params, count);
+}
+
+ModelAverager::~ModelAverager() {
+  try {
+    impl_->drain();
+  } catch (...) {  // the error was the caller's to see at the call that failed; nothing is left in flight
+  }
+}
+
+const AveragingSpec& ModelAverager::spec() const { return impl_->spec; }
+
+GradientScope ModelAverager::gradient_scope() const {
+  const Impl& m = *impl_;
+  switch (m.spec.method) {
+    case AveragingMethod::kSync: return GradientScope::kWorld;
+    case AveragingMethod::kLocal: return m.steps < m.spec.warmup ? GradientScope::kWorld : GradientScope::kNone;
+    case AveragingMethod::kHier: return GradientScope::kHost;
+    case AveragingMethod::kGossip:
+    case AveragingMethod::kAsync: return GradientScope::kNone;
+  }
+  return GradientScope::kWorld;
+}
+
+void ModelAverager::before_step() {
+  Impl& m = *impl_;
+  if (!m.gossip) return;
+  const auto t0 = Clock::now();
+  m.gossip->finish_and_mix();
+  m.stats.wait_ms += ms_since(t0);
+}
+
+void ModelAverager::after_step() {
+  Impl& m = *impl_;
+  const std::int64_t t = ++m.steps;
+  const int h = m.spec.period;
+  switch (m.spec.method) {
+    case AveragingMethod::kSync: return;
+    case AveragingMethod::kLocal:
+      if (t > m.spec.warmup && (t - m.spec.warmup) % h == 0) {
+        const auto t0 = Clock::now();
+        m.average_world();
+        m.stats.wait_ms += ms_since(t0);
+      }
+      return;
+    case AveragingMethod::kHier:
+      if (t % h == 0) {
+        const auto t0 = Clock::now();
+        m.average_world();
+        m.stats.wait_ms += ms_since(t0);
+      }
+      return;
+    case AveragingMethod::kGossip: {
+      const auto t0 = Clock::now();
+      m.gossip->start(t - 1);
+      m.stats.averages += m.gossip->partners() > 0;
+      m.stats.bytes += m.gossip->bytes_sent_per_round() * static_cast<std::uint64_t>(m.gossip->partners());
+      m.stats.wait_ms += ms_since(t0);
+      return;
+    }
+    case AveragingMethod::kAsync:
+      if (t % h == 0) {
+        if (m.in_flight) m.apply_background();
+        m.start_background();
+      }
+      return;
+  }
+}
+
+void ModelAverager::full_average() {
+  Impl& m = *impl_;
+  if (m.spec.method == AveragingMethod::kSync) return;
+  const auto t0 = Clock::now();
+  m.drain();
+  m.average_world();
+  if (m.gossip) m.gossip->set_reference();
+  m.stats.wait_ms += ms_since(t0);
+}
+
+std::int64_t ModelAverager::steps() const { return impl_->steps; }
+const AveragingStats& ModelAverager::stats() const { return impl_->stats; }
+
+std::string ModelAverager::save() const {
+  if (impl_->in_flight || (impl_->gossip && impl_->gossip->in_flight()))
+    throw InvalidArgument("ModelAverager::save() with an averaging in flight; call full_average() first");
+  return fmt::format("hopwise-averaging 1 {} {}", impl_->spec.to_string(), impl_->steps);
+}
+
+void ModelAverager::load(const std::string& saved) {
+  std::istringstream in(saved);
+  std::string magic, spec;
+  int version = 0;
+  std::int64_t steps = -1;
+  in >> magic >> version >> spec >> steps;
+  if (magic != "hopwise-averaging" || version != 1 || steps < 0)
+    throw InvalidArgument(fmt::format("ModelAverager::load: '{}' is not a saved averaging state (save() writes "
+                                      "'hopwise-averaging 1 SPEC STEPS')",
+                                      saved.substr(0, 80)));
+  if (spec != impl_->spec.to_string())
+    throw InvalidArgument(fmt::format("ModelAverager::load: the state was saved by '{}', this averager is '{}'; "
+                                      "resume with the same --averaging",
+                                      spec, impl_->spec.to_string()));
+  impl_->drain();
+  impl_->steps = steps;
+  if (impl_->gossip) impl_->gossip->set_reference();
+}
+
+}  // namespace hopwise::comm

@@ -1,0 +1,54 @@
+// allreduce_within_host: each host all-reduces among its own ranks, on the progress thread in call order, over
+// the plan's host group (the hierarchical allreduce's first and last phases, with no leaders' ring between).
+#include <fmt/core.h>
+
+#include <algorithm>
+
+#include "algorithms/algorithms.h"
+#include "call_checks.h"
+#include "communicator_impl.h"
+
+namespace hopwise::comm {
+
+namespace {
+
+Task within_host_task(int rank, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) {
+  check_op_supported(dt, op);
+  checks::buffers("allreduce_within_host", in, count, out, count, dt, rank);
+  Task t{Collective::kAllreduce, in, out, count, dt, op};
+  t.within_host = true;
+  t.extra = ", within the host";
+  t.job = [in, out, count, dt, op](detail::CommunicatorImpl& impl) {
+    detail::PlanState& plan = impl.plan;
+    plan.make_groups(*impl.transport);
+    const int n = plan.host_group->size();
+    const ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+    const double scale = op == ReduceOp::kAvg ? 1.0 / n : 1.0;
+    const std::size_t chunk = impl.options.chunk_bytes;
+    const algo::Context local{*plan.host_group, impl.workspace, chunk};
+    const algo::HierarchicalPipeline pipe{algo::hierarchical_segment_bytes(count * dtype_size(dt), chunk),
+                                          {plan.hier_workspaces[0].get(), plan.hier_workspaces[1].get()}};
+    algo::hierarchical_allreduce(local, nullptr, plan.host_tree, in, out, count, dt, base, scale, pipe);
+  };
+  return t;
+}
+
+}  // namespace
+
+void Communicator::allreduce_within_host(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) {
+  impl_->run_sync(within_host_task(rank(), in, out, count, dt, op));
+}
+
+Work Communicator::allreduce_within_host_async(const void* in, void* out, std::size_t count, DataType dt,
+                                               ReduceOp op) {
+  return impl_->submit(within_host_task(rank(), in, out, count, dt, op));
+}
+
+int Communicator::host_ranks() const {
+  const auto& host_of = impl_->plan.host_of;
+  if (host_of.empty()) return size();
+  const int mine = host_of[static_cast<std::size_t>(rank())];
+  return static_cast<int>(std::count(host_of.begin(), host_of.end(), mine));
+}
+
+}  // namespace hopwise::comm
