@@ -17,14 +17,14 @@ GossipExchange::GossipExchange(Communicator& comm, const AveragingSpec& spec, fl
   const auto& ring = comm.ring_order();
   position_ = static_cast<int>(std::find(ring.begin(), ring.end(), comm.rank()) - ring.begin());
   per_step_ = std::min(spec.peers, std::max(1, n_ - 1));
-  if (spec.peers > per_step_ && comm.rank() == 0)
+  if (spec.peers > per_step_ && n_ > 1 && comm.rank() == 0)
     log::warn("gossip:peers={} on {} ranks: each rank has {} partner(s) at most, so {} per step", spec.peers, n_,
               n_ - 1, per_step_);
   slots_.resize(static_cast<std::size_t>(per_step_));
   if (spec.codec != "none") {
     codec_ = compression::make_codec(spec.codec);
     // One payload decoded alone (no sum of payloads): a world of one for the codec's headroom.
-    state_ = compression::CodecState(0x676f73ull, comm.rank(), 1);
+    state_ = compression::CodecState(0x676f73ull + static_cast<std::uint64_t>(comm.rank()), 0, 1);
     scale_count_ = codec_->scale_count(count);
     message_bytes_ = scale_count_ * sizeof(float) + codec_->payload_bytes(count);
     diff_.assign(count, 0.0f);

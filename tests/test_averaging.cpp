@@ -1,0 +1,421 @@
+// Every averaging method against a serial simulation of the same ranks: in-process ranks train a deterministic
+// quadratic problem (each rank its own curvature, centre and noise) through the GradientReducer and the
+// ModelAverager; one thread replays the method's definition over all ranks' models at once. The parameters must
+// agree at the end, where every rank holds the same bits. Hosts come from a HOPWISE_TOPO_FILE of several hosts.
+#include <fmt/core.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "hopwise/comm/averaging.h"
+#include "hopwise/comm/reducer.h"
+#include "hopwise/common/error.h"
+#include "hopwise/compression/codec.h"
+#include "hopwise/topology/cluster.h"
+#include "hopwise/topology/formats.h"
+#include "inproc_group.h"
+
+namespace hc = hopwise::comm;
+namespace ht = hopwise::topology;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::size_t kDim = 1009;  // a prime: no bucket or chunk divides it
+constexpr std::size_t kSplit = 600;  // two registered tensors
+constexpr float kLr = 0.1f, kMomentum = 0.9f;
+
+float curvature(int r, std::size_t i) { return 0.5f + static_cast<float>((i * 7 + static_cast<std::size_t>(r) * 3) % 10) / 10; }
+float centre(int r, std::size_t i) { return std::sin(static_cast<float>(i) + static_cast<float>(r)); }
+float noise(int r, std::int64_t t, std::size_t i) {
+  return 0.01f * std::sin(1.3f * static_cast<float>(i) + 0.7f * static_cast<float>(t) + 2.1f * static_cast<float>(r));
+}
+void gradient(int r, std::int64_t t, const float* x, float* g) {
+  for (std::size_t i = 0; i < kDim; ++i) g[i] = curvature(r, i) * (x[i] - centre(r, i)) + noise(r, t, i);
+}
+void sgd(float* x, float* v, const float* g) {
+  for (std::size_t i = 0; i < kDim; ++i) {
+    v[i] = kMomentum * v[i] + g[i];
+    x[i] -= kLr * v[i];
+  }
+}
+
+struct Run {
+  std::string spec;
+  int steps = 24;
+  int eval_every = 10;  // full_average() every this many steps, and at the end
+};
+
+using Models = std::vector<std::vector<float>>;
+
+Models mean_of(const Models& xs, const std::vector<int>& members) {
+  std::vector<float> m(kDim, 0.0f);
+  for (int r : members)
+    for (std::size_t i = 0; i < kDim; ++i) m[i] += xs[static_cast<std::size_t>(r)][i];
+  for (float& v : m) v /= static_cast<float>(members.size());
+  Models out(xs);
+  for (int r : members) out[static_cast<std::size_t>(r)] = m;
+  return out;
+}
+
+// The method's definition, replayed over all ranks. host_of[r]: rank r's host; ring: the planned ring.
+Models simulate(const Run& run, int n, const std::vector<int>& host_of, const std::vector<int>& ring) {
+  const hc::AveragingSpec s = hc::AveragingSpec::parse(run.spec);
+  std::vector<int> all(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) all[static_cast<std::size_t>(r)] = r;
+  Models x(static_cast<std::size_t>(n), std::vector<float>(kDim)), v(x), snap(x);
+  for (auto& xr : x)
+    for (std::size_t i = 0; i < kDim; ++i) xr[i] = std::cos(static_cast<float>(i));  // rank 0's, broadcast
+  bool async_pending = false, gossip_pending = false;
+  const int k = std::min(s.peers, std::max(1, n - 1));
+  std::unique_ptr<hopwise::compression::Codec> codec;
+  if (s.codec != "none") codec = hopwise::compression::make_codec(s.codec);
+  std::vector<float> reference = x[0];
+  auto full_average = [&] {
+    if (s.method == hc::AveragingMethod::kSync) return;
+    async_pending = gossip_pending = false;
+    x = mean_of(x, all);
+    reference = x[0];
+  };
+  for (std::int64_t t = 1; t <= run.steps; ++t) {
+    Models g(static_cast<std::size_t>(n), std::vector<float>(kDim));
+    for (int r = 0; r < n; ++r) gradient(r, t, x[static_cast<std::size_t>(r)].data(), g[static_cast<std::size_t>(r)].data());
+    const bool world = s.method == hc::AveragingMethod::kSync ||
+                       (s.method == hc::AveragingMethod::kLocal && t <= s.warmup);
+    if (world) g = mean_of(g, all);
+    if (s.method == hc::AveragingMethod::kHier)
+      for (int h : std::set<int>(host_of.begin(), host_of.end())) {
+        std::vector<int> members;
+        for (int r = 0; r < n; ++r)
+          if (host_of[static_cast<std::size_t>(r)] == h) members.push_back(r);
+        g = mean_of(g, members);
+      }
+    if (s.method == hc::AveragingMethod::kGossip && gossip_pending) {
+      // Mix the models sent after step t-1: rounds (t-2)K .. (t-2)K+K-1 of the pairing over ring positions.
+      Models mixed(x);
+      const float w = 1.0f / static_cast<float>(k + 1);
+      Models decoded(static_cast<std::size_t>(n), std::vector<float>(kDim));
+      if (codec)
+        for (int r = 0; r < n; ++r) {
+          std::vector<float> d(kDim);
+          for (std::size_t i = 0; i < kDim; ++i) d[i] = x[static_cast<std::size_t>(r)][i] - reference[i];
+          std::vector<std::byte> payload(codec->payload_bytes(kDim));
+          hopwise::compression::CodecState st(0x676f73ull + static_cast<std::uint64_t>(r), 0, 1);
+          codec->encode(d.data(), kDim, payload.data(), st);
+          codec->decode(payload.data(), kDim, decoded[static_cast<std::size_t>(r)].data(), st);
+        }
+      for (int pos = 0; pos < n; ++pos) {
+        const int r = ring[static_cast<std::size_t>(pos)];
+        std::vector<int> partners;
+        for (int j = 0; j < k; ++j)
+          if (int q = hc::gossip_partner(pos, n, (t - 2) * k + j); q >= 0) partners.push_back(ring[static_cast<std::size_t>(q)]);
+        auto& out = mixed[static_cast<std::size_t>(r)];
+        const auto& me = x[static_cast<std::size_t>(r)];
+        for (std::size_t i = 0; i < kDim; ++i) {
+          if (codec) {
+            for (int q : partners) out[i] += w * (decoded[static_cast<std::size_t>(q)][i] - decoded[static_cast<std::size_t>(r)][i]);
+          } else if (k == 1 && partners.size() == 1) {
+            out[i] = 0.5f * (me[i] + x[static_cast<std::size_t>(partners[0])][i]);
+          } else {
+            float acc = static_cast<float>(k + 1 - static_cast<int>(partners.size())) * me[i];
+            for (int q : partners) acc += x[static_cast<std::size_t>(q)][i];
+            out[i] = w * acc;
+          }
+        }
+      }
+      x = mixed;
+      gossip_pending = false;
+    }
+    for (int r = 0; r < n; ++r)
+      sgd(x[static_cast<std::size_t>(r)].data(), v[static_cast<std::size_t>(r)].data(), g[static_cast<std::size_t>(r)].data());
+    switch (s.method) {
+      case hc::AveragingMethod::kLocal:
+        if (t > s.warmup && (t - s.warmup) % s.period == 0) x = mean_of(x, all);
+        break;
+      case hc::AveragingMethod::kHier:
+        if (t % s.period == 0) x = mean_of(x, all);
+        break;
+      case hc::AveragingMethod::kGossip: gossip_pending = n > 1; break;
+      case hc::AveragingMethod::kAsync:
+        if (t % s.period == 0) {
+          if (async_pending) {
+            const Models m = mean_of(snap, all);
+            for (int r = 0; r < n; ++r)
+              for (std::size_t i = 0; i < kDim; ++i)
+                x[static_cast<std::size_t>(r)][i] += m[static_cast<std::size_t>(r)][i] - snap[static_cast<std::size_t>(r)][i];
+          }
+          snap = x;
+          async_pending = true;
+        }
+        break;
+      default: break;
+    }
+    if (t % run.eval_every == 0) full_average();
+  }
+  full_average();
+  return x;
+}
+
+// The same run on in-process ranks, as a trainer would write it. Returns every rank's final parameters.
+Models train(hwtest::Group& g, const Run& run) {
+  Models out(static_cast<std::size_t>(g.size()));
+  const std::string err = g.run([&](int r, hc::Communicator& comm) {
+    std::vector<float> x(kDim, 100.0f + static_cast<float>(r)), v(kDim, 0.0f), grad(kDim);
+    if (r == 0)
+      for (std::size_t i = 0; i < kDim; ++i) x[i] = std::cos(static_cast<float>(i));
+    hc::ReducerOptions ro;
+    ro.bucket_mb = 0.001;  // several buckets
+    ro.first_bucket_mb = 0.001;
+    hc::GradientReducer reducer(comm, ro);
+    reducer.add_parameter("a", grad.data(), kSplit);
+    reducer.add_parameter("b", grad.data() + kSplit, kDim - kSplit);
+    reducer.finalize();
+    hc::ModelAverager avg(comm, hc::AveragingSpec::parse(run.spec), x.data(), kDim);
+    for (std::int64_t t = 1; t <= run.steps; ++t) {
+      reducer.set_scope(avg.gradient_scope());
+      gradient(r, t, x.data(), grad.data());
+      reducer.mark_ready(1);
+      reducer.mark_ready(0);
+      reducer.finish();
+      avg.before_step();
+      sgd(x.data(), v.data(), grad.data());
+      avg.after_step();
+      if (t % run.eval_every == 0) avg.full_average();
+    }
+    avg.full_average();
+    out[static_cast<std::size_t>(r)] = x;
+  });
+  EXPECT_EQ(err, "") << run.spec;
+  return out;
+}
+
+void expect_matches(const Models& got, const Models& want, const std::string& what) {
+  for (std::size_t r = 0; r < got.size(); ++r) {
+    ASSERT_EQ(got[r].size(), kDim) << what;
+    EXPECT_EQ(std::memcmp(got[r].data(), got[0].data(), kDim * sizeof(float)), 0)
+        << what << ": rank " << r << " ended with other bits than rank 0";
+    double worst = 0;
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < kDim; ++i)
+      if (double d = std::abs(got[r][i] - want[r][i]); d > worst) worst = d, at = i;
+    EXPECT_LT(worst, 2e-4) << what << ": rank " << r << " [" << at << "] = " << got[r][at] << ", simulation "
+                           << want[r][at];
+  }
+}
+
+const std::vector<std::string> kSpecs = {"sync",           "local:period=4,warmup=3", "local:period=1",
+                                         "hier:period=3",  "gossip:peers=1",          "gossip:peers=2",
+                                         "async:period=4", "async:period=1",          "gossip:peers=1,codec=fp16"};
+
+TEST(Averaging, EveryMethodMatchesTheSerialSimulationOnOneToEightRanks) {
+  for (int n : {1, 2, 3, 4, 5, 8}) {
+    hwtest::Group g(n, hwtest::test_options());
+    const std::vector<int> one_host(static_cast<std::size_t>(n), 0);
+    for (const std::string& spec : kSpecs) {
+      const std::string what = fmt::format("{} on {} ranks", spec, n);
+      expect_matches(train(g, {spec}), simulate({spec}, n, one_host, g.comm(0).ring_order()), what);
+    }
+  }
+}
+
+// A machine of `gpus` GPUs (ranks go round-robin on them, host after host), written as a topology file of
+// `hosts` such machines, for HOPWISE_TOPO_FILE.
+fs::path hosts_file(int hosts, int gpus) {
+  std::vector<std::string> views;
+  ht::Topology m;
+  const int host = m.add_node({.kind = ht::NodeKind::Host, .name = "m"});
+  const int numa = m.add_node({.kind = ht::NodeKind::Numa, .name = "NUMA0", .numa = 0, .index = 0, .cpu_affinity = "0-7"});
+  m.add_link({host, numa, ht::LinkKind::Internal});
+  for (int g = 0; g < gpus; ++g) {
+    const int gpu = m.add_node({.kind = ht::NodeKind::Gpu, .name = "GPU" + std::to_string(g), .index = g});
+    m.add_link({numa, gpu, ht::LinkKind::PCIe, 1, 4, 16, 0, 0});
+  }
+  const int nic = m.add_node({.kind = ht::NodeKind::Nic, .name = "eth0", .speed_gbps = 10});
+  m.add_link({numa, nic, ht::LinkKind::PCIe, 1, 4, 16, 0, 0});
+  for (int h = 0; h < hosts; ++h) views.push_back(ht::encode_view({h, "host" + std::to_string(h), "", ""}, &m));
+  const ht::Cluster c = ht::assemble_cluster(views);
+  const fs::path file =
+      fs::temp_directory_path() / fmt::format("hopwise-averaging-{}x{}-{}.json", hosts, gpus, getpid());
+  ht::save_text(file.string(), ht::to_json(c.topology));
+  return file;
+}
+
+TEST(Averaging, HierarchicalAveragesGradientsWithinEachHost) {
+  // 2 hosts x 2 ranks, 3 hosts of 2, 2 and 1, 2 hosts x 4.
+  for (auto [hosts, gpus, n] : {std::tuple{2, 2, 4}, std::tuple{3, 2, 5}, std::tuple{2, 4, 8}}) {
+    const fs::path file = hosts_file(hosts, gpus);
+    ::setenv("HOPWISE_TOPO_FILE", file.c_str(), 1);
+    hwtest::Group g(n, hwtest::test_options());
+    ::unsetenv("HOPWISE_TOPO_FILE");
+    std::vector<int> host_of;
+    for (int r = 0; r < n; ++r) host_of.push_back(r / gpus);
+    for (int r = 0; r < n; ++r)
+      EXPECT_EQ(g.comm(r).host_ranks(), r / gpus == hosts - 1 ? n - (hosts - 1) * gpus : gpus) << "rank " << r;
+    for (const std::string& spec : {std::string("hier:period=3"), std::string("hier:period=1"),
+                                    std::string("gossip:peers=1"), std::string("sync")}) {
+      const std::string what = fmt::format("{} on {} hosts, {} ranks", spec, hosts, n);
+      expect_matches(train(g, {spec}), simulate({spec}, n, host_of, g.comm(0).ring_order()), what);
+    }
+    fs::remove(file);
+  }
+}
+
+TEST(Averaging, WithinHostAllreduceMatchesAPlainSumPerHost) {
+  const fs::path file = hosts_file(3, 2);
+  ::setenv("HOPWISE_TOPO_FILE", file.c_str(), 1);
+  hc::Options o = hwtest::test_options(hc::Algorithm::kAuto, 1024);  // small chunks: the pipelined tree
+  hwtest::Group g(5, o);
+  ::unsetenv("HOPWISE_TOPO_FILE");
+  fs::remove(file);
+  const std::string err = g.run([](int r, hc::Communicator& comm) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{70001}}) {
+      for (auto op : {hopwise::ReduceOp::kSum, hopwise::ReduceOp::kAvg, hopwise::ReduceOp::kMax}) {
+        std::vector<double> v(n), want(n, op == hopwise::ReduceOp::kMax ? -1e300 : 0.0);
+        const int host = r / 2, first = host * 2, members = host == 2 ? 1 : 2;
+        for (std::size_t i = 0; i < n; ++i) {
+          auto val = [&](int q) { return static_cast<double>((i * 7 + static_cast<std::size_t>(q) * 13) % 101) - 50; };
+          v[i] = val(r);
+          for (int q = first; q < first + members; ++q)
+            want[i] = op == hopwise::ReduceOp::kMax ? std::max(want[i], val(q)) : want[i] + val(q);
+          if (op == hopwise::ReduceOp::kAvg) want[i] /= members;
+        }
+        comm.allreduce_within_host(v.data(), v.data(), n, hopwise::DataType::kFloat64, op);
+        for (std::size_t i = 0; i < n; ++i)
+          if (std::abs(v[i] - want[i]) > 1e-9)
+            throw std::runtime_error(fmt::format("n={} op={} [{}] = {}, want {}", n, hopwise::to_string(op), i, v[i], want[i]));
+      }
+    }
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(Averaging, GossipPairsArePerfectMatchingsThatMeetEveryone) {
+  for (int n = 2; n <= 9; ++n) {
+    std::set<std::pair<int, int>> met;
+    const int rounds = n % 2 == 0 ? n - 1 : n;
+    for (int round = 0; round < rounds; ++round) {
+      int idle = 0;
+      for (int p = 0; p < n; ++p) {
+        const int q = hc::gossip_partner(p, n, round);
+        if (q < 0) {
+          ++idle;
+          continue;
+        }
+        EXPECT_NE(q, p);
+        EXPECT_EQ(hc::gossip_partner(q, n, round), p) << "n=" << n << " round " << round;
+        met.insert({std::min(p, q), std::max(p, q)});
+      }
+      EXPECT_EQ(idle, n % 2) << "n=" << n << " round " << round;
+      // The schedule repeats after `rounds`.
+      for (int p = 0; p < n; ++p) EXPECT_EQ(hc::gossip_partner(p, n, round), hc::gossip_partner(p, n, round + rounds));
+    }
+    EXPECT_EQ(met.size(), static_cast<std::size_t>(n * (n - 1) / 2)) << "n=" << n << ": not everyone met";
+  }
+  EXPECT_EQ(hc::gossip_partner(0, 1, 0), -1);
+}
+
+TEST(Averaging, GossipWithInt8KeepsTheMeanAndConverges) {
+  const int n = 4;
+  hwtest::Group g(n, hwtest::test_options());
+  std::vector<double> sums(2, 0.0);
+  std::vector<double> spread(n);
+  const std::string err = g.run([&](int r, hc::Communicator& comm) {
+    std::vector<float> x(kDim);
+    for (std::size_t i = 0; i < kDim; ++i) x[i] = std::cos(static_cast<float>(i));
+    hc::ModelAverager avg(comm, hc::AveragingSpec::parse("gossip:peers=1,codec=int8"), x.data(), kDim);
+    // Each rank moves its own way, then only gossip runs: the ranks' mean stays, their spread shrinks.
+    for (std::size_t i = 0; i < kDim; ++i) x[i] += centre(r, i);
+    double before = 0;
+    for (float v : x) before += v;
+    comm.allreduce(&before, &before, 1, hopwise::DataType::kFloat64);
+    for (int t = 0; t < 12; ++t) {
+      avg.before_step();
+      avg.after_step();
+    }
+    avg.before_step();
+    double after = 0;
+    for (float v : x) after += v;
+    comm.allreduce(&after, &after, 1, hopwise::DataType::kFloat64);
+    std::vector<float> mean(x);
+    comm.allreduce(mean.data(), mean.data(), kDim, hopwise::DataType::kFloat32, hopwise::ReduceOp::kAvg);
+    double d = 0;
+    for (std::size_t i = 0; i < kDim; ++i) d = std::max(d, static_cast<double>(std::abs(x[i] - mean[i])));
+    spread[static_cast<std::size_t>(r)] = d;
+    if (r == 0) sums = {before, after};
+  });
+  ASSERT_EQ(err, "");
+  EXPECT_NEAR(sums[1], sums[0], 1e-3 * std::abs(sums[0]) + 0.05);
+  for (double d : spread) EXPECT_LT(d, 0.05) << "the ranks' models did not come together";
+}
+
+TEST(Averaging, CheckpointStateRoundTripsAndRefusesAnotherMethod) {
+  hwtest::Group g(2, hwtest::test_options());
+  const std::string err = g.run([](int, hc::Communicator& comm) {
+    std::vector<float> x(kDim, 1.0f);
+    hc::ModelAverager a(comm, hc::AveragingSpec::parse("local:period=4,warmup=2"), x.data(), kDim);
+    for (int t = 0; t < 5; ++t) a.after_step();
+    a.full_average();
+    const std::string saved = a.save();
+    hc::ModelAverager b(comm, hc::AveragingSpec::parse("local:warmup=2,period=4"), x.data(), kDim);
+    b.load(saved);
+    if (b.steps() != 5 || b.gradient_scope() != hc::GradientScope::kNone) throw std::runtime_error("not restored");
+    hc::ModelAverager c(comm, hc::AveragingSpec::parse("async:period=4"), x.data(), kDim);
+    try {
+      c.load(saved);
+      throw std::runtime_error("loaded another method's state");
+    } catch (const hopwise::InvalidArgument& e) {
+      if (std::string(e.what()).find("local:period=4,warmup=2") == std::string::npos)
+        throw std::runtime_error(std::string("error does not name the saved method: ") + e.what());
+    }
+  });
+  EXPECT_EQ(err, "");
+}
+
+TEST(AveragingSpec, ParsesEveryMethodAndNamesWhatIsWrong) {
+  EXPECT_EQ(hc::AveragingSpec::parse("sync").to_string(), "sync");
+  EXPECT_EQ(hc::AveragingSpec::parse("local:warmup=100,period=8").to_string(), "local:period=8,warmup=100");
+  EXPECT_EQ(hc::AveragingSpec::parse("hier:period=8").period, 8);
+  EXPECT_EQ(hc::AveragingSpec::parse("gossip").peers, 1);
+  EXPECT_EQ(hc::AveragingSpec::parse("gossip:peers=2,codec=int8").to_string(), "gossip:codec=int8,peers=2");
+  EXPECT_EQ(hc::AveragingSpec::parse("async:period=16").method, hc::AveragingMethod::kAsync);
+  auto error_of = [](const std::string& s) {
+    try {
+      hc::AveragingSpec::parse(s);
+    } catch (const hopwise::InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(error_of("local:period=0").find("period=0 must be a whole number >= 1"), std::string::npos);
+  EXPECT_NE(error_of("hier:period=0").find("period=0"), std::string::npos);
+  EXPECT_NE(error_of("async:period=-2").find("period=-2"), std::string::npos);
+  EXPECT_NE(error_of("local:period=2.5").find("period=2.5"), std::string::npos);
+  EXPECT_NE(error_of("local").find("local needs period=H"), std::string::npos);
+  EXPECT_NE(error_of("gossip:peers=0").find("peers=0"), std::string::npos);
+  EXPECT_NE(error_of("elastic:period=2").find("method 'elastic' is unknown; methods: sync, local, hier, gossip, async"),
+            std::string::npos);
+  EXPECT_NE(error_of("local:period=2,peers=1").find("local takes period, warmup, not peers"), std::string::npos);
+  EXPECT_NE(error_of("sync:period=2").find("sync takes no fields"), std::string::npos);
+  EXPECT_NE(error_of("gossip:codec=topk").find("codec=topk"), std::string::npos);
+  EXPECT_NE(error_of("local:period").find("averaging 'local:period'"), std::string::npos);
+}
+
+TEST(Averaging, HostScopeRefusesACodec) {
+  hwtest::Group g(1, hwtest::test_options());
+  std::vector<float> grad(10);
+  hc::ReducerOptions ro;
+  ro.compression = "fp16";
+  hc::GradientReducer reducer(g.comm(0), ro);
+  reducer.add_parameter("w", grad.data(), grad.size());
+  reducer.finalize();
+  EXPECT_THROW(reducer.set_scope(hc::GradientScope::kHost), hopwise::InvalidArgument);
+  reducer.set_scope(hc::GradientScope::kNone);
+  reducer.mark_ready(0);
+  EXPECT_EQ(reducer.finish().bytes, 0u);
+}
+
+}  // namespace
