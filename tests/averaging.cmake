@@ -3,3 +3,40 @@
 hopwise_test(test_averaging test_averaging.cpp)
 target_link_libraries(test_averaging PRIVATE hopwise::comm GTest::gtest_main Threads::Threads)
 gtest_discover_tests(test_averaging DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 300)
+
+add_executable(averaging_mpi averaging_mpi.cpp)
+target_link_libraries(averaging_mpi PRIVATE hopwise::comm)
+target_compile_options(averaging_mpi PRIVATE ${HOPWISE_WARNINGS})
+foreach(np 2 4)
+  add_test(NAME averaging_mpi_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np ${np} $<TARGET_FILE:averaging_mpi>)
+  set_tests_properties(averaging_mpi_np${np} PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS ${np}
+                       PASS_REGULAR_EXPRESSION "9 of 9 methods match the serial simulation on ${np} ranks")
+endforeach()
+add_test(NAME averaging_ucx_mpi_np3
+         COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -x HOPWISE_TRANSPORT=ucx -np 3
+                 $<TARGET_FILE:averaging_mpi>)
+set_tests_properties(averaging_ucx_mpi_np3 PROPERTIES LABELS "mpi;ucx" TIMEOUT 120 PROCESSORS 3
+                     PASS_REGULAR_EXPRESSION "9 of 9 methods match the serial simulation on 3 ranks over ucx")
+
+# train_mnist --averaging: a method trains (the target's probes, the epoch's full average), a resumed run lands
+# where the straight one does, and a bad spec is refused naming the field.
+add_test(NAME train_mnist_local_sgd_np2
+         COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 2 $<TARGET_FILE:train_mnist>
+                 --epochs 1 --limit 6400 --averaging local:period=4,warmup=10 --target-accuracy 0.6 --eval-every 10
+                 --json ${CMAKE_BINARY_DIR}/train_local_sgd.json)
+set_tests_properties(train_mnist_local_sgd_np2 PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     PASS_REGULAR_EXPRESSION "target accuracy 60.00% reached after [0-9]+ steps.*\n?.*|test accuracy (6[5-9]|[7-9][0-9])\\.")
+foreach(method local:period=3 async:period=3 gossip:peers=1)
+  string(REGEX REPLACE "[:=,]" "_" tag ${method})
+  add_test(NAME train_mnist_resume_${tag}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/resume_check.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_mnist>
+                   ${CMAKE_BINARY_DIR}/resume_${tag} ${method})
+  set_tests_properties(train_mnist_resume_${tag} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                       PASS_REGULAR_EXPRESSION "resume matches")
+endforeach()
+add_test(NAME train_mnist_rejects_bad_averaging
+         COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 2 $<TARGET_FILE:train_mnist>
+                 --averaging local:period=0)
+set_tests_properties(train_mnist_rejects_bad_averaging PROPERTIES LABELS mpi TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "averaging 'local:period=0': period=0 must be a whole number >= 1")

@@ -1,6 +1,6 @@
 // train_mnist: data-parallel training of an MLP on Fashion-MNIST, each layer's gradient handed to hopwise's
-// bucketed reducer as soon as backward produces it.
-//   mpirun -np 4 build/bin/train_mnist --epochs 5
+// bucketed reducer as soon as backward produces it, and the model averaged as --averaging says.
+//   mpirun -np 4 build/bin/train_mnist --epochs 5 [--averaging local:period=8] [--target-accuracy 0.85]
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
@@ -20,8 +20,11 @@
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/powersgd.h"
+#include "checkpoint.h"
+#include "hopwise/comm/averaging.h"
 #include "mlp.h"
 #include "mnist.h"
+#include "report.h"
 
 namespace {
 
@@ -40,6 +43,10 @@ struct Flags {
   std::string algo = "auto", trace = hopwise::env::get_or("HOPWISE_TRACE_FILE", ""), json;
   std::uint64_t seed = 1;
   std::size_t limit = 0;  // use only the first N training images (0 = all)
+  std::string averaging = hopwise::env::get_or("HOPWISE_AVERAGING", "sync");
+  double target = 0;     // --target-accuracy (a fraction)
+  int eval_every = 20;   // steps between the probes while the target is not reached
+  std::string checkpoint, resume;
 };
 
 constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
@@ -56,6 +63,14 @@ constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
                     so that even the first layer's (the last to finish) overlaps its own computation (default 4)
   --no-overlap      all-reduce only after backward finished (the baseline)
   --algo A          auto | ring | hd | tree | direct | shm | native
+  --averaging S     sync (default; HOPWISE_AVERAGING) | local:period=H[,warmup=W] | hier:period=H |
+                    gossip[:peers=K][,codec=fp16|bf16|int8] | async:period=H  (fewer synchronization points;
+                    every epoch ends with one full average and a test evaluation)
+  --target-accuracy X  evaluate the ranks' mean model every --eval-every steps (off the clock, the ranks' models
+                    untouched) until the test accuracy reaches X (e.g. 0.85); report the seconds and epochs to it
+  --eval-every N    steps between those evaluations (default 20)
+  --checkpoint PATH after each epoch write PATH.rankR (parameters, momentum, the averaging method's state)
+  --resume PATH     start from PATH.rankR, after the epochs it holds (same --averaging, --hidden and ranks)
   --trace FILE      Chrome/Perfetto trace of compute and bucket communication (HOPWISE_TRACE_FILE)
   --seed N          initialization and shuffling seed (default 1)
   --json FILE       write the summary as JSON
@@ -111,11 +126,25 @@ Flags parse(int argc, char** argv) {
       f.json = val();
     else if (a == "--limit")
       f.limit = static_cast<std::size_t>(num(val()));
+    else if (a == "--averaging")
+      f.averaging = val();
+    else if (a == "--target-accuracy") {
+      f.target = num(val());
+      if (f.target > 1) throw InvalidArgument("--target-accuracy is a fraction of the test set, e.g. 0.85");
+    } else if (a == "--eval-every")
+      f.eval_every = static_cast<int>(num(val()));
+    else if (a == "--checkpoint")
+      f.checkpoint = val();
+    else if (a == "--resume")
+      f.resume = val();
     else
       throw InvalidArgument("unknown option '" + a + "'; see train_mnist --help");
   }
-  if (f.batch < 1 || f.hidden < 1 || f.bucket_mb <= 0 || f.chunks < 1)
-    throw InvalidArgument("--batch, --hidden, --chunks and --bucket-mb must be positive");
+  if (f.batch < 1 || f.hidden < 1 || f.bucket_mb <= 0 || f.chunks < 1 || f.eval_every < 1)
+    throw InvalidArgument("--batch, --hidden, --chunks, --eval-every and --bucket-mb must be positive");
+  const auto method = hc::AveragingSpec::parse(f.averaging);  // a bad spec fails here, naming the field
+  if (method.method == hc::AveragingMethod::kHier && f.compression != "none")
+    throw InvalidArgument("--averaging hier averages gradients within each host uncompressed; drop --compression");
   // A bad spec fails here, with the codec's own message.
   if (const auto spec = hopwise::compression::parse_codec_spec(f.compression); spec.name == "powersgd")
     hopwise::compression::PowerSgd::from_spec(spec);
@@ -124,48 +153,25 @@ Flags parse(int argc, char** argv) {
   return f;
 }
 
-// Chrome trace events ("X" spans) of this rank, merged on rank 0.
-struct Trace {
-  Clock::time_point origin;
-  std::string events;
-  int rank = 0;
-  bool on = false;
-  void span(const std::string& name, const std::string& cat, Clock::time_point a, Clock::time_point b, int tid) {
-    if (!on) return;
-    const double ts = std::chrono::duration<double, std::micro>(a - origin).count();
-    const double dur = std::chrono::duration<double, std::micro>(b - a).count();
-    events += fmt::format(
-        "{}{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.1f},\"dur\":{:.1f},\"pid\":{},\"tid\":{}}}",
-        events.empty() ? "" : ",", name, cat, ts, dur, rank, tid);
-  }
-};
-
-void write_trace(hc::Communicator& comm, Trace& tr, const std::string& path) {
-  // Gather every rank's events on all ranks (sizes, then padded bytes) and let rank 0 write the file.
-  const std::int64_t mine = static_cast<std::int64_t>(tr.events.size());
-  std::vector<std::int64_t> sizes(static_cast<std::size_t>(comm.size()));
-  comm.allgather(&mine, sizes.data(), 1, hopwise::DataType::kInt64);
-  const std::size_t width = static_cast<std::size_t>(*std::max_element(sizes.begin(), sizes.end())) + 1;
-  std::vector<std::uint8_t> buf(width, ' '), all(width * sizes.size());
-  std::memcpy(buf.data(), tr.events.data(), tr.events.size());
-  comm.allgather(buf.data(), all.data(), width, hopwise::DataType::kUInt8);
-  if (comm.rank() != 0) return;
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) throw hopwise::Error("cannot write the trace to " + path);
-  std::fputs("{\"traceEvents\":[", f);
-  bool first = true;
-  for (std::size_t r = 0; r < sizes.size(); ++r) {
-    if (sizes[r] == 0) continue;
-    if (!first) std::fputc(',', f);
-    first = false;
-    std::fwrite(all.data() + r * width, 1, static_cast<std::size_t>(sizes[r]), f);
-    std::fprintf(f, ",{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%zu,\"args\":{\"name\":\"rank %zu\"}}", r, r);
-  }
-  std::fputs("]}\n", f);
-  std::fclose(f);
-}
-
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// Test accuracy of the model as it is on every rank: each rank scores a slice, the counts are summed.
+double evaluate(hc::Communicator& comm, hopwise::examples::Mlp& model, const hopwise::examples::Dataset& test, int px) {
+  std::vector<int> pred;
+  std::int64_t correct = 0;
+  const int p = comm.size(), rank = comm.rank();
+  const std::size_t per = (test.size() + static_cast<std::size_t>(p) - 1) / static_cast<std::size_t>(p);
+  const std::size_t lo = std::min(test.size(), per * static_cast<std::size_t>(rank)),
+                    hi = std::min(test.size(), lo + per);
+  for (std::size_t a = lo; a < hi; a += 1000) {
+    const int n = static_cast<int>(std::min<std::size_t>(1000, hi - a));
+    model.predict(test.images.data() + a * px, n, pred);
+    for (int j = 0; j < n; ++j)
+      correct += pred[static_cast<std::size_t>(j)] == test.labels[a + static_cast<std::size_t>(j)];
+  }
+  comm.allreduce(&correct, &correct, 1, hopwise::DataType::kInt64, hopwise::ReduceOp::kSum);
+  return static_cast<double>(correct) / static_cast<double>(test.size());
+}
 
 int run(int argc, char** argv) {
   hc::Communicator comm;
@@ -188,6 +194,7 @@ int run(int argc, char** argv) {
   const std::size_t n_train = f.limit ? std::min(f.limit, train.size()) : train.size();
 
   hopwise::examples::Mlp model({px, f.hidden, f.hidden, 10}, f.seed, f.chunks);
+  std::string resumed_state;
   hc::ReducerOptions ro;
   ro.bucket_mb = f.bucket_mb;
   ro.tune_bucket = f.tune_bucket;
@@ -197,6 +204,18 @@ int run(int argc, char** argv) {
   hc::GradientReducer reducer(comm, ro);
   for (const auto& t : model.tensors()) reducer.add_parameter(t.name, model.grads() + t.offset, t.rows, t.cols);
   reducer.finalize();
+  int first_epoch = 0;
+  if (!f.resume.empty()) {
+    const auto c = hopwise::examples::load_checkpoint(f.resume, rank, model.params(), model.velocity(),
+                                                      model.parameter_count());
+    if (c.ranks != p)
+      throw InvalidArgument(fmt::format("--resume {}: saved by {} ranks, this job has {}", f.resume, c.ranks, p));
+    first_epoch = c.epochs_done;
+    resumed_state = c.averaging;
+  }
+  // Rank 0's parameters to every rank (identical after a checkpoint's full average, or the same seed).
+  hc::ModelAverager averager(comm, hc::AveragingSpec::parse(f.averaging), model.params(), model.parameter_count());
+  if (!resumed_state.empty()) averager.load(resumed_state);
 
   if (rank == 0) {
     const std::size_t hosts = comm.cluster() ? comm.cluster()->hosts.size() : (comm.local_size() == p ? 1 : 0);
@@ -224,25 +243,36 @@ int run(int argc, char** argv) {
     }
     fmt::print(
         "model {}-{}-{}-10: {} parameters ({:.1f} MB of gradients per step); batch {} ({} per rank); "
-        "overlap {}; compression {}\n",
+        "overlap {}; compression {}; averaging {}{}\n",
         px, f.hidden, f.hidden, model.parameter_count(), model.parameter_count() * 4 / 1e6, f.batch, f.batch / p,
-        f.overlap ? "on" : "off (--no-overlap)", f.compression);
+        f.overlap ? "on" : "off (--no-overlap)", f.compression, averager.spec().to_string(),
+        first_epoch ? fmt::format("; resumed after epoch {} from {}", first_epoch, f.resume) : std::string());
   }
 
-  Trace tr{Clock::now(), {}, rank, !f.trace.empty()};
+  namespace ex = hopwise::examples;
+  ex::Trace tr{Clock::now(), {}, rank, !f.trace.empty()};
   const bool tty = isatty(STDOUT_FILENO) != 0;
   const int local = f.batch / p;
   const std::size_t steps_per_epoch = n_train / static_cast<std::size_t>(f.batch);
   std::vector<std::size_t> order(n_train);
   std::vector<float> xb(static_cast<std::size_t>(px) * static_cast<std::size_t>(local));
   std::vector<std::uint8_t> yb(static_cast<std::size_t>(local));
-  double compute_ms = 0, comm_ms = 0, exposed_ms = 0, step_ms = 0;
-  std::size_t steps = 0, bytes = 0;
-  const auto t_start = Clock::now();
+  std::vector<float> probe;  // the ranks' mean model, for the evaluations that leave theirs alone
+  double gradient_exposed_ms = 0;  // of exposed_ms: waiting on the reducer (the rest: on the averager)
+  double compute_ms = 0, comm_ms = 0, exposed_ms = 0, step_ms = 0, averaging_ms = 0, paused_s = 0;
+  std::size_t steps = 0, gradient_bytes = 0;
+  ex::Summary sum;
+  sum.target_accuracy = f.target;
   std::mt19937_64 shuffle_rng(f.seed + 1);
-  for (int epoch = 0; epoch < f.epochs; ++epoch) {
+  auto shuffle = [&] {
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), shuffle_rng);  // same permutation on every rank
+  };
+  for (int e = 0; e < first_epoch; ++e) shuffle();  // where the resumed run's data order stands
+  const auto t_start = Clock::now();
+  auto training_s = [&] { return std::chrono::duration<double>(Clock::now() - t_start).count() - paused_s; };
+  for (int epoch = first_epoch; epoch < f.epochs; ++epoch) {
+    shuffle();
     double loss_sum = 0;
     for (std::size_t s = 0; s < steps_per_epoch; ++s) {
       const auto t0 = Clock::now();
@@ -252,6 +282,7 @@ int run(int argc, char** argv) {
         std::memcpy(xb.data() + static_cast<std::size_t>(j) * px, train.images.data() + idx * px, px * sizeof(float));
         yb[static_cast<std::size_t>(j)] = train.labels[idx];
       }
+      reducer.set_scope(averager.gradient_scope());
       loss_sum += model.forward(xb.data(), yb.data(), local);
       const auto t_fwd = Clock::now();
       Clock::time_point layer_start;
@@ -264,8 +295,12 @@ int run(int argc, char** argv) {
                      });
       const auto t_bwd = Clock::now();
       const hc::StepStats st = reducer.finish();
+      const double waited_before = averager.stats().wait_ms;
+      averager.before_step();
       model.sgd_step(f.lr, f.momentum);
+      averager.after_step();
       const auto t1 = Clock::now();
+      const double averaged_ms = averager.stats().wait_ms - waited_before;
       if (steps < 200) {
         tr.span("forward", "compute", t0, t_fwd, 0);
         tr.span("finish (exposed comm)", "comm", t_bwd, t1, 0);
@@ -274,10 +309,27 @@ int run(int argc, char** argv) {
       }
       compute_ms += ms(t_bwd - t0);
       comm_ms += st.comm_ms;
-      exposed_ms += st.exposed_comm_ms;
+      exposed_ms += st.exposed_comm_ms + averaged_ms;
+      gradient_exposed_ms += st.exposed_comm_ms;
+      averaging_ms += averaged_ms;
       step_ms += ms(t1 - t0);
-      bytes += st.bytes;
+      gradient_bytes += st.bytes;
       ++steps;
+      // The target's probes: the mean model evaluated off the clock, every rank's own left as it is.
+      if (f.target > 0 && sum.seconds_to_target < 0 && steps % static_cast<std::size_t>(f.eval_every) == 0) {
+        const auto e0 = Clock::now();
+        probe.resize(model.parameter_count());
+        averager.average_into(probe.data());
+        std::swap_ranges(probe.begin(), probe.end(), model.params());
+        const double acc = evaluate(comm, model, test, px);
+        std::swap_ranges(probe.begin(), probe.end(), model.params());
+        paused_s += std::chrono::duration<double>(Clock::now() - e0).count();
+        if (acc >= f.target) {
+          sum.seconds_to_target = training_s();
+          sum.steps_to_target = steps;
+          sum.epochs_to_target = epoch + static_cast<double>(s + 1) / static_cast<double>(steps_per_epoch);
+        }
+      }
       // A bar redrawn in place on a terminal; a line per quarter epoch in a log.
       const std::size_t every = std::max<std::size_t>(1, steps_per_epoch / (tty ? 40 : 4));
       if (rank == 0 && (s % every == every - 1 || s + 1 == steps_per_epoch)) {
@@ -290,37 +342,49 @@ int run(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
-    if (rank == 0) fmt::print("\n");
+    // Every epoch ends with one full average (every rank then holds the same model) and an evaluation.
+    const auto a0 = Clock::now();
+    averager.full_average();
+    averaging_ms += ms(Clock::now() - a0);
+    const auto e0 = Clock::now();
+    const double acc = evaluate(comm, model, test, px);
+    paused_s += std::chrono::duration<double>(Clock::now() - e0).count();
+    sum.epoch_accuracy.push_back(acc);
+    if (f.target > 0 && sum.seconds_to_target < 0 && acc >= f.target) {
+      sum.seconds_to_target = training_s();
+      sum.steps_to_target = steps;
+      sum.epochs_to_target = epoch + 1;
+    }
+    if (rank == 0) fmt::print(" test accuracy {:.2f}%\n", 100 * acc);
+    if (!f.checkpoint.empty())
+      ex::save_checkpoint(f.checkpoint, rank, {epoch + 1, p, averager.save()}, model.params(), model.velocity(),
+                          model.parameter_count());
   }
-  const double wall_s = std::chrono::duration<double>(Clock::now() - t_start).count();
-
-  // Test accuracy: each rank scores a slice, the counts are summed.
-  std::vector<int> pred;
-  std::int64_t correct = 0;
-  const std::size_t per = (test.size() + static_cast<std::size_t>(p) - 1) / static_cast<std::size_t>(p);
-  const std::size_t lo = std::min(test.size(), per * static_cast<std::size_t>(rank)),
-                    hi = std::min(test.size(), lo + per);
-  for (std::size_t a = lo; a < hi; a += 1000) {
-    const int n = static_cast<int>(std::min<std::size_t>(1000, hi - a));
-    model.predict(test.images.data() + a * px, n, pred);
-    for (int j = 0; j < n; ++j)
-      correct += pred[static_cast<std::size_t>(j)] == test.labels[a + static_cast<std::size_t>(j)];
-  }
-  comm.allreduce(&correct, &correct, 1, hopwise::DataType::kInt64, hopwise::ReduceOp::kSum);
-  const double acc = 100.0 * static_cast<double>(correct) / static_cast<double>(test.size());
+  const double wall_s = std::max(1e-9, training_s());
+  const double acc = sum.epoch_accuracy.empty() ? evaluate(comm, model, test, px) : sum.epoch_accuracy.back();
   const double n_steps = std::max<double>(1, static_cast<double>(steps));
-  const double images_per_s = static_cast<double>(steps) * f.batch / wall_s;
-  const double overlap_pct = comm_ms > 0 ? std::clamp(100.0 * (1 - exposed_ms / comm_ms), 0.0, 100.0) : 100.0;
+  const double overlap_pct =
+      comm_ms > 0 ? std::clamp(100.0 * (1 - gradient_exposed_ms / comm_ms), 0.0, 100.0) : 100.0;
   if (!f.trace.empty()) write_trace(comm, tr, f.trace);
   if (rank == 0) {
+    const double avg_bytes = static_cast<double>(averager.stats().bytes) / n_steps;
     fmt::print(
-        "test accuracy {:.2f}% after {} epoch(s); {:.0f} images/s; step {:.2f} ms (compute {:.2f} ms, "
-        "communication {:.2f} ms of which exposed {:.2f} ms: {:.0f}% hidden); {:.2f} MB on the wire per step "
-        "per rank\n",
-        acc, f.epochs, images_per_s, step_ms / n_steps, compute_ms / n_steps, comm_ms / n_steps, exposed_ms / n_steps,
-        overlap_pct, bytes / n_steps / 1e6);
+        "test accuracy {:.2f}% after {} epoch(s); {:.0f} images/s; step {:.2f} ms (compute {:.2f} ms: {:.0f}% "
+        "utilization; gradient communication {:.2f} ms of which exposed {:.2f} ms: {:.0f}% hidden; waiting on "
+        "averaging {:.2f} ms); {:.2f} MB on the wire per step per rank\n",
+        100 * acc, f.epochs, static_cast<double>(steps) * f.batch / wall_s, step_ms / n_steps, compute_ms / n_steps,
+        step_ms > 0 ? 100 * compute_ms / step_ms : 0.0, comm_ms / n_steps, gradient_exposed_ms / n_steps, overlap_pct,
+        averaging_ms / n_steps, (static_cast<double>(gradient_bytes) / n_steps + avg_bytes) / 1e6);
+    if (averager.spec().method != hc::AveragingMethod::kSync)
+      fmt::print("averaging {}: {} averagings, {:.2f} MB of parameters per step, {:.2f} ms a step waiting on them\n",
+                 averager.spec().to_string(), averager.stats().averages, avg_bytes / 1e6, averaging_ms / n_steps);
+    if (f.target > 0)
+      std::fputs(sum.seconds_to_target >= 0
+                     ? fmt::format("target accuracy {:.2f}% reached after {} steps ({:.2f} epochs), {:.1f} s of training\n",
+                                   100 * f.target, sum.steps_to_target, sum.epochs_to_target, sum.seconds_to_target).c_str()
+                     : fmt::format("target accuracy {:.2f}% not reached\n", 100 * f.target).c_str(), stdout);
     if (!f.trace.empty()) fmt::print("trace written to {} (open in ui.perfetto.dev or chrome://tracing)\n", f.trace);
-    const hc::CollectiveStats st = comm.stats();
+    const hc::CollectiveStats cs = comm.stats();
     std::string tuned;
     for (const auto& e : comm.tuning().entries)
       if (e.size_class >= 10)  // the gradient buckets' classes, not the job's small bookkeeping calls
@@ -331,19 +395,29 @@ int run(int argc, char** argv) {
                  reducer.tuning_bucket() ? "still tuning: too few steps" : "measured", reducer.bucket_count());
     if (!tuned.empty())
       fmt::print("tuned (size class up to: choice): {}; {} trial calls, {} re-tunes, {:.1f} ms beyond the choices\n",
-                 tuned, st.tuning_trials, st.retunes, st.tuning_excess_s * 1e3);
+                 tuned, cs.tuning_trials, cs.retunes, cs.tuning_excess_s * 1e3);
     if (!f.json.empty()) {
-      std::FILE* j = std::fopen(f.json.c_str(), "w");
-      if (!j) throw hopwise::Error("cannot write --json " + f.json);
-      fmt::print(j,
-                 "{{\"ranks\": {}, \"epochs\": {}, \"test_accuracy\": {:.4f}, \"images_per_s\": {:.1f}, "
-                 "\"step_ms\": {:.3f}, \"compute_ms\": {:.3f}, \"comm_ms\": {:.3f}, \"exposed_comm_ms\": {:.3f}, "
-                 "\"overlap_pct\": {:.1f}, \"bytes_per_step\": {:.0f}, \"compression\": \"{}\", \"overlap\": {}, "
-                 "\"batch\": {}, \"steps\": {}}}\n",
-                 p, f.epochs, acc / 100, images_per_s, step_ms / n_steps, compute_ms / n_steps, comm_ms / n_steps,
-                 exposed_ms / n_steps, overlap_pct, bytes / n_steps, f.compression, f.overlap ? "true" : "false",
-                 f.batch, steps);
-      std::fclose(j);
+      sum.ranks = p;
+      sum.epochs = f.epochs;
+      sum.batch = f.batch;
+      sum.steps = steps;
+      sum.test_accuracy = acc;
+      sum.train_s = wall_s;
+      sum.images_per_s = static_cast<double>(steps) * f.batch / wall_s;
+      sum.step_ms = step_ms / n_steps;
+      sum.compute_ms = compute_ms / n_steps;
+      sum.compute_utilization = step_ms > 0 ? compute_ms / step_ms : 0;
+      sum.comm_ms = comm_ms / n_steps;
+      sum.exposed_comm_ms = exposed_ms / n_steps;
+      sum.averaging_ms = averaging_ms / n_steps;
+      sum.overlap_pct = overlap_pct;
+      sum.gradient_bytes_per_step = static_cast<double>(gradient_bytes) / n_steps;
+      sum.averaging_bytes_per_step = avg_bytes;
+      sum.bytes_per_step = sum.gradient_bytes_per_step + avg_bytes;
+      sum.compression = f.compression;
+      sum.averaging = averager.spec().to_string();
+      sum.overlap = f.overlap;
+      ex::write_json(f.json, sum);
     }
   }
   return 0;

@@ -53,12 +53,12 @@ std::pair<int, int> Mlp::chunk_cols(int l, int k) const {
   return {in * k / chunks, in * (k + 1) / chunks};
 }
 
-Mlp::MatMap Mlp::W(int l, std::vector<float>& buf) {
+Mlp::MatMap Mlp::W(int l, Buffer& buf) {
   const Tensor& t = tensors_[static_cast<std::size_t>(w_index(l, 0))];
   return MatMap(buf.data() + t.offset, sizes_[static_cast<std::size_t>(l) + 1], sizes_[static_cast<std::size_t>(l)]);
 }
 
-Mlp::VecMap Mlp::b(int l, std::vector<float>& buf) {
+Mlp::VecMap Mlp::b(int l, Buffer& buf) {
   const Tensor& t = tensors_[static_cast<std::size_t>(b_index(l))];
   return VecMap(buf.data() + t.offset, sizes_[static_cast<std::size_t>(l) + 1]);
 }

@@ -37,6 +37,7 @@ class Mlp {
   const std::vector<Tensor>& tensors() const { return tensors_; }
   float* params() { return params_.data(); }
   float* grads() { return grads_.data(); }
+  float* velocity() { return velocity_.data(); }  // SGD momentum, local to the rank (a checkpoint keeps it)
   std::size_t parameter_count() const { return params_.size(); }
 
   // Forward on a column-major batch x (in_features x n); returns mean loss.
@@ -50,8 +51,11 @@ class Mlp {
   void sgd_step(float lr, float momentum);
 
  private:
-  MatMap W(int l, std::vector<float>& buf);
-  VecMap b(int l, std::vector<float>& buf);
+  // 64-byte aligned, so that every run vectorizes the same way: where a buffer's alignment followed the heap's
+  // state (which the communicator's threads change), the same step's gradients differed in their last bits.
+  using Buffer = std::vector<float, Eigen::aligned_allocator<float>>;
+  MatMap W(int l, Buffer& buf);
+  VecMap b(int l, Buffer& buf);
   // Tensor indices: layer l's weight chunks, then its bias.
   int w_index(int l, int chunk = 0) const { return l * (chunks_ + 1) + chunk; }
   int b_index(int l) const { return l * (chunks_ + 1) + chunks_; }
@@ -61,7 +65,7 @@ class Mlp {
   std::vector<int> sizes_;
   int chunks_ = 1;
   std::vector<Tensor> tensors_;
-  std::vector<float> params_, grads_, velocity_;
+  Buffer params_, grads_, velocity_;
   std::vector<Matrix> acts_, pre_;  // activations (input included) and pre-activations of the last forward
   Matrix delta_;
   std::vector<std::uint8_t> labels_;

@@ -167,6 +167,15 @@ void ModelAverager::full_average() {
   m.stats.wait_ms += ms_since(t0);
 }
 
+void ModelAverager::average_into(float* out) {
+  Impl& m = *impl_;
+  if (m.spec.method == AveragingMethod::kSync) {
+    std::memcpy(out, m.params, m.bytes());
+    return;
+  }
+  m.comm.allreduce(m.params, out, m.count, DataType::kFloat32, ReduceOp::kAvg);
+}
+
 std::int64_t ModelAverager::steps() const { return impl_->steps; }
 const AveragingStats& ModelAverager::stats() const { return impl_->stats; }
 

@@ -68,7 +68,8 @@ class ModelAverager {
   const AveragingSpec& spec() const;
   // What the coming step's gradients are averaged over (the reducer's GradientReducer::set_scope).
   GradientScope gradient_scope() const;
-  // After backward, before the optimizer step: gossip completes the exchange started after the last step and
+  // Between after_step() and the next before_step() the parameters must not change (gossip sends them from where
+  // they are). After backward, before the optimizer step: gossip completes the exchange started after the last step and
   // mixes the partners' models in. The others do nothing here.
   void before_step();
   // After the optimizer step: the step's averaging (local, hier: blocking; gossip, async: started, to overlap
@@ -77,6 +78,9 @@ class ModelAverager {
   // Every rank's parameters replaced by the world's mean (what is in flight is awaited first). Before every
   // evaluation, a checkpoint and the end. Collective; a no-op for sync, whose ranks are always equal.
   void full_average();
+  // The world's mean model written to `out` (count floats), every rank's own parameters untouched: an evaluation
+  // that leaves the method's course alone (train_mnist's --eval-every probes). Collective.
+  void average_into(float* out);
 
   std::int64_t steps() const;  // after_step() calls so far (restored by load())
   const AveragingStats& stats() const;

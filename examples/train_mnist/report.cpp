@@ -1,0 +1,72 @@
+#include "report.h"
+
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "hopwise/common/error.h"
+
+namespace hopwise::examples {
+
+void Trace::span(const std::string& name, const std::string& cat, std::chrono::steady_clock::time_point a,
+                 std::chrono::steady_clock::time_point b, int tid) {
+  if (!on) return;
+  const double ts = std::chrono::duration<double, std::micro>(a - origin).count();
+  const double dur = std::chrono::duration<double, std::micro>(b - a).count();
+  events += fmt::format(
+      "{}{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.1f},\"dur\":{:.1f},\"pid\":{},\"tid\":{}}}",
+      events.empty() ? "" : ",", name, cat, ts, dur, rank, tid);
+}
+
+void write_trace(comm::Communicator& comm, Trace& tr, const std::string& path) {
+  // Gather every rank's events on all ranks (sizes, then padded bytes) and let rank 0 write the file.
+  const std::int64_t mine = static_cast<std::int64_t>(tr.events.size());
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(comm.size()));
+  comm.allgather(&mine, sizes.data(), 1, DataType::kInt64);
+  const std::size_t width = static_cast<std::size_t>(*std::max_element(sizes.begin(), sizes.end())) + 1;
+  std::vector<std::uint8_t> buf(width, ' '), all(width * sizes.size());
+  std::memcpy(buf.data(), tr.events.data(), tr.events.size());
+  comm.allgather(buf.data(), all.data(), width, DataType::kUInt8);
+  if (comm.rank() != 0) return;
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw Error("cannot write the trace to " + path);
+  std::fputs("{\"traceEvents\":[", f);
+  bool first = true;
+  for (std::size_t r = 0; r < sizes.size(); ++r) {
+    if (sizes[r] == 0) continue;
+    if (!first) std::fputc(',', f);
+    first = false;
+    std::fwrite(all.data() + r * width, 1, static_cast<std::size_t>(sizes[r]), f);
+    std::fprintf(f, ",{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%zu,\"args\":{\"name\":\"rank %zu\"}}", r, r);
+  }
+  std::fputs("]}\n", f);
+  std::fclose(f);
+}
+
+void write_json(const std::string& path, const Summary& s) {
+  std::FILE* j = std::fopen(path.c_str(), "w");
+  if (!j) throw Error("cannot write --json " + path);
+  auto or_null = [](double v, const char* f) { return v < 0 ? std::string("null") : fmt::format(fmt::runtime(f), v); };
+  fmt::print(j,
+             "{{\"ranks\": {}, \"epochs\": {}, \"test_accuracy\": {:.4f}, \"images_per_s\": {:.1f}, \"train_s\": {:.3f}, "
+             "\"step_ms\": {:.3f}, \"compute_ms\": {:.3f}, \"compute_utilization\": {:.4f}, \"comm_ms\": {:.3f}, "
+             "\"exposed_comm_ms\": {:.3f}, \"averaging_ms\": {:.3f}, \"overlap_pct\": {:.1f}, "
+             "\"bytes_per_step\": {:.0f}, \"gradient_bytes_per_step\": {:.0f}, \"averaging_bytes_per_step\": {:.0f}, "
+             "\"compression\": \"{}\", \"averaging\": \"{}\", \"overlap\": {}, \"batch\": {}, \"steps\": {}, "
+             "\"target_accuracy\": {}, \"seconds_to_target\": {}, \"epochs_to_target\": {}, \"steps_to_target\": {}, "
+             "\"epoch_accuracy\": [{:.4f}]}}\n",
+             s.ranks, s.epochs, s.test_accuracy, s.images_per_s, s.train_s, s.step_ms, s.compute_ms,
+             s.compute_utilization, s.comm_ms, s.exposed_comm_ms, s.averaging_ms, s.overlap_pct, s.bytes_per_step,
+             s.gradient_bytes_per_step, s.averaging_bytes_per_step, s.compression, s.averaging,
+             s.overlap ? "true" : "false", s.batch, s.steps,
+             s.target_accuracy > 0 ? fmt::format("{:.4f}", s.target_accuracy) : std::string("null"),
+             or_null(s.seconds_to_target, "{:.3f}"), or_null(s.epochs_to_target, "{:.4f}"),
+             s.steps_to_target ? std::to_string(s.steps_to_target) : std::string("null"),
+             fmt::join(s.epoch_accuracy, ", "));
+  std::fclose(j);
+}
+
+}  // namespace hopwise::examples

@@ -1,0 +1,42 @@
+// train_mnist's outputs beside the console: the Chrome/Perfetto trace and the --json summary.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "hopwise/comm/communicator.h"
+
+namespace hopwise::examples {
+
+// Chrome trace events ("X" spans) of this rank, merged on rank 0 by write_trace.
+struct Trace {
+  std::chrono::steady_clock::time_point origin;
+  std::string events;
+  int rank = 0;
+  bool on = false;
+  void span(const std::string& name, const std::string& cat, std::chrono::steady_clock::time_point a,
+            std::chrono::steady_clock::time_point b, int tid);
+};
+
+// Gathers every rank's events and writes the file on rank 0. Collective.
+void write_trace(comm::Communicator& comm, Trace& tr, const std::string& path);
+
+struct Summary {
+  int ranks = 0, epochs = 0, batch = 0;
+  std::size_t steps = 0;
+  double test_accuracy = 0, images_per_s = 0, train_s = 0;
+  double step_ms = 0, compute_ms = 0, comm_ms = 0, exposed_comm_ms = 0, averaging_ms = 0, overlap_pct = 0;
+  double compute_utilization = 0;
+  double bytes_per_step = 0, gradient_bytes_per_step = 0, averaging_bytes_per_step = 0;
+  std::string compression, averaging;
+  bool overlap = true;
+  double target_accuracy = 0;  // 0: none asked
+  double seconds_to_target = -1, epochs_to_target = -1;  // -1: not reached
+  std::size_t steps_to_target = 0;
+  std::vector<double> epoch_accuracy;  // after each epoch's full average
+};
+
+void write_json(const std::string& path, const Summary& s);
+
+}  // namespace hopwise::examples
