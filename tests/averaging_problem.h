@@ -81,10 +81,9 @@ inline Models simulate(const Run& run, int n, const std::vector<int>& host_of, c
   for (std::int64_t t = 1; t <= run.steps; ++t) {
     Models g(static_cast<std::size_t>(n), std::vector<float>(kDim));
     for (int r = 0; r < n; ++r) gradient(r, t, x[static_cast<std::size_t>(r)].data(), g[static_cast<std::size_t>(r)].data());
-    const bool world = s.method == hc::AveragingMethod::kSync ||
-                       (s.method == hc::AveragingMethod::kLocal && t <= s.warmup);
+    const bool world = s.method == hc::AveragingMethod::kSync || t <= s.warmup;
     if (world) g = mean_of(g, all);
-    if (s.method == hc::AveragingMethod::kHier)
+    if (s.method == hc::AveragingMethod::kHier && !world)
       for (int h : std::set<int>(host_of.begin(), host_of.end())) {
         std::vector<int> members;
         for (int r = 0; r < n; ++r)
@@ -134,11 +133,11 @@ inline Models simulate(const Run& run, int n, const std::vector<int>& host_of, c
         if (t > s.warmup && (t - s.warmup) % s.period == 0) x = mean_of(x, all);
         break;
       case hc::AveragingMethod::kHier:
-        if (t % s.period == 0) x = mean_of(x, all);
+        if (t > s.warmup && (t - s.warmup) % s.period == 0) x = mean_of(x, all);
         break;
       case hc::AveragingMethod::kGossip: gossip_pending = n > 1; break;
       case hc::AveragingMethod::kAsync:
-        if (t % s.period == 0) {
+        if (t > s.warmup && (t - s.warmup) % s.period == 0) {
           if (async_pending) {
             const Models m = mean_of(snap, all);
             for (int r = 0; r < n; ++r)
@@ -196,8 +195,9 @@ inline std::string compare(const std::vector<float>& got, const std::vector<floa
   return fmt::format("[{}] = {}, simulation {}", at, got[at], want[at]);
 }
 
-inline const std::vector<std::string> kSpecs = {"sync",           "local:period=4,warmup=3", "local:period=1",
-                                                "hier:period=3",  "gossip:peers=1",          "gossip:peers=2",
-                                                "async:period=4", "async:period=1",          "gossip:peers=1,codec=fp16"};
+inline const std::vector<std::string> kSpecs = {
+    "sync",           "local:period=4,warmup=3", "local:period=1", "hier:period=3", "hier:period=2,warmup=5",
+    "gossip:peers=1", "gossip:peers=2",          "async:period=4", "async:period=1", "async:period=3,warmup=4",
+    "gossip:peers=1,codec=fp16"};
 
 }  // namespace hwtest::averaging

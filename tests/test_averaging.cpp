@@ -90,6 +90,7 @@ TEST(Averaging, HierarchicalAveragesGradientsWithinEachHost) {
     for (int r = 0; r < n; ++r)
       EXPECT_EQ(g.comm(r).host_ranks(), r / gpus == hosts - 1 ? n - (hosts - 1) * gpus : gpus) << "rank " << r;
     for (const std::string& spec : {std::string("hier:period=3"), std::string("hier:period=1"),
+                                    std::string("hier:period=2,warmup=3"),
                                     std::string("gossip:peers=1"), std::string("sync")}) {
       const std::string what = fmt::format("{} on {} hosts, {} ranks", spec, hosts, n);
       expect_matches(train(g, {spec}), simulate({spec}, n, host_of, g.comm(0).ring_order()), what);
@@ -233,6 +234,8 @@ TEST(AveragingSpec, ParsesEveryMethodAndNamesWhatIsWrong) {
   EXPECT_NE(error_of("elastic:period=2").find("method 'elastic' is unknown; methods: sync, local, hier, gossip, async"),
             std::string::npos);
   EXPECT_NE(error_of("local:period=2,peers=1").find("local takes period, warmup, not peers"), std::string::npos);
+  EXPECT_NE(error_of("gossip:period=2").find("gossip takes peers, codec, not period"), std::string::npos);
+  EXPECT_EQ(hc::AveragingSpec::parse("async:warmup=20,period=8").to_string(), "async:period=8,warmup=20");
   EXPECT_NE(error_of("sync:period=2").find("sync takes no fields"), std::string::npos);
   EXPECT_NE(error_of("gossip:codec=topk").find("codec=topk"), std::string::npos);
   EXPECT_NE(error_of("local:period").find("averaging 'local:period'"), std::string::npos);

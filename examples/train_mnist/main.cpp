@@ -297,7 +297,9 @@ int run(int argc, char** argv) {
       const hc::StepStats st = reducer.finish();
       const double waited_before = averager.stats().wait_ms;
       averager.before_step();
+      const auto t_opt = Clock::now();
       model.sgd_step(f.lr, f.momentum);
+      const auto t_opt_end = Clock::now();
       averager.after_step();
       const auto t1 = Clock::now();
       const double averaged_ms = averager.stats().wait_ms - waited_before;
@@ -307,7 +309,7 @@ int run(int argc, char** argv) {
         for (const auto& b : reducer.last_timings())
           tr.span(fmt::format("allreduce bucket {} ({:.2f} MB)", b.bucket, b.bytes / 1e6), "comm", b.start, b.end, 1);
       }
-      compute_ms += ms(t_bwd - t0);
+      compute_ms += ms(t_bwd - t0) + ms(t_opt_end - t_opt);  // forward, backward and the optimizer step
       comm_ms += st.comm_ms;
       exposed_ms += st.exposed_comm_ms + averaged_ms;
       gradient_exposed_ms += st.exposed_comm_ms;

@@ -104,10 +104,10 @@ GradientScope ModelAverager::gradient_scope() const {
   const Impl& m = *impl_;
   switch (m.spec.method) {
     case AveragingMethod::kSync: return GradientScope::kWorld;
-    case AveragingMethod::kLocal: return m.steps < m.spec.warmup ? GradientScope::kWorld : GradientScope::kNone;
-    case AveragingMethod::kHier: return GradientScope::kHost;
-    case AveragingMethod::kGossip:
-    case AveragingMethod::kAsync: return GradientScope::kNone;
+    case AveragingMethod::kLocal:
+    case AveragingMethod::kAsync: return m.steps < m.spec.warmup ? GradientScope::kWorld : GradientScope::kNone;
+    case AveragingMethod::kHier: return m.steps < m.spec.warmup ? GradientScope::kWorld : GradientScope::kHost;
+    case AveragingMethod::kGossip: return GradientScope::kNone;
   }
   return GradientScope::kWorld;
 }
@@ -134,7 +134,7 @@ void ModelAverager::after_step() {
       }
       return;
     case AveragingMethod::kHier:
-      if (t % h == 0) {
+      if (t > m.spec.warmup && (t - m.spec.warmup) % h == 0) {
         const auto t0 = Clock::now();
         m.average_world();
         m.stats.wait_ms += ms_since(t0);
@@ -149,7 +149,7 @@ void ModelAverager::after_step() {
       return;
     }
     case AveragingMethod::kAsync:
-      if (t % h == 0) {
+      if (t > m.spec.warmup && (t - m.spec.warmup) % h == 0) {
         if (m.in_flight) m.apply_background();
         m.start_background();
       }

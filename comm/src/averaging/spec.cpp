@@ -27,9 +27,9 @@ const std::vector<MethodRow>& methods() {
   static const std::vector<MethodRow> rows = {
       {AveragingMethod::kSync, "sync", {}, {}},
       {AveragingMethod::kLocal, "local", {"period", "warmup"}, {"period"}},
-      {AveragingMethod::kHier, "hier", {"period"}, {"period"}},
+      {AveragingMethod::kHier, "hier", {"period", "warmup"}, {"period"}},
       {AveragingMethod::kGossip, "gossip", {"peers", "codec"}, {}},
-      {AveragingMethod::kAsync, "async", {"period"}, {"period"}},
+      {AveragingMethod::kAsync, "async", {"period", "warmup"}, {"period"}},
   };
   return rows;
 }
@@ -115,10 +115,12 @@ std::string AveragingSpec::to_string() const {
   switch (method) {
     case AveragingMethod::kSync: return "sync";
     case AveragingMethod::kLocal: return fmt::format("local:period={},warmup={}", period, warmup);
-    case AveragingMethod::kHier: return fmt::format("hier:period={}", period);
+    case AveragingMethod::kHier:
+      return warmup ? fmt::format("hier:period={},warmup={}", period, warmup) : fmt::format("hier:period={}", period);
     case AveragingMethod::kGossip:
       return codec == "none" ? fmt::format("gossip:peers={}", peers) : fmt::format("gossip:codec={},peers={}", codec, peers);
-    case AveragingMethod::kAsync: return fmt::format("async:period={}", period);
+    case AveragingMethod::kAsync:
+      return warmup ? fmt::format("async:period={},warmup={}", period, warmup) : fmt::format("async:period={}", period);
   }
   return "?";
 }

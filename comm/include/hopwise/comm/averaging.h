@@ -4,14 +4,15 @@
 //   sync                   gradients averaged over the world every step (the reducer alone; the default)
 //   local:period=H,warmup=W  post-local SGD (Lin et al., arXiv 1808.07217): W synchronous steps, then no gradient
 //                          communication and the parameters averaged every H steps
-//   hier:period=H          gradients averaged within each host every step (the fast path), parameters across the
-//                          world every H steps
+//   hier:period=H[,warmup=W] gradients averaged within each host every step (the fast path), parameters across
+//                          the world every H steps
 //   gossip:peers=K[,codec=C] decentralized SGD: each step every rank averages its model with K partners, paired one
 //                          to one on the planned ring and shifting one place per round (Bagua's shift_one); the
 //                          exchange of x_t overlaps the computation of the gradient at x_t (D-PSGD); codec fp16,
 //                          bf16 or int8 sends the model's difference from the last common model
-//   async:period=H         every H steps a snapshot of the model is averaged in the background while compute goes
-//                          on; H steps later each rank adds (average - snapshot): staleness at most H steps
+//   async:period=H[,warmup=W] every H steps a snapshot of the model is averaged in the background while compute
+//                          goes on; H steps later each rank adds (average - snapshot): staleness at most H steps
+// warmup=W (local, hier, async): W synchronous steps first (gradients over the world), the schedule counted after.
 //
 // Momentum stays local in every method (the averagers touch parameters only), as in Lin et al.'s local SGD and
 // torch's PostLocalSGDOptimizer. Every method averages parameters in a way that keeps the ranks' mean model, so
@@ -33,7 +34,7 @@ const char* to_string(AveragingMethod m);
 struct AveragingSpec {
   AveragingMethod method = AveragingMethod::kSync;
   int period = 1;              // local, hier, async: parameters averaged every `period` steps
-  int warmup = 0;              // local: synchronous steps before the first local one
+  int warmup = 0;              // local, hier, async: synchronous steps first
   int peers = 1;               // gossip: partners per step
   std::string codec = "none";  // gossip: none, fp16, bf16 or int8 (the codec's defaults)
   // Throws InvalidArgument naming the method or the field that is wrong and what it takes.
