@@ -187,6 +187,21 @@ TEST(Averaging, GossipWithInt8KeepsTheMeanAndConverges) {
   for (double d : spread) EXPECT_LT(d, 0.05) << "the ranks' models did not come together";
 }
 
+// async with a codec all-reduces int8 differences from the last average (error feedback on): it tracks the
+// uncompressed method's course within the codec's rounding, and every rank ends with the same bits.
+TEST(Averaging, AsyncWithInt8TracksTheUncompressedMethod) {
+  for (int n : {2, 3, 4}) {
+    hwtest::Group g(n, hwtest::test_options());
+    const std::vector<int> one_host(static_cast<std::size_t>(n), 0);
+    const Models got = train(g, {"async:codec=int8,period=2"});
+    const Models want = simulate({"async:period=2"}, n, one_host, g.comm(0).ring_order());
+    for (std::size_t r = 0; r < got.size(); ++r) {
+      EXPECT_EQ(std::memcmp(got[r].data(), got[0].data(), kDim * sizeof(float)), 0) << "rank " << r;
+      EXPECT_EQ(compare(got[r], want[r], 5e-2), "") << n << " ranks, rank " << r;
+    }
+  }
+}
+
 TEST(Averaging, CheckpointStateRoundTripsAndRefusesAnotherMethod) {
   hwtest::Group g(2, hwtest::test_options());
   const std::string err = g.run([](int, hc::Communicator& comm) {
@@ -237,7 +252,10 @@ TEST(AveragingSpec, ParsesEveryMethodAndNamesWhatIsWrong) {
   EXPECT_NE(error_of("gossip:period=2").find("gossip takes peers, codec, not period"), std::string::npos);
   EXPECT_EQ(hc::AveragingSpec::parse("async:warmup=20,period=8").to_string(), "async:period=8,warmup=20");
   EXPECT_NE(error_of("sync:period=2").find("sync takes no fields"), std::string::npos);
-  EXPECT_NE(error_of("gossip:codec=topk").find("codec=topk"), std::string::npos);
+  EXPECT_NE(error_of("gossip:codec=topk").find("codec=topk is not one gossip sends"), std::string::npos);
+  EXPECT_NE(error_of("async:period=2,codec=sign").find("codec=sign is not one async sends"), std::string::npos);
+  EXPECT_EQ(hc::AveragingSpec::parse("async:period=4,codec=int8,warmup=2").to_string(),
+            "async:codec=int8,period=4,warmup=2");
   EXPECT_NE(error_of("local:period").find("averaging 'local:period'"), std::string::npos);
 }
 

@@ -11,6 +11,7 @@
 #include "gossip_exchange.h"
 #include "hopwise/comm/averaging.h"
 #include "hopwise/common/error.h"
+#include "hopwise/compression/codec.h"
 
 namespace hopwise::comm {
 
@@ -32,8 +33,11 @@ struct ModelAverager::Impl {
   std::int64_t steps = 0;
   AveragingStats stats;
   std::unique_ptr<detail::GossipExchange> gossip;
-  // async: the snapshot being averaged and where its average lands
-  std::vector<float> snapshot, averaged;
+  // async: the snapshot being averaged and where its average lands; with a codec, the snapshot's difference from
+  // `reference` (the last average, the same bits on every rank) and the average of those differences
+  std::vector<float> snapshot, averaged, reference;
+  std::unique_ptr<compression::Codec> codec;
+  compression::CodecState codec_state;
   Work background;
   bool in_flight = false;
 
@@ -53,16 +57,25 @@ struct ModelAverager::Impl {
     background.wait();
     in_flight = false;
     for (std::size_t i = 0; i < count; ++i) params[i] += averaged[i] - snapshot[i];
+    if (codec)
+      for (std::size_t i = 0; i < count; ++i) reference[i] += averaged[i];
     stats.wait_ms += ms_since(t0);
   }
 
   void start_background() {
     const auto t0 = Clock::now();
-    std::memcpy(snapshot.data(), params, bytes());
-    background = comm.allreduce_async(snapshot.data(), averaged.data(), count, DataType::kFloat32, ReduceOp::kAvg);
+    if (codec) {
+      for (std::size_t i = 0; i < count; ++i) snapshot[i] = params[i] - reference[i];
+      background = comm.allreduce_compressed_async(snapshot.data(), averaged.data(), count, *codec, codec_state,
+                                                   ReduceOp::kAvg);
+      stats.bytes += codec->payload_bytes(count) + codec->scale_count(count) * sizeof(float);
+    } else {
+      std::memcpy(snapshot.data(), params, bytes());
+      background = comm.allreduce_async(snapshot.data(), averaged.data(), count, DataType::kFloat32, ReduceOp::kAvg);
+      stats.bytes += bytes();
+    }
     in_flight = true;
     ++stats.averages;
-    stats.bytes += bytes();
     stats.wait_ms += ms_since(t0);
   }
 
@@ -86,6 +99,12 @@ ModelAverager::ModelAverager(Communicator& comm, AveragingSpec spec, float* para
   if (m.spec.method == AveragingMethod::kAsync) {
     m.snapshot.assign(count, 0.0f);
     m.averaged.assign(count, 0.0f);
+    if (m.spec.codec != "none") {
+      // Error feedback: what one average's rounding leaves out goes into the next.
+      m.codec = compression::make_codec(m.spec.codec + ":ef=1");
+      m.codec_state = compression::CodecState(0x6173796eull, comm.rank(), comm.size());
+      m.reference.assign(params, params + count);
+    }
   }
   if (m.spec.method == AveragingMethod::kGossip)
     m.gossip = std::make_unique<detail::GossipExchange>(comm, m.spec, params, count);
@@ -164,6 +183,7 @@ void ModelAverager::full_average() {
   m.drain();
   m.average_world();
   if (m.gossip) m.gossip->set_reference();
+  if (m.codec) m.reference.assign(m.params, m.params + m.count);
   m.stats.wait_ms += ms_since(t0);
 }
 
@@ -202,6 +222,7 @@ void ModelAverager::load(const std::string& saved) {
   impl_->drain();
   impl_->steps = steps;
   if (impl_->gossip) impl_->gossip->set_reference();
+  if (impl_->codec) impl_->reference.assign(impl_->params, impl_->params + impl_->count);
 }
 
 }  // namespace hopwise::comm

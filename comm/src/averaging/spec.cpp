@@ -29,7 +29,7 @@ const std::vector<MethodRow>& methods() {
       {AveragingMethod::kLocal, "local", {"period", "warmup"}, {"period"}},
       {AveragingMethod::kHier, "hier", {"period", "warmup"}, {"period"}},
       {AveragingMethod::kGossip, "gossip", {"peers", "codec"}, {}},
-      {AveragingMethod::kAsync, "async", {"period", "warmup"}, {"period"}},
+      {AveragingMethod::kAsync, "async", {"period", "warmup", "codec"}, {"period"}},
   };
   return rows;
 }
@@ -102,9 +102,9 @@ AveragingSpec AveragingSpec::parse(const std::string& text) {
       s.peers = whole(text, k, v, 1, "partners per step");
     else if (k == "codec") {
       if (v != "none" && v != "fp16" && v != "bf16" && v != "int8")
-        throw InvalidArgument(fmt::format("averaging '{}': codec={} is not one gossip sends; use none, fp16, bf16 "
-                                          "or int8 (each partner decodes with the sender's own scales)",
-                                          text, v));
+        throw InvalidArgument(fmt::format("averaging '{}': codec={} is not one {} sends; use none, fp16, bf16 or "
+                                          "int8 (model differences: a codec that keeps every element)",
+                                          text, v, row->name));
       s.codec = v;
     }
   }
@@ -120,7 +120,8 @@ std::string AveragingSpec::to_string() const {
     case AveragingMethod::kGossip:
       return codec == "none" ? fmt::format("gossip:peers={}", peers) : fmt::format("gossip:codec={},peers={}", codec, peers);
     case AveragingMethod::kAsync:
-      return warmup ? fmt::format("async:period={},warmup={}", period, warmup) : fmt::format("async:period={}", period);
+      return fmt::format("async:{}period={}{}", codec == "none" ? "" : "codec=" + codec + ",", period,
+                         warmup ? fmt::format(",warmup={}", warmup) : "");
   }
   return "?";
 }

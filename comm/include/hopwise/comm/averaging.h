@@ -10,8 +10,10 @@
 //                          to one on the planned ring and shifting one place per round (Bagua's shift_one); the
 //                          exchange of x_t overlaps the computation of the gradient at x_t (D-PSGD); codec fp16,
 //                          bf16 or int8 sends the model's difference from the last common model
-//   async:period=H[,warmup=W] every H steps a snapshot of the model is averaged in the background while compute
-//                          goes on; H steps later each rank adds (average - snapshot): staleness at most H steps
+//   async:period=H[,warmup=W][,codec=C] every H steps a snapshot of the model is averaged in the background while
+//                          compute goes on; H steps later each rank adds (average - snapshot): staleness at most H
+//                          steps; codec fp16, bf16 or int8 (with error feedback) all-reduces the snapshot's
+//                          difference from the last average instead
 // warmup=W (local, hier, async): W synchronous steps first (gradients over the world), the schedule counted after.
 //
 // Momentum stays local in every method (the averagers touch parameters only), as in Lin et al.'s local SGD and
@@ -36,7 +38,7 @@ struct AveragingSpec {
   int period = 1;              // local, hier, async: parameters averaged every `period` steps
   int warmup = 0;              // local, hier, async: synchronous steps first
   int peers = 1;               // gossip: partners per step
-  std::string codec = "none";  // gossip: none, fp16, bf16 or int8 (the codec's defaults)
+  std::string codec = "none";  // gossip, async: none, fp16, bf16 or int8 (the codec's defaults)
   // Throws InvalidArgument naming the method or the field that is wrong and what it takes.
   static AveragingSpec parse(const std::string& text);
   std::string to_string() const;  // canonical: parse(to_string()) gives the same spec
