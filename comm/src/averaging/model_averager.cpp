@@ -51,27 +51,38 @@ struct ModelAverager::Impl {
     stats.bytes += bytes();
   }
 
-  // async: adds (average - snapshot) to the parameters, the ranks' progress since the snapshot kept.
-  void apply_background() {
+  // async, every H steps: the average launched H steps ago (if any) is applied, x += average - snapshot, keeping
+  // the ranks' progress since; then the next snapshot is taken and its average launched. One pass over the model
+  // does both (with a codec: the snapshot is x - reference, and the reference moves by the average difference).
+  void apply_and_restart() {
     const auto t0 = Clock::now();
-    background.wait();
+    const bool apply = in_flight;
+    if (apply) background.wait();
     in_flight = false;
-    for (std::size_t i = 0; i < count; ++i) params[i] += averaged[i] - snapshot[i];
-    if (codec)
-      for (std::size_t i = 0; i < count; ++i) reference[i] += averaged[i];
-    stats.wait_ms += ms_since(t0);
-  }
-
-  void start_background() {
-    const auto t0 = Clock::now();
+    float* x = params;
+    float* s = snapshot.data();
+    const float* a = averaged.data();
     if (codec) {
-      for (std::size_t i = 0; i < count; ++i) snapshot[i] = params[i] - reference[i];
-      background = comm.allreduce_compressed_async(snapshot.data(), averaged.data(), count, *codec, codec_state,
-                                                   ReduceOp::kAvg);
+      float* ref = reference.data();
+      if (apply)
+        for (std::size_t i = 0; i < count; ++i) {
+          x[i] += a[i] - s[i];
+          ref[i] += a[i];
+          s[i] = x[i] - ref[i];
+        }
+      else
+        for (std::size_t i = 0; i < count; ++i) s[i] = x[i] - ref[i];
+      background = comm.allreduce_compressed_async(s, averaged.data(), count, *codec, codec_state, ReduceOp::kAvg);
       stats.bytes += codec->payload_bytes(count) + codec->scale_count(count) * sizeof(float);
     } else {
-      std::memcpy(snapshot.data(), params, bytes());
-      background = comm.allreduce_async(snapshot.data(), averaged.data(), count, DataType::kFloat32, ReduceOp::kAvg);
+      if (apply)
+        for (std::size_t i = 0; i < count; ++i) {
+          x[i] += a[i] - s[i];
+          s[i] = x[i];
+        }
+      else
+        std::memcpy(s, x, bytes());
+      background = comm.allreduce_async(s, averaged.data(), count, DataType::kFloat32, ReduceOp::kAvg);
       stats.bytes += bytes();
     }
     in_flight = true;
@@ -168,10 +179,7 @@ void ModelAverager::after_step() {
       return;
     }
     case AveragingMethod::kAsync:
-      if (t > m.spec.warmup && (t - m.spec.warmup) % h == 0) {
-        if (m.in_flight) m.apply_background();
-        m.start_background();
-      }
+      if (t > m.spec.warmup && (t - m.spec.warmup) % h == 0) m.apply_and_restart();
       return;
   }
 }
