@@ -106,3 +106,10 @@ def test_stopped_rank_is_named_within_the_timeout():
 def test_plan_and_stats(how):
     rc, out = launch(how, 2, "faults_worker.py", "api")
     assert rc == 0 and len(lines(out, r"api ok: ring \[")) == 2, out[-6000:]
+
+
+@pytest.mark.parametrize("how,np", [("torchrun", 2), ("torchrun", 3), ("mpirun", 2)])
+def test_averaging(how, np):
+    rc, out = launch(how, np, "averaging_worker.py")
+    ok = lines(out, r"rank (\d+): 16 methods match the serial simulation")
+    assert rc == 0 and len(set(ok)) == np, out[-3000:]

@@ -4,13 +4,16 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "averaging.h"
 #include "hooks.h"
 #include "hopwise/comm/algorithm.h"
 #include "hopwise/topology/planner.h"
 #include "process_group.h"
+#include "translate.h"
 
 namespace py = pybind11;
 using hopwise::torch_backend::CodecHookState;
+using hopwise::torch_backend::TorchAverager;
 using hopwise::torch_backend::PowerSgdHookState;
 using hopwise::torch_backend::ProcessGroupHopwise;
 
@@ -95,6 +98,50 @@ PYBIND11_MODULE(_C, m) {
           py::call_guard<py::gil_scoped_release>())
       .def("save", [](const CodecHookState& s) { return py::bytes(s.save()); })
       .def("load", [](CodecHookState& s, const py::bytes& b) { s.load(std::string(b)); });
+
+  m.def(
+      "parse_averaging",
+      [](const std::string& spec) {
+        const auto s = hopwise::torch_backend::translated([&] { return hopwise::comm::AveragingSpec::parse(spec); });
+        py::dict d;
+        d["method"] = hopwise::comm::to_string(s.method);
+        d["period"] = s.period;
+        d["warmup"] = s.warmup;
+        d["peers"] = s.peers;
+        d["codec"] = s.codec;
+        d["spec"] = s.to_string();
+        return d;
+      },
+      py::arg("spec"));
+  m.def("gossip_partner", &hopwise::comm::gossip_partner, py::arg("position"), py::arg("n"), py::arg("round"));
+
+  py::class_<TorchAverager, std::shared_ptr<TorchAverager>>(m, "ModelAverager")
+      .def(py::init([](const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& spec, at::Tensor flat) {
+             return std::make_shared<TorchAverager>(pg, hopwise_group(pg), spec, std::move(flat));
+           }),
+           py::arg("group"), py::arg("spec"), py::arg("flat"), py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("spec", &TorchAverager::spec)
+      .def_property_readonly("steps", &TorchAverager::steps)
+      .def("gradient_scope", &TorchAverager::gradient_scope)
+      .def("before_step", &TorchAverager::before_step, py::call_guard<py::gil_scoped_release>())
+      .def("after_step", &TorchAverager::after_step, py::call_guard<py::gil_scoped_release>())
+      .def("full_average", &TorchAverager::full_average, py::call_guard<py::gil_scoped_release>())
+      .def("mean_model", &TorchAverager::mean_model, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "average_bucket",
+          [](TorchAverager& a, const at::Tensor& b) { return c10::intrusive_ptr<c10d::Work>(a.average_bucket(b)); },
+          py::call_guard<py::gil_scoped_release>())
+      .def("average_gradients", &TorchAverager::average_gradients, py::call_guard<py::gil_scoped_release>())
+      .def("stats",
+           [](const TorchAverager& a) {
+             py::dict d;
+             d["averages"] = a.stats().averages;
+             d["bytes"] = a.stats().bytes;
+             d["wait_ms"] = a.stats().wait_ms;
+             return d;
+           })
+      .def("save", &TorchAverager::save)
+      .def("load", [](TorchAverager& a, const std::string& s) { hopwise::torch_backend::translated([&] { a.load(s); }); });
 
   py::class_<PowerSgdHookState, std::shared_ptr<PowerSgdHookState>>(m, "PowerSgdHookState")
       .def(py::init<const std::string&>(), py::arg("spec"))

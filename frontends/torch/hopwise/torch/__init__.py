@@ -4,6 +4,7 @@
     dist.init_process_group("hopwise")        # under torchrun or mpirun, as with gloo
     ddp = DistributedDataParallel(model)      # unchanged
     ddp.register_comm_hook(*hopwise.torch.compression_hook("powersgd:rank=4"))   # optional
+    avg = hopwise.torch.ModelAverager("local:period=8", model)   # fewer sync points (see averaging.py)
 
 Under mpirun the group runs over MPI; otherwise over UCX, meeting through the store init_process_group made.
 Every HOPWISE_* variable applies (HOPWISE_ALGO, HOPWISE_TIMEOUT_S, HOPWISE_DEBUG=CHECK, ...).
@@ -11,9 +12,10 @@ Every HOPWISE_* variable applies (HOPWISE_ALGO, HOPWISE_TIMEOUT_S, HOPWISE_DEBUG
 import torch.distributed as dist
 
 from . import _C
+from .averaging import ModelAverager, parse_averaging
 from .hooks import HookState, compression_hook
 
-__all__ = ["compression_hook", "HookState", "plan", "stats", "BACKEND"]
+__all__ = ["compression_hook", "HookState", "ModelAverager", "parse_averaging", "plan", "stats", "BACKEND"]
 
 BACKEND = "hopwise"
 

@@ -1,0 +1,78 @@
+#include "averaging.h"
+
+#include <c10/util/Exception.h>
+
+#include "tensors.h"
+#include "translate.h"
+
+namespace hopwise::torch_backend {
+
+namespace {
+
+void check_float(const at::Tensor& t, const char* what) {
+  check_tensor(t, what);
+  TORCH_CHECK_VALUE(t.scalar_type() == at::kFloat && t.is_contiguous(), "hopwise: ", what,
+                    " averages contiguous float32 tensors; this one is ", c10::toString(t.scalar_type()),
+                    t.is_contiguous() ? "" : " (not contiguous)");
+}
+
+}  // namespace
+
+TorchAverager::TorchAverager(c10::intrusive_ptr<c10d::ProcessGroup> keep, ProcessGroupHopwise& pg,
+                             const std::string& spec, at::Tensor flat)
+    : keep_(std::move(keep)), pg_(&pg), flat_(std::move(flat)) {
+  check_float(flat_, "ModelAverager");
+  averager_ = translated([&] {
+    return std::make_unique<comm::ModelAverager>(pg_->communicator(), comm::AveragingSpec::parse(spec),
+                                                 flat_.data_ptr<float>(), static_cast<std::size_t>(flat_.numel()));
+  });
+}
+
+std::string TorchAverager::save() const {
+  return translated([&] { return averager_->save(); });
+}
+
+at::Tensor TorchAverager::mean_model() {
+  at::Tensor out = at::empty_like(flat_);
+  translated([&] { averager_->average_into(out.data_ptr<float>()); });
+  return out;
+}
+
+c10::intrusive_ptr<c10d::Work> TorchAverager::average_bucket(const at::Tensor& buffer) {
+  check_float(buffer, "ModelAverager's comm hook");
+  auto work = pg_->make_work(c10d::OpType::ALLREDUCE, "hopwise:averager_bucket", {buffer});
+  auto& c = pg_->communicator();
+  const comm::GradientScope scope = averager_->gradient_scope();
+  float* data = buffer.data_ptr<float>();
+  const std::size_t n = static_cast<std::size_t>(buffer.numel());
+  pg_->sequencer().launch(work, [&c, scope, data, n] {
+    return translated([&] {
+      std::vector<comm::Work> w;
+      if (scope == comm::GradientScope::kWorld)
+        w.push_back(c.allreduce_async(data, data, n, DataType::kFloat32, ReduceOp::kAvg));
+      else if (scope == comm::GradientScope::kHost)
+        w.push_back(c.allreduce_within_host_async(data, data, n, DataType::kFloat32, ReduceOp::kAvg));
+      return w;  // none: a local step, the bucket stays as backward left it
+    });
+  });
+  return work;
+}
+
+void TorchAverager::average_gradients(const std::vector<at::Tensor>& grads) {
+  const comm::GradientScope scope = averager_->gradient_scope();
+  if (scope == comm::GradientScope::kNone) return;
+  auto& c = pg_->communicator();
+  for (const auto& g : grads) {
+    check_float(g, "ModelAverager.average_gradients");
+    float* d = g.data_ptr<float>();
+    const auto n = static_cast<std::size_t>(g.numel());
+    translated([&] {
+      if (scope == comm::GradientScope::kWorld)
+        c.allreduce(d, d, n, DataType::kFloat32, ReduceOp::kAvg);
+      else
+        c.allreduce_within_host(d, d, n, DataType::kFloat32, ReduceOp::kAvg);
+    });
+  }
+}
+
+}  // namespace hopwise::torch_backend

@@ -1,0 +1,42 @@
+// hopwise.torch.ModelAverager's C++ side: the comm/ ModelAverager (averaging.h) over one flat float32 tensor that
+// the model's parameters are views of, on a hopwise group's communicator, and the gradient averaging its scope
+// asks for (DDP's comm hook, or a plain model's gradients).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hopwise/comm/averaging.h"
+#include "process_group.h"
+
+namespace hopwise::torch_backend {
+
+class TorchAverager {
+ public:
+  // `flat`: contiguous float32 CPU tensor holding every parameter (kept alive here). Collective over the group.
+  TorchAverager(c10::intrusive_ptr<c10d::ProcessGroup> keep, ProcessGroupHopwise& pg, const std::string& spec,
+                at::Tensor flat);
+  std::string spec() const { return averager_->spec().to_string(); }
+  std::string gradient_scope() const { return comm::to_string(averager_->gradient_scope()); }
+  void before_step() { averager_->before_step(); }
+  void after_step() { averager_->after_step(); }
+  void full_average() { averager_->full_average(); }
+  at::Tensor mean_model();  // the world's mean model, a new tensor; every rank's own untouched
+  int64_t steps() const { return averager_->steps(); }
+  const comm::AveragingStats& stats() const { return averager_->stats(); }
+  std::string save() const;
+  void load(const std::string& s) { averager_->load(s); }
+  // DDP's bucket averaged over the step's scope (world, host), or left as it is (none): a torch Work.
+  c10::intrusive_ptr<c10d::Work> average_bucket(const at::Tensor& buffer);
+  // A plain model's gradients averaged over the step's scope, in place, before optimizer.step().
+  void average_gradients(const std::vector<at::Tensor>& grads);
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroup> keep_;  // the group outlives the averager
+  ProcessGroupHopwise* pg_;
+  at::Tensor flat_;
+  std::unique_ptr<comm::ModelAverager> averager_;
+};
+
+}  // namespace hopwise::torch_backend
