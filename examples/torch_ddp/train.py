@@ -77,6 +77,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="hopwise", choices=["hopwise", "gloo"])
     ap.add_argument("--hook", default="none")
+    ap.add_argument("--averaging", default="sync",
+                    help="hopwise.torch.ModelAverager spec: sync, local:period=H[,warmup=W], hier:period=H, gossip, "
+                         "async:period=H[,codec=int8] (backend hopwise, hook none)")
     ap.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--epochs", type=float, default=1, help="may be fractional")
@@ -107,8 +110,16 @@ def main():
     x, y = load_images(f"{args.data}/train-images-idx3-ubyte.gz"), load_labels(f"{args.data}/train-labels-idx1-ubyte.gz")
     tx, ty = load_images(f"{args.data}/t10k-images-idx3-ubyte.gz"), load_labels(f"{args.data}/t10k-labels-idx1-ubyte.gz")
     model = make_model(args.model, args.hidden)
+    avg = None
+    if args.averaging != "sync":
+        if args.backend != "hopwise" or args.hook != "none":
+            sys.exit("train.py: --averaging needs --backend hopwise and --hook none (the averager brings its own hook)")
+        avg = hopwise.torch.ModelAverager(args.averaging, model)  # before DDP: the parameters move to one buffer
     ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
-    register_hook(ddp, args.hook, args.backend)
+    if avg:
+        ddp.register_comm_hook(*avg.comm_hook())
+    else:
+        register_hook(ddp, args.hook, args.backend)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     local = args.batch // world
@@ -139,7 +150,14 @@ def main():
         return hopwise.torch.stats() if args.backend == "hopwise" else {"bytes": 0, "wire_bytes": 0}
 
     def accuracy():
-        """Every rank scores a slice of the test set; the counts are summed."""
+        """Every rank scores a slice of the test set; the counts are summed. Under an averaging method, of the
+        ranks' mean model (their own left as they are)."""
+        if avg:
+            with avg.mean_model():
+                return plain_accuracy()
+        return plain_accuracy()
+
+    def plain_accuracy():
         model.eval()
         with torch.no_grad():
             mine = slice(rank * len(tx) // world, (rank + 1) * len(tx) // world)
@@ -163,7 +181,11 @@ def main():
         opt.zero_grad()
         loss = loss_fn(ddp(xb), yb)
         loss.backward()
+        if avg:
+            avg.before_step()
         opt.step()
+        if avg:
+            avg.after_step()
         loss_sum, losses = loss_sum + loss.item(), losses + 1
         if lead and (i % 20 == 0 or i == steps - 1):
             progress(i + 1, steps, f"loss {loss_sum / losses:.3f} "
@@ -178,6 +200,8 @@ def main():
             if reached:
                 steps = i + 1
                 break
+    if avg:
+        avg.full_average()  # every rank the same model, as the final evaluation scores it
     dist.barrier()
     train_s = time.perf_counter() - t0 - paused
     after = stats()
@@ -187,7 +211,7 @@ def main():
     test_accuracy = accuracy()
     step_ms = train_s / max(1, steps) * 1e3
     result = {
-        "backend": args.backend, "hook": args.hook, "model": args.model, "ranks": world, "steps": steps,
+        "backend": args.backend, "hook": args.hook, "averaging": args.averaging, "model": args.model, "ranks": world, "steps": steps,
         "step_ms": step_ms, "compute_ms": compute_ms, "utilization": min(1.0, compute_ms / step_ms),
         "test_accuracy": test_accuracy, "target_accuracy": args.target_accuracy,
         "steps_to_target": reached[0] if reached else None, "time_to_target_s": reached[1] if reached else None,
