@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes every reader of untrusted text with libFuzzer under AddressSanitizer + UndefinedBehaviorSanitizer:
-#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 300 s each, all seven targets: about 35 minutes)
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 300 s each, all eight targets: about 40 minutes)
 # Builds build-fuzz/ with clang, seeds each corpus from ../shared/topologies (the matching format; JSON seeds are
-# those files converted by hopwise-topo) and a few codec spec strings, then runs the targets one after another.
+# those files converted by hopwise-topo) and a few codec and averaging spec strings, then runs the targets one after another.
 # Corpora and crash artifacts stay under build-fuzz/. Exits non-zero when any target crashed, leaked, hung, ran out
 # of memory or hit undefined behaviour; the artifact named in its log replays it: build-fuzz/bin/<target> <artifact>.
 set -euo pipefail
@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 secs=${1:-300}
 shift || true
-all_targets=(fuzz_hwloc_xml fuzz_nccl_xml fuzz_nvidia_smi fuzz_json fuzz_topology fuzz_codec_spec fuzz_tuning_file)
+all_targets=(fuzz_hwloc_xml fuzz_nccl_xml fuzz_nvidia_smi fuzz_json fuzz_topology fuzz_codec_spec fuzz_tuning_file
+             fuzz_averaging_spec)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 shared=${HOPWISE_SHARED_TOPOLOGIES:-$repo/../shared/topologies}
@@ -28,7 +29,7 @@ cmake --build "$out" -j"$jobs" --target hopwise_fuzzers hopwise-topo
 # ---- seeds: the shared files are read where they lie; JSON seeds are them converted by hopwise-topo ----
 seeds=$out/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{json,codec,tuning,empty}
+mkdir -p "$seeds"/{json,codec,tuning,averaging,empty}
 if [ -d "$shared" ]; then
   for f in "$shared"/*/*.xml "$shared"/*/*.txt; do
     [ -f "$f" ] || continue
@@ -43,6 +44,12 @@ i=0
 for s in none fp16 bf16 int8:block=256,round=stochastic qsgd:levels=16 terngrad sign:ef=1 topk:ratio=0.01,ef=1 \
          randomk:ratio=0.01 powersgd:rank=4,warmup=100 " int8 : block = 256 "; do
   printf '%s' "$s" >"$seeds/codec/seed$((i++))"
+done
+
+i=0
+for s in sync local:period=8,warmup=100 hier:period=4 gossip gossip:peers=2,codec=int8 async:period=8 \
+         async:codec=int8,period=4,warmup=20 " local : period = 3 "; do
+  printf '%s' "$s" >"$seeds/averaging/seed$((i++))"
 done
 
 # A tuning file as hopwise-tune writes it, and one entry with every optional field.
@@ -68,6 +75,7 @@ seed_dirs() {
     fuzz_topology) echo "$(shared_dir hwloc) $(shared_dir nccl) $(shared_dir nvidia-smi) $seeds/json" ;;
     fuzz_codec_spec) echo "$seeds/codec" ;;
     fuzz_tuning_file) echo "$seeds/tuning" ;;
+    fuzz_averaging_spec) echo "$seeds/averaging" ;;
     *) echo "fuzz.sh: unknown target '$1'; use one of: ${all_targets[*]}" >&2; exit 2 ;;
   esac
 }
@@ -85,7 +93,8 @@ for t in "${targets[@]}"; do
   log=$out/logs/$t.log
   mkdir -p "$corpus" "$art" "$out/logs"
   dict=()
-  [ "$t" = fuzz_codec_spec ] || [ "$t" = fuzz_tuning_file ] || dict=(-dict=tests/fuzz/topology.dict)
+  [ "$t" = fuzz_codec_spec ] || [ "$t" = fuzz_tuning_file ] || [ "$t" = fuzz_averaging_spec ] ||
+    dict=(-dict=tests/fuzz/topology.dict)
   echo "== $t: ${secs}s (log: $log)"
   start=$(date +%s)
   rc=0

@@ -1,0 +1,126 @@
+#!/usr/bin/python3
+"""Fewer synchronization points, measured: train_mnist under each --averaging method beside PyTorch DDP on gloo
+(examples/torch_ddp/train.py), on the emulated cluster as it is (scripts/local-cluster.sh up/shape), runs
+interleaved over rounds, medians quoted.
+
+    scripts/local-cluster.sh up 2 --slots 1 && scripts/local-cluster.sh shape 1gbit
+    scripts/bench-averaging.py [--ranks-per-host 1] [--epochs 5] [--target 0.85] [--rounds 1] [--json FILE]
+                               [--method SPEC ...]
+
+Per row: bytes a rank sends per step, step time, compute utilization (forward, backward and optimizer step over the
+step), seconds and epochs until the test accuracy first reached the target (evaluated every 20 steps off the
+clock; hopwise evaluates the ranks' mean model, leaving theirs alone), the accuracy after the epochs, its distance
+from hopwise's synchronous run, and DDP's time to the target over the row's."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTER = str(ROOT / "scripts" / "local-cluster.sh")
+DEFAULT = ["sync", "local:period=8", "hier:period=8", "gossip", "gossip:codec=int8", "async:period=8",
+           "async:period=4,codec=int8"]
+
+
+def ddp_gloo(args, out):
+    """DDP on gloo, its whole curve traced (every 20 steps, off the clock) for the time to the target."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [CLUSTER, "torchrun", "--nnodes", str(args.hosts), "--nproc_per_node", str(args.ranks_per_host),
+           "/usr/bin/python3", str(ROOT / "examples" / "torch_ddp" / "train.py"), "--backend", "gloo",
+           "--epochs", str(args.epochs), "--trace-accuracy", "--eval-every", "20", "--json", out]
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    # Debian's torchrun agents of a gloo job sometimes linger at exit: the run is over once its JSON is written.
+    deadline = time.time() + 3600
+    while p.poll() is None and time.time() < deadline:
+        if os.path.exists(out) and os.path.getsize(out) > 0:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+            break
+        time.sleep(1)
+    if p.poll() is None:
+        subprocess.run(["pkill", "-f", "torchrun --nnodes"], check=False)
+        os.killpg(p.pid, 9)
+    with open(out) as f:
+        d = json.load(f)
+    steps_per_epoch = 60000 // 128
+    hit = next(((s, t) for s, t, a in d["accuracy_trace"] if a >= args.target), None)
+    return {"bytes_per_step": d["gradient_bytes_per_step"], "step_ms": d["step_ms"],
+            "utilization": d["utilization"], "seconds_to_target": hit[1] if hit else None,
+            "epochs_to_target": hit[0] / steps_per_epoch if hit else None, "accuracy": d["test_accuracy"]}
+
+
+def hopwise(args, method, out):
+    n = args.hosts * args.ranks_per_host
+    cmd = [CLUSTER, "run", "-np", str(n)] + (["--map-by", "node"] if args.ranks_per_host == 1 else []) + [
+        str(ROOT / "build" / "bin" / "train_mnist"), "--epochs", str(args.epochs), "--averaging", method,
+        "--target-accuracy", str(args.target), "--eval-every", "20", "--json", out]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=3600)
+    if p.returncode != 0:
+        sys.exit(f"bench-averaging.py: {method} failed:\n{p.stdout[-3000:]}")
+    with open(out) as f:
+        d = json.load(f)
+    return {"bytes_per_step": d["bytes_per_step"], "step_ms": d["step_ms"], "utilization": d["compute_utilization"],
+            "seconds_to_target": d["seconds_to_target"], "epochs_to_target": d["epochs_to_target"],
+            "accuracy": d["test_accuracy"]}
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--ranks-per-host", type=int, default=1)
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--target", type=float, default=0.85)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--method", action="append", default=None)
+    ap.add_argument("--no-ddp", action="store_true", help="skip the DDP on gloo baseline")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    methods = args.method or DEFAULT
+    rows = (["ddp-gloo"] if not args.no_ddp else []) + methods
+    runs = {r: [] for r in rows}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rnd in range(args.rounds):
+            order = rows if rnd % 2 == 0 else rows[::-1]
+            for r in order:
+                out = os.path.join(tmp, f"{rnd}-{abs(hash(r))}.json")
+                runs[r].append(ddp_gloo(args, out) if r == "ddp-gloo" else hopwise(args, r, out))
+                m = runs[r][-1]
+                print(f"round {rnd + 1}: {r}: {m['step_ms']:.1f} ms/step, to {args.target:.0%}: "
+                      f"{m['seconds_to_target']} s, accuracy {m['accuracy']:.4f}", file=sys.stderr, flush=True)
+    keys = ["bytes_per_step", "step_ms", "utilization", "seconds_to_target", "epochs_to_target", "accuracy"]
+    med = {r: {k: median([x[k] for x in rs]) for k in keys} for r, rs in runs.items()}
+    sync, ddp = med.get("sync"), med.get("ddp-gloo")
+    print(f"{args.hosts} emulated hosts x {args.ranks_per_host} rank(s), {args.epochs} epochs, target "
+          f"{args.target:.0%}, median of {args.rounds} round(s)")
+    print(f"| method | MB/step | step ms | utilization | s to {args.target:.0%} | epochs to {args.target:.0%} | "
+          f"accuracy after {args.epochs} | vs sync | DDP's time to {args.target:.0%} / this |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r, m in med.items():
+        def f(v, fmt):
+            return "not reached" if v is None else format(v, fmt)
+        delta = "-" if not sync or r == "ddp-gloo" else f"{100 * (m['accuracy'] - sync['accuracy']):+.2f}"
+        speed = ("-" if not ddp or r == "ddp-gloo" or not ddp["seconds_to_target"] or not m["seconds_to_target"]
+                 else f"{ddp['seconds_to_target'] / m['seconds_to_target']:.2f}x")
+        name = "PyTorch DDP, gloo" if r == "ddp-gloo" else f"hopwise {r}"
+        print(f"| {name} | {m['bytes_per_step'] / 1e6:.2f} | {m['step_ms']:.1f} | {m['utilization']:.0%} | "
+              f"{f(m['seconds_to_target'], '.1f')} | {f(m['epochs_to_target'], '.2f')} | {100 * m['accuracy']:.2f}% | "
+              f"{delta} | {speed} |")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"medians": med, "runs": runs, "args": vars(args)}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
