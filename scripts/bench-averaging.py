@@ -18,8 +18,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from cluster_torchrun import run_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = str(ROOT / "scripts" / "local-cluster.sh")
@@ -29,26 +30,9 @@ DEFAULT = ["sync", "local:period=8", "hier:period=8", "gossip", "gossip:codec=in
 
 def ddp_gloo(args, out):
     """DDP on gloo, its whole curve traced (every 20 steps, off the clock) for the time to the target."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [CLUSTER, "torchrun", "--nnodes", str(args.hosts), "--nproc_per_node", str(args.ranks_per_host),
-           "/usr/bin/python3", str(ROOT / "examples" / "torch_ddp" / "train.py"), "--backend", "gloo",
-           "--epochs", str(args.epochs), "--trace-accuracy", "--eval-every", "20", "--json", out]
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    # Debian's torchrun agents of a gloo job sometimes linger at exit: the run is over once its JSON is written.
-    deadline = time.time() + 3600
-    while p.poll() is None and time.time() < deadline:
-        if os.path.exists(out) and os.path.getsize(out) > 0:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                pass
-            break
-        time.sleep(1)
-    if p.poll() is None:
-        subprocess.run(["pkill", "-f", "torchrun --nnodes"], check=False)
-        os.killpg(p.pid, 9)
-    with open(out) as f:
-        d = json.load(f)
+    d = run_torchrun(args.hosts, args.ranks_per_host,
+                     [str(ROOT / "examples" / "torch_ddp" / "train.py"), "--backend", "gloo", "--epochs",
+                      str(args.epochs), "--trace-accuracy", "--eval-every", "20", "--json", out], out)
     steps_per_epoch = 60000 // 128
     hit = next(((s, t) for s, t, a in d["accuracy_trace"] if a >= args.target), None)
     return {"bytes_per_step": d["gradient_bytes_per_step"], "step_ms": d["step_ms"],

@@ -14,11 +14,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from cluster_torchrun import run_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ["gloo/none", "hopwise/none", "hopwise/int8:ef=1", "hopwise/powersgd:rank=4", "hopwise/torch-powersgd:rank=4"]
@@ -26,29 +26,14 @@ DEFAULT = ["gloo/none", "hopwise/none", "hopwise/int8:ef=1", "hopwise/powersgd:r
 
 def run(config, args, out, target=0.0):
     backend, hook = config.split("/", 1)
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "build" / "python"), OMP_NUM_THREADS="1")
-    cmd = [str(ROOT / "scripts" / "local-cluster.sh"), "torchrun", "--nnodes", str(args.hosts), "--nproc_per_node", "1",
-           "/usr/bin/python3", str(ROOT / "examples" / "torch_ddp" / "train.py"), "--backend", backend, "--hook", hook,
+    env = {"PYTHONPATH": str(ROOT / "build" / "python")}
+    cmd = [str(ROOT / "examples" / "torch_ddp" / "train.py"), "--backend", backend, "--hook", hook,
            "--epochs", str(args.epochs), "--model", args.model, "--bucket-mb", str(args.bucket_mb), "--json", out]
     if target:  # up to twice as long, stopping at gloo's accuracy
         cmd += ["--target-accuracy", str(target), "--epochs", str(2 * args.epochs)]
     elif config == "gloo/none":  # the baseline's own curve, checked alike
         cmd += ["--trace-accuracy"]
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 1800
-    while p.poll() is None and time.time() < deadline:
-        if os.path.exists(out) and os.path.getsize(out) > 0:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                pass
-            break
-        time.sleep(1)
-    if p.poll() is None:
-        subprocess.run(["pkill", "-f", "torchrun --nnodes"], check=False)
-        os.killpg(p.pid, 9)
-    with open(out) as f:
-        return json.load(f)
+    return run_torchrun(args.hosts, 1, cmd, out, env)
 
 
 def main():
