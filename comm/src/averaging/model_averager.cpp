@@ -157,13 +157,7 @@ void ModelAverager::after_step() {
   switch (m.spec.method) {
     case AveragingMethod::kSync: return;
     case AveragingMethod::kLocal:
-      if (t > m.spec.warmup && (t - m.spec.warmup) % h == 0) {
-        const auto t0 = Clock::now();
-        m.average_world();
-        m.stats.wait_ms += ms_since(t0);
-      }
-      return;
-    case AveragingMethod::kHier:
+    case AveragingMethod::kHier:  // its hosts' ranks already agree: the world's average is across hosts
       if (t > m.spec.warmup && (t - m.spec.warmup) % h == 0) {
         const auto t0 = Clock::now();
         m.average_world();
