@@ -33,7 +33,7 @@ def ddp_gloo(args, out):
     d = run_torchrun(args.hosts, args.ranks_per_host,
                      [str(ROOT / "examples" / "torch_ddp" / "train.py"), "--backend", "gloo", "--epochs",
                       str(args.epochs), "--trace-accuracy", "--eval-every", "20", "--json", out], out)
-    steps_per_epoch = 60000 // 128
+    steps_per_epoch = d["steps"] / args.epochs  # train.py's own count (its batch, the training set)
     hit = next(((s, t) for s, t, a in d["accuracy_trace"] if a >= args.target), None)
     return {"bytes_per_step": d["gradient_bytes_per_step"], "step_ms": d["step_ms"],
             "utilization": d["utilization"], "seconds_to_target": hit[1] if hit else None,

@@ -185,7 +185,7 @@ inline std::vector<float> train_rank(int r, hc::Communicator& comm, const Run& r
   return x;
 }
 
-// The largest difference from the simulation, and whether this rank's bits equal `first`'s ("" when they do).
+// "" when every element is within `tolerance` of the simulation, else where the largest difference is.
 inline std::string compare(const std::vector<float>& got, const std::vector<float>& want, double tolerance) {
   double worst = 0;
   std::size_t at = 0;

@@ -26,6 +26,8 @@ struct Summary {
   int ranks = 0, epochs = 0, batch = 0;
   std::size_t steps = 0;
   double test_accuracy = 0, images_per_s = 0, train_s = 0;
+  // Per step. exposed_comm_ms: waiting on the reducer and on the averager; averaging_ms: of that, the averager's
+  // (its epoch-end full averages included); comm_ms: the reducer's buckets on the progress thread.
   double step_ms = 0, compute_ms = 0, comm_ms = 0, exposed_comm_ms = 0, averaging_ms = 0, overlap_pct = 0;
   double compute_utilization = 0;
   double bytes_per_step = 0, gradient_bytes_per_step = 0, averaging_bytes_per_step = 0;
