@@ -73,6 +73,7 @@ struct detail::CommunicatorImpl {
   // A sync call: runs right here when nothing is queued, else queues behind the earlier async calls and waits.
   void run_sync(Task t);
   void add_wire_bytes(std::size_t b);
+  void add_codec_seconds(double s);
 
   // Measured choices (online tuning, HOPWISE_TUNING_FILE); null with HOPWISE_TUNE=0 and no file.
   std::unique_ptr<detail::Tuner> tuner;

@@ -153,4 +153,9 @@ void detail::CommunicatorImpl::add_wire_bytes(std::size_t b) {
   stats.wire_bytes += b;
 }
 
+void detail::CommunicatorImpl::add_codec_seconds(double s) {
+  std::lock_guard lock(mutex);
+  stats.codec_s += s;
+}
+
 }  // namespace hopwise::comm

@@ -44,6 +44,24 @@ Work Communicator::allreduce_within_host_async(const void* in, void* out, std::s
   return impl_->submit(within_host_task(rank(), in, out, count, dt, op));
 }
 
+Communicator::LinkBytes Communicator::link_bytes() const {
+  LinkBytes b;
+  const auto& host_of = impl_->plan.host_of;
+  const Transport& t = *impl_->transport;
+  // HOPWISE_EMULATE_GBPS makes the ranks' links a network's: their bytes are the network's.
+  const bool emulated = impl_->options.emulate_gbps > 0;
+  const bool one_host = host_of.empty() && local_size() == size();
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank()) continue;
+    const bool same = !emulated && (one_host || (!host_of.empty() && host_of[static_cast<std::size_t>(r)] ==
+                                                                         host_of[static_cast<std::size_t>(rank())]));
+    (same ? b.host : b.network) += t.sent_to(r);
+  }
+  if (SharedSlots* sh = impl_->transport->shared_slots())
+    (emulated ? b.network : b.host) += sh->bytes_in.load(std::memory_order_relaxed);
+  return b;
+}
+
 int Communicator::host_ranks() const {
   const auto& host_of = impl_->plan.host_of;
   if (host_of.empty()) return size();

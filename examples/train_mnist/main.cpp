@@ -13,8 +13,10 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "hopwise/comm/communicator.h"
+#include "hopwise/comm/monitor.h"
 #include "hopwise/comm/reducer.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
@@ -47,6 +49,9 @@ struct Flags {
   double target = 0;     // --target-accuracy (a fraction)
   int eval_every = 20;   // steps between the probes while the target is not reached
   std::string checkpoint, resume;
+  hc::MonitorOptions monitor = hc::MonitorOptions::from_env();
+  int straggler = -1;     // --straggle RANK:MS: this rank sleeps MS in every step's compute
+  double straggle_ms = 0;
 };
 
 constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
@@ -71,6 +76,11 @@ constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
   --eval-every N    steps between those evaluations (default 20)
   --checkpoint PATH after each epoch write PATH.rankR (parameters, momentum, the averaging method's state)
   --resume PATH     start from PATH.rankR, after the epochs it holds (same --averaging, --hidden and ranks)
+  --monitor SPEC    a line per interval on rank 0, e.g. interval=10s[,every=10][,alert_after=3] (HOPWISE_MONITOR)
+  --util-alert X    alert when utilization stays below X (0.5 or 50%) for alert_after intervals (HOPWISE_UTIL_ALERT)
+  --metrics-file P  Prometheus text file, rewritten atomically each interval (HOPWISE_METRICS_FILE)
+  --metrics-json P  JSON lines: every step's per-rank figures, each interval, each alert (HOPWISE_METRICS_JSON)
+  --straggle R:MS   rank R sleeps MS ms in every step's compute (a straggler, to see the monitor name it)
   --trace FILE      Chrome/Perfetto trace of compute and bucket communication (HOPWISE_TRACE_FILE)
   --seed N          initialization and shuffling seed (default 1)
   --json FILE       write the summary as JSON
@@ -137,6 +147,28 @@ Flags parse(int argc, char** argv) {
       f.checkpoint = val();
     else if (a == "--resume")
       f.resume = val();
+    else if (a == "--monitor") {
+      const auto keep = f.monitor;
+      f.monitor = hc::MonitorOptions::parse(val());
+      f.monitor.util_alert = keep.util_alert;
+      f.monitor.metrics_file = keep.metrics_file;
+      f.monitor.json_file = keep.json_file;
+    } else if (a == "--util-alert")
+      f.monitor.util_alert = hc::MonitorOptions::parse_threshold(val());
+    else if (a == "--metrics-file") {
+      f.monitor.metrics_file = val();
+      f.monitor.on = true;
+    } else if (a == "--metrics-json") {
+      f.monitor.json_file = val();
+      f.monitor.on = true;
+    } else if (a == "--straggle") {
+      const std::string v = val();
+      const std::size_t colon = v.find(':');
+      if (colon == std::string::npos)
+        throw InvalidArgument("--straggle '" + v + "': write RANK:MS, e.g. 1:30 (rank 1 sleeps 30 ms a step)");
+      f.straggler = static_cast<int>(num(v.substr(0, colon)));
+      f.straggle_ms = num(v.substr(colon + 1));
+    }
     else
       throw InvalidArgument("unknown option '" + a + "'; see train_mnist --help");
   }
@@ -184,6 +216,10 @@ int run(int argc, char** argv) {
           fmt::format("--batch {} is not a multiple of the {} ranks; use e.g. {}", f.batch, p, (f.batch / p + 1) * p));
   } catch (const InvalidArgument& e) {
     if (rank == 0) std::fprintf(stderr, "train_mnist: %s\n", e.what());
+    return 2;
+  }
+  if (f.straggler >= p) {
+    if (rank == 0) std::fprintf(stderr, "train_mnist: --straggle rank %d: the job has ranks 0-%d\n", f.straggler, p - 1);
     return 2;
   }
   comm.set_algorithm(hc::parse_algorithm(f.algo));
@@ -249,6 +285,13 @@ int run(int argc, char** argv) {
         first_epoch ? fmt::format("; resumed after epoch {} from {}", first_epoch, f.resume) : std::string());
   }
 
+  f.monitor.job = "train_mnist";
+  bool bar_open = false;  // the progress line printed last has no newline yet
+  f.monitor.print_line = [&bar_open](const std::string& line) {
+    fmt::print("{}{}\n", bar_open ? "\n" : "", line);
+    bar_open = false;
+  };
+  hc::Monitor monitor(comm, f.monitor);
   namespace ex = hopwise::examples;
   ex::Trace tr{Clock::now(), {}, rank, !f.trace.empty()};
   const bool tty = isatty(STDOUT_FILENO) != 0;
@@ -284,6 +327,7 @@ int run(int argc, char** argv) {
       }
       reducer.set_scope(averager.gradient_scope());
       loss_sum += model.forward(xb.data(), yb.data(), local);
+      if (rank == f.straggler) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(f.straggle_ms));
       const auto t_fwd = Clock::now();
       Clock::time_point layer_start;
       model.backward([&](int i) { reducer.mark_ready(i); },
@@ -309,7 +353,13 @@ int run(int argc, char** argv) {
         for (const auto& b : reducer.last_timings())
           tr.span(fmt::format("allreduce bucket {} ({:.2f} MB)", b.bucket, b.bytes / 1e6), "comm", b.start, b.end, 1);
       }
-      compute_ms += ms(t_bwd - t0) + ms(t_opt_end - t_opt);  // forward, backward and the optimizer step
+      const double step_compute_ms = ms(t_bwd - t0) + ms(t_opt_end - t_opt);  // forward, backward, optimizer step
+      if (monitor.on()) {
+        hc::StepSample sample{ms(t1 - t0), step_compute_ms, st.exposed_comm_ms + averaged_ms, {}};
+        for (const auto& b : reducer.last_timings()) sample.bucket_ms.push_back(ms(b.end - b.start));
+        monitor.record(sample);
+      }
+      compute_ms += step_compute_ms;
       comm_ms += st.comm_ms;
       exposed_ms += st.exposed_comm_ms + averaged_ms;
       gradient_exposed_ms += st.exposed_comm_ms;
@@ -341,6 +391,7 @@ int run(int argc, char** argv) {
                    std::string(static_cast<std::size_t>(w - done), '.'),
                    static_cast<int>(100 * (s + 1) / steps_per_epoch), loss_sum / static_cast<double>(s + 1));
         if (!tty && s + 1 != steps_per_epoch) fmt::print("\n");
+        bar_open = tty || s + 1 == steps_per_epoch;
         std::fflush(stdout);
       }
     }
@@ -358,6 +409,7 @@ int run(int argc, char** argv) {
       sum.epochs_to_target = epoch + 1;
     }
     if (rank == 0) fmt::print(" test accuracy {:.2f}%\n", 100 * acc);
+    bar_open = false;
     if (!f.checkpoint.empty())
       ex::save_checkpoint(f.checkpoint, rank, {epoch + 1, p, averager.save()}, model.params(), model.velocity(),
                           model.parameter_count());
@@ -367,6 +419,7 @@ int run(int argc, char** argv) {
   const double n_steps = std::max<double>(1, static_cast<double>(steps));
   const double overlap_pct =
       comm_ms > 0 ? std::clamp(100.0 * (1 - gradient_exposed_ms / comm_ms), 0.0, 100.0) : 100.0;
+  monitor.finish();
   if (!f.trace.empty()) write_trace(comm, tr, f.trace);
   if (rank == 0) {
     const double avg_bytes = static_cast<double>(averager.stats().bytes) / n_steps;

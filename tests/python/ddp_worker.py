@@ -5,10 +5,12 @@
   hooks       every hopwise codec hook and torch's builtin hooks over several buckets: ranks stay identical,
               the loss falls; "none" equals plain DDP
   checkpoint  a hook's state saved after 3 steps and restored into a new DDP: steps 4-6 as if never stopped
+  monitor     hopwise.torch.Monitor names a rank slowed on purpose, with its lag, and alerts
 """
 import io
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -193,11 +195,41 @@ def checkpoint():
             print(f"checkpoint {spec}: ok, max difference {with_state:.2g}: {note}", flush=True)
 
 
+def monitor():
+    """hopwise.torch.Monitor on DDP, rank 1 sleeping 40 ms before each forward: rank 0's report names rank 1 with
+    its lag within 20%, and the alert (utilization below 90% for 1 interval) names it as the cause."""
+    sleep_ms, steps = 40.0, 30
+    ddp = DDP(model(), bucket_cap_mb=BUCKET_MB)
+    mon = hopwise.torch.Monitor(interval="1000s", every=5, alert_after=1, util_alert=0.9,
+                                metrics_file=os.environ["MONITOR_PROM"], metrics_json=os.environ["MONITOR_JSON"],
+                                job="ddp_worker")
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    for step in range(steps):
+        x, y = batch(dist.get_rank(), step)
+        if dist.get_rank() == 1:
+            time.sleep(sleep_ms / 1e3)
+        opt.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+        mon.step()
+    assert len(mon.last_sample()["bucket_ms"]) >= 2, f"DDP's buckets not seen: {mon.last_sample()}"
+    mon.finish()
+    if dist.get_rank() != 0:
+        assert not mon.reports, "a rank other than 0 reported"
+        return
+    (r,) = mon.reports
+    assert r["steps"] == steps and r["slowest_rank"] == 1, f"rank {r['slowest_rank']} named: {r['line']}"
+    assert abs(r["slowest_lag_ms"] - sleep_ms) <= 0.2 * sleep_ms, f"lag {r['slowest_lag_ms']:.1f} ms: {r['line']}"
+    assert mon.alerts and "straggler: rank 1" in mon.alerts[0], f"alerts: {mon.alerts}"
+    print(f"monitor ok: rank 1 named, lag {r['slowest_lag_ms']:.1f} ms for a {sleep_ms:g} ms sleep; "
+          f"{mon.alerts[0]}", flush=True)
+
+
 def main():
     env_rank_and_size()
     mode = sys.argv[1]
     dist.init_process_group("gloo" if mode == "parity" else "hopwise")
-    {"parity": parity, "hooks": hooks, "checkpoint": checkpoint}[mode]()
+    {"parity": parity, "hooks": hooks, "checkpoint": checkpoint, "monitor": monitor}[mode]()
     dist.barrier()
     dist.destroy_process_group()
 

@@ -1,5 +1,6 @@
 """The PyTorch backend as users run it: real ranks under torchrun, mpirun and a bare spawner (tests/spawn_ranks.sh),
 each running one of the worker scripts beside this file. ctest runs this file in parts (tests/python.cmake)."""
+import json
 import os
 import re
 import socket
@@ -53,7 +54,8 @@ def test_import_registers_the_backend():
     assert p.returncode == 0 and "ok" in p.stdout, p.stdout
 
 
-@pytest.mark.parametrize("how,np", [("torchrun", n) for n in (1, 2, 3, 4)] + [("mpirun", n) for n in (1, 2, 3, 4)])
+# Every size under torchrun; mpirun (the other launcher and MPI's rendezvous) at 2 and 3.
+@pytest.mark.parametrize("how,np", [("torchrun", n) for n in (1, 2, 3, 4)] + [("mpirun", n) for n in (2, 3)])
 def test_collectives(how, np):
     rc, out = launch(how, np, "collectives_worker.py")
     # mpirun may join two ranks' lines into one: match anywhere, count ranks
@@ -113,3 +115,17 @@ def test_averaging(how, np):
     rc, out = launch(how, np, "averaging_worker.py")
     ok = lines(out, r"rank (\d+): 16 methods match the serial simulation")
     assert rc == 0 and len(set(ok)) == np, out[-3000:]
+
+
+def test_monitor(tmp_path):
+    """hopwise.torch.Monitor on DDP names the rank slowed on purpose; its metrics file passes promtool."""
+    prom, jsonl = tmp_path / "ddp.prom", tmp_path / "ddp.jsonl"
+    rc, out = launch("torchrun", 2, "ddp_worker.py", "monitor", env={"MONITOR_PROM": str(prom),
+                                                                      "MONITOR_JSON": str(jsonl)})
+    assert rc == 0 and lines(out, r"monitor ok: rank 1 named"), out[-6000:]
+    assert lines(out, r"^(?:\[\S+\]:)?monitor: steps 0-29 .*slowest rank 1"), out[-6000:]
+    check = subprocess.run(["promtool", "check", "metrics"], input=prom.read_text(), text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert check.returncode == 0, check.stdout
+    kinds = [json.loads(line)["type"] for line in jsonl.read_text().splitlines()]
+    assert kinds.count("step") == 30 and "interval" in kinds and "alert" in kinds, kinds

@@ -25,6 +25,7 @@
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/powersgd.h"
 #include "options.h"
+#include "results.h"
 #if HOPWISE_HAVE_GLOO
 #include "gloo_peer.h"
 #endif
@@ -89,16 +90,6 @@ double memcpy_gbs() {
   return kBytes / best / 1e9;
 }
 
-struct Row {
-  std::size_t bytes, count;
-  std::string algo;
-  double time_us, algbw, busbw, vs_mpi;
-  double vs_wire = 0;  // --wire: the wire time / this row's time
-  std::string check;
-  std::string codec = "-";  // -C rows: the codec spec, bytes per rank on the wire, ratio, relative L2 error
-  std::size_t wire_bytes = 0;
-  double ratio = 0, rel_err = 0;
-};
 
 class Bench {
  public:
@@ -735,32 +726,11 @@ int run(int argc, char** argv) {
   if (o.overlap && o.collective == Collective::kAllreduce) bench.run_overlap();
   bool ok = true;
   for (const Row& r : rows) ok = ok && r.check != "FAIL";
-  if (rank == 0 && !o.csv_path.empty()) {
-    std::FILE* f = std::fopen(o.csv_path.c_str(), "w");
-    if (f == nullptr) {
-      std::fprintf(stderr, "hopwise-bench: cannot write --csv %s: %s\n", o.csv_path.c_str(), std::strerror(errno));
-      return 1;
-    }
-    const bool codecs = !o.codecs.empty();
-    const bool wire = o.wire_gbps > 0 && hosts > 1;
-    fmt::print(f, "size_bytes,count,dtype,op,algo,ranks,time_us,algbw_gbs,busbw_gbs,vs_{},check{}{}\n",
-               bench.reference(), codecs ? ",codec,wire_bytes,ratio,rel_err" : "", wire ? ",vs_wire" : "");
-    for (const Row& r : rows) {
-      const bool coded = r.codec != "-";
-      std::string algo = coded ? "auto" : r.algo.substr(0, r.algo.find(':'));
-      fmt::print(f, "{},{},{},{},{},{},{:.2f},{:.4f},{:.4f},{:.3f},{}", r.bytes, r.count, to_string(o.dtype),
-                 to_string(o.op), algo, comm.size(), r.time_us, r.algbw, r.busbw, r.vs_mpi, r.check);
-      if (codecs) {
-        // The spec has commas of its own: quote it.
-        if (coded)
-          fmt::print(f, ",\"{}\",{},{:.2f},{:.3e}", r.codec, r.wire_bytes, r.ratio, r.rel_err);
-        else
-          fmt::print(f, ",none,{},1.00,0", r.bytes);
-      }
-      if (wire) fmt::print(f, ",{:.3f}", r.vs_wire);
-      fmt::print(f, "\n");
-    }
-    std::fclose(f);
+  if (rank == 0) {
+    const RunInfo info{bench.reference(), comm.size(), o.wire_gbps > 0 && hosts > 1};
+    if (!o.csv_path.empty()) write_csv(o.csv_path, o, info, rows);
+    if (!o.metrics_file.empty()) write_metrics(o.metrics_file, o, info, rows);
+    if (!o.metrics_json.empty()) write_json_lines(o.metrics_json, o, info, rows);
   }
   if (rank == 0 && !ok) std::fprintf(stderr, "hopwise-bench: some results did not match the reference (check FAIL)\n");
   return ok ? 0 : 1;

@@ -28,6 +28,8 @@ constexpr const char* kUsage = R"(usage: mpirun -np N hopwise-bench [options]
   -c 0|1         check every result against a reference, default 0
   --coll NAME    allreduce | reduce_scatter | allgather | broadcast | reduce, default allreduce
   --csv FILE     also write the rows as CSV
+  --metrics-file FILE  the rows as Prometheus text format, written atomically (HOPWISE_METRICS_FILE)
+  --metrics-json FILE  a JSON line per row (HOPWISE_METRICS_JSON)
   --overlap      add a table: allreduce_async beside compute, against compute-then-allreduce
   -C SPEC        also a row per codec (repeatable): allreduce_compressed on random normal data, with wire bytes,
                  compression ratio and relative L2 error against the exact sum; -c 1 checks it against a
@@ -115,6 +117,10 @@ Options parse_options(int argc, char** argv) {
       o.collective = parse_collective(value());
     else if (flag == "--csv")
       o.csv_path = std::string(value());
+    else if (flag == "--metrics-file")
+      o.metrics_file = std::string(value());
+    else if (flag == "--metrics-json")
+      o.metrics_json = std::string(value());
     else if (flag == "--overlap")
       o.overlap = true;
     else if (flag == "-C")

@@ -49,6 +49,7 @@ bool one_shot_allreduce_shared(const Context& c, const void* in, void* out, std:
   wait_for_flags(t, *sh, seq - 1);
   char* mine = sh->base[static_cast<std::size_t>(t.rank())];
   if (bytes != 0) std::memcpy(mine + which, in, bytes);
+  sh->bytes_in.fetch_add(bytes, std::memory_order_relaxed);
   flag_of(mine).store(seq, std::memory_order_release);
   wait_for_flags(t, *sh, seq);
   reduce_inputs(t.size(), dt, op, out, count, [&](int r) { return sh->base[static_cast<std::size_t>(r)] + which; });

@@ -32,6 +32,7 @@ bool two_shot_allreduce(const Context& c, const void* in_v, void* out_v, std::si
     const std::size_t which = SharedSlots::kHeader + (seq % 2) * sh->slot_bytes;
     wait_for_flags(t, *sh, seq - 1);  // everyone is done reading this buffer from chunk seq-2
     std::memcpy(mine + which, in + lo * es, n * es);
+    sh->bytes_in.fetch_add(n * es, std::memory_order_relaxed);
     flag_of(mine, 0).store(seq, std::memory_order_release);
     wait_for_flags(t, *sh, seq, 0);
     // My block: reduce across every slot, in rank order, into my own slot (only I read block `me` anywhere).

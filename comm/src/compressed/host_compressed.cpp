@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "../call_checks.h"
@@ -18,6 +19,15 @@
 namespace hopwise::comm {
 
 namespace {
+
+// Runs one codec call and adds its seconds to the communicator's codec time (what the monitor reports: on a few
+// cores the codec competes with the compute thread).
+template <class F>
+void timed(detail::CommunicatorImpl& impl, F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  impl.add_codec_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
 
 class HostCodecBackend {
  public:
@@ -37,11 +47,15 @@ class HostCodecBackend {
     return static_cast<std::byte*>(
         impl_.workspace.get(Scratch::kGathered, payload_bytes() * static_cast<std::size_t>(impl_.p()) + 64));
   }
-  void local_scales(float* s) { c_.local_scales(in_, n_, s, st_); }
+  void local_scales(float* s) {
+    timed(impl_, [&] { c_.local_scales(in_, n_, s, st_); });
+  }
   void allreduce_max(float* s, std::size_t k) {
     impl_.run_nested(Collective::kAllreduce, s, s, k, DataType::kFloat32, ReduceOp::kMax);
   }
-  void encode(std::byte* p, const float* s) { c_.encode(in_, n_, p, st_, s); }
+  void encode(std::byte* p, const float* s) {
+    timed(impl_, [&] { c_.encode(in_, n_, p, st_, s); });
+  }
   void allreduce_payload(std::byte* p) {
     impl_.run_nested(Collective::kAllreduce, p, p, c_.payload_count(n_), c_.payload_dtype(), ReduceOp::kSum);
   }
@@ -49,8 +63,12 @@ class HostCodecBackend {
     impl_.run_nested(Collective::kAllgather, mine, all, payload_bytes(), DataType::kUInt8, ReduceOp::kSum);
   }
   void before_gathered_decode() {}
-  void decode(const std::byte* p, const float* s) { c_.decode(p, n_, out_, st_, s); }
-  void decode_add(const std::byte* p, const float* s) { c_.decode_add(p, n_, out_, st_, s); }
+  void decode(const std::byte* p, const float* s) {
+    timed(impl_, [&] { c_.decode(p, n_, out_, st_, s); });
+  }
+  void decode_add(const std::byte* p, const float* s) {
+    timed(impl_, [&] { c_.decode_add(p, n_, out_, st_, s); });
+  }
   void divide_by_ranks() { scale_by(DataType::kFloat32, out_, n_, 1.0 / impl_.p()); }
   void add_wire_bytes(std::size_t b) { impl_.add_wire_bytes(b); }
 
@@ -93,9 +111,15 @@ class HostPowerSgdBackend {
   float* factors(std::size_t floats) {
     return static_cast<float*>(impl_.workspace.get(Scratch::kPayload, floats * sizeof(float)));
   }
-  void compute_p(const M& m, float* p) { ps_.compute_p(m.in, m.rows, m.cols, p, *m.state); }
-  void compute_q(const float* p, const M& m, float* q) { ps_.compute_q(p, m.rows, m.cols, q, *m.state); }
-  void decompress(const float* q, const M& m) { ps_.decompress(q, m.rows, m.cols, m.out, *m.state); }
+  void compute_p(const M& m, float* p) {
+    timed(impl_, [&] { ps_.compute_p(m.in, m.rows, m.cols, p, *m.state); });
+  }
+  void compute_q(const float* p, const M& m, float* q) {
+    timed(impl_, [&] { ps_.compute_q(p, m.rows, m.cols, q, *m.state); });
+  }
+  void decompress(const float* q, const M& m) {
+    timed(impl_, [&] { ps_.decompress(q, m.rows, m.cols, m.out, *m.state); });
+  }
   void allreduce_p(float* p, std::size_t n) { sum(p, n); }
   void allreduce_q(float* q, std::size_t n, ReduceOp) { sum(q, n); }
   void add_wire_bytes(std::size_t b) { impl_.add_wire_bytes(b); }

@@ -6,6 +6,7 @@
 
 #include "averaging.h"
 #include "hooks.h"
+#include "monitor.h"
 #include "hopwise/comm/algorithm.h"
 #include "hopwise/topology/planner.h"
 #include "process_group.h"
@@ -14,6 +15,7 @@
 namespace py = pybind11;
 using hopwise::torch_backend::CodecHookState;
 using hopwise::torch_backend::TorchAverager;
+using hopwise::torch_backend::TorchMonitor;
 using hopwise::torch_backend::PowerSgdHookState;
 using hopwise::torch_backend::ProcessGroupHopwise;
 
@@ -114,6 +116,58 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("spec"));
   m.def("gossip_partner", &hopwise::comm::gossip_partner, py::arg("position"), py::arg("n"), py::arg("round"));
+
+  py::class_<TorchMonitor, std::shared_ptr<TorchMonitor>>(m, "Monitor")
+      .def(py::init([](const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& spec, double util_alert,
+                       const std::string& metrics_file, const std::string& metrics_json, const std::string& job) {
+             return hopwise::torch_backend::translated([&] {
+               // The spec as given; the threshold and the files from the arguments, else the environment's.
+               const hopwise::comm::MonitorOptions env = hopwise::comm::MonitorOptions::from_env();
+               hopwise::comm::MonitorOptions o = hopwise::comm::MonitorOptions::parse(spec);
+               o.util_alert = util_alert >= 0 ? util_alert : env.util_alert;
+               o.metrics_file = metrics_file.empty() ? env.metrics_file : metrics_file;
+               o.json_file = metrics_json.empty() ? env.json_file : metrics_json;
+               o.job = job;
+               return std::make_shared<TorchMonitor>(pg, hopwise_group(pg), o);
+             });
+           }),
+           py::arg("group"), py::arg("spec"), py::arg("util_alert"), py::arg("metrics_file"), py::arg("metrics_json"),
+           py::arg("job"))
+      .def("step", [](TorchMonitor& m) { hopwise::torch_backend::translated([&] { m.step(); }); },
+           py::call_guard<py::gil_scoped_release>())
+      .def("finish", [](TorchMonitor& m) { hopwise::torch_backend::translated([&] { m.finish(); }); },
+           py::call_guard<py::gil_scoped_release>())
+      .def("last_sample",
+           [](const TorchMonitor& m) {
+             py::dict d;
+             d["step_ms"] = m.last_sample().step_ms;
+             d["compute_ms"] = m.last_sample().compute_ms;
+             d["exposed_ms"] = m.last_sample().exposed_ms;
+             d["bucket_ms"] = m.last_sample().bucket_ms;
+             return d;
+           })
+      .def_property_readonly("alerts", [](const TorchMonitor& m) { return m.monitor().alerts(); })
+      .def_property_readonly("reports", [](const TorchMonitor& m) {
+        py::list out;
+        for (const auto& r : m.monitor().reports()) {
+          py::dict d;
+          d["first_step"] = r.first_step;
+          d["steps"] = r.steps;
+          d["seconds"] = r.seconds;
+          d["utilization"] = r.utilization;
+          d["step_ms"] = r.step_ms;
+          d["compute_ms"] = r.compute_ms;
+          d["exposed_ms"] = r.exposed_ms;
+          d["codec_ms"] = r.codec_ms;
+          d["lag_ms"] = r.lag_ms;
+          d["slowest_rank"] = r.slowest_rank;
+          d["slowest_lag_ms"] = r.slowest_lag_ms;
+          d["cause"] = r.cause;
+          d["line"] = hopwise::comm::monitor_line(r);
+          out.append(d);
+        }
+        return out;
+      });
 
   py::class_<TorchAverager, std::shared_ptr<TorchAverager>>(m, "ModelAverager")
       .def(py::init([](const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& spec, at::Tensor flat) {

@@ -5,6 +5,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include <c10/util/Exception.h>
 
@@ -93,9 +94,10 @@ bool Sequencer::completing_here() const { return completing == this; }
 void Sequencer::launch(const c10::intrusive_ptr<HopwiseWork>& work, std::function<std::vector<comm::Work>()> start,
                        std::function<void(std::exception_ptr)> then) {
   work->set_sequencer(this);
+  const auto called = std::chrono::steady_clock::now();
   std::unique_lock lock(mutex_);
   if (!completing_here() && (open_ > 0 || !held_.empty())) {
-    held_.push_back([work, start = std::move(start), then = std::move(then)] {
+    held_.push_back([this, called, work, start = std::move(start), then = std::move(then)] {
       std::vector<comm::Work> works;
       try {
         works = start();
@@ -103,6 +105,7 @@ void Sequencer::launch(const c10::intrusive_ptr<HopwiseWork>& work, std::functio
         work->complete(std::current_exception());
         return;
       }
+      log(called, works);
       complete_after(std::move(works), work, then);
     });
     return;
@@ -116,7 +119,24 @@ void Sequencer::launch(const c10::intrusive_ptr<HopwiseWork>& work, std::functio
     done();
     throw;
   }
+  log(called, works);
   complete_after(std::move(works), work, std::move(then));
+}
+
+void Sequencer::set_logging(bool on) {
+  std::lock_guard lock(log_mutex_);
+  logging_ = on;
+  log_.clear();
+}
+
+std::vector<Sequencer::Logged> Sequencer::take_log() {
+  std::lock_guard lock(log_mutex_);
+  return std::exchange(log_, {});
+}
+
+void Sequencer::log(std::chrono::steady_clock::time_point called, const std::vector<comm::Work>& works) {
+  std::lock_guard lock(log_mutex_);
+  if (logging_ && !works.empty()) log_.push_back({called, works});
 }
 
 void Sequencer::done() {

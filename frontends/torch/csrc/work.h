@@ -7,6 +7,7 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <chrono>
 #include <exception>
 #include <deque>
 #include <functional>
@@ -54,7 +55,19 @@ class Sequencer {
   void done();  // a launched work's completion has run
   bool completing_here() const;  // this thread is running one of this sequencer's completions
 
+  // What the monitor reads (monitor.cpp): while logging, every call's hopwise works and when the caller made it.
+  struct Logged {
+    std::chrono::steady_clock::time_point called;
+    std::vector<comm::Work> works;
+  };
+  void set_logging(bool on);
+  std::vector<Logged> take_log();
+
  private:
+  void log(std::chrono::steady_clock::time_point called, const std::vector<comm::Work>& works);
+  std::mutex log_mutex_;
+  bool logging_ = false;
+  std::vector<Logged> log_;
   std::mutex mutex_;
   int open_ = 0;  // launched works whose completion has not yet run
   std::deque<std::function<void()>> held_;

@@ -75,6 +75,7 @@ struct CollectiveStats {
   std::uint64_t calls = 0;
   std::uint64_t bytes = 0;       // user-buffer bytes passed to collectives on this rank
   std::uint64_t wire_bytes = 0;  // bytes this rank's compressed allreduces put on the wire (payloads + scales)
+  double codec_s = 0;            // seconds in codecs: encode, decode, PowerSGD's factor products (this rank)
   // The tuner's: calls that ran a candidate under trial, its agreement calls, size classes tuned again after a
   // drift, and the seconds the trials cost beyond running the chosen algorithm (this rank).
   std::uint64_t tuning_trials = 0, tuning_agreements = 0, retunes = 0;
@@ -150,6 +151,14 @@ class Communicator {
   Work allreduce_within_host_async(const void* in, void* out, std::size_t count, DataType dt,
                                    ReduceOp op = ReduceOp::kSum);
   int host_ranks() const;  // the ranks on this rank's host, as the plan places them (size() without a plan)
+  // Bytes this rank has sent since it began, by link class: to ranks on its own host (point to point, and into the
+  // shared-memory slots) and to other hosts, as the plan places ranks (one host where the transport says all ranks
+  // share memory; none under HOPWISE_EMULATE_GBPS, whose link is a network's). MPI's own collectives (algorithm
+  // native) are not counted: MPI does not say.
+  struct LinkBytes {
+    std::uint64_t host = 0, network = 0;
+  };
+  LinkBytes link_bytes() const;
 
   // Typed conveniences.
   template <class T>

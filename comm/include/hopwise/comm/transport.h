@@ -4,9 +4,12 @@
 // checked over each of them by tests/test_transport_contract.cpp.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -46,6 +49,7 @@ struct SharedSlots {
   std::size_t slot_bytes = 0;
   std::vector<char*> base;  // base[r]: rank r's slot
   std::uint64_t seq = 0;    // this rank's count of calls that used the slots
+  std::atomic<std::uint64_t> bytes_in{0};  // bytes this rank copied into its slot (the monitor's host-link bytes)
   static constexpr std::size_t kHeader = 64;
   static std::size_t slot_size(std::size_t slot_bytes) { return kHeader + 2 * slot_bytes; }
 };
@@ -131,8 +135,19 @@ class Transport {
   void set_timeout(std::chrono::duration<double> t) { timeout_ = t; }
   std::chrono::duration<double> timeout() const { return timeout_; }
 
+  // Bytes this rank has handed to isend for `peer` since the transport began: what the monitor splits into link
+  // classes (within the host, between hosts). A subgroup's transport counts its own sends (its parent counts them too).
+  virtual std::uint64_t sent_to(int peer) const;
+
  protected:
+  // Every isend counts its bytes here (cheap: one relaxed atomic add).
+  void count_sent(int peer, std::size_t bytes);
   std::chrono::duration<double> timeout_{300.0};
+
+ private:
+  mutable std::once_flag sent_once_;
+  mutable std::unique_ptr<std::atomic<std::uint64_t>[]> sent_;
+  std::atomic<std::uint64_t>* sent_counters() const;
 };
 
 }  // namespace hopwise::comm

@@ -19,7 +19,9 @@ GroupTransport::GroupTransport(Transport& parent, std::vector<int> members)
 
 // Requests keep the parent's peer number, so that a timeout names the rank as the user knows it.
 Request GroupTransport::isend(const void* buf, std::size_t bytes, int peer, int tag) {
-  return parent_.isend(buf, bytes, members_.at(static_cast<std::size_t>(peer)), tag);
+  const Request r = parent_.isend(buf, bytes, members_.at(static_cast<std::size_t>(peer)), tag);
+  count_sent(peer, bytes);
+  return r;
 }
 
 Request GroupTransport::irecv(void* buf, std::size_t bytes, int peer, int tag) {

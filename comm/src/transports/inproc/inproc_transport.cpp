@@ -81,6 +81,7 @@ int InProcessTransport::size() const { return static_cast<int>(world_->boxes.siz
 
 Request InProcessTransport::isend(const void* buf, std::size_t bytes, int peer, int tag) {
   if (peer < 0 || peer >= size()) throw InvalidArgument(fmt::format("isend to rank {} of {}", peer, size()));
+  count_sent(peer, bytes);
   auto* op = new Op{buf, nullptr, bytes, rank_, peer, tag};
   Mailbox& box = world_->boxes[static_cast<std::size_t>(peer)];
   bool matched = false;

@@ -256,6 +256,7 @@ MpiTransport::~MpiTransport() {
 Request MpiTransport::isend(const void* buf, std::size_t bytes, int peer, int tag) {
   MPI_Request r;
   check_mpi(MPI_Isend(buf, to_int_count(bytes, "MPI_Isend"), MPI_BYTE, peer, tag, comm_, &r), "MPI_Isend");
+  count_sent(peer, bytes);
   return Request{from_mpi(r), peer, false, true};
 }
 

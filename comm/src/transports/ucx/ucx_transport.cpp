@@ -418,6 +418,7 @@ Request UcxTransport::isend(const void* buf, std::size_t bytes, int peer, int ta
   // A broken endpoint cannot send; a peer that exited or gave up still gets what is sent (the note a rank that
   // gives up sends every other, so that each learns who is at fault).
   if (p.failure != UCS_OK && p.pid == 0 && !p.gave_up) throw TransportError(failure_text(rank_, p, p.failure), {peer});
+  count_sent(peer, bytes);
   if (p.send_one_copy && bytes >= ucx::kSingleCopyMin) {
     try {
       return Request{s_->single->send(p.ep, peer, buf, bytes, tag), peer, false, true};

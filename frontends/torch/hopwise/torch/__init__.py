@@ -5,6 +5,7 @@
     ddp = DistributedDataParallel(model)      # unchanged
     ddp.register_comm_hook(*hopwise.torch.compression_hook("powersgd:rank=4"))   # optional
     avg = hopwise.torch.ModelAverager("local:period=8", model)   # fewer sync points (see averaging.py)
+    mon = hopwise.torch.Monitor(util_alert=0.5); ...; mon.step()  # where the time goes (see monitor.py)
 
 Under mpirun the group runs over MPI; otherwise over UCX, meeting through the store init_process_group made.
 Every HOPWISE_* variable applies (HOPWISE_ALGO, HOPWISE_TIMEOUT_S, HOPWISE_DEBUG=CHECK, ...).
@@ -14,8 +15,9 @@ import torch.distributed as dist
 from . import _C
 from .averaging import ModelAverager, parse_averaging
 from .hooks import HookState, compression_hook
+from .monitor import Monitor
 
-__all__ = ["compression_hook", "HookState", "ModelAverager", "parse_averaging", "plan", "stats", "BACKEND"]
+__all__ = ["compression_hook", "HookState", "ModelAverager", "Monitor", "parse_averaging", "plan", "stats", "BACKEND"]
 
 BACKEND = "hopwise"
 

@@ -1,0 +1,15 @@
+# The utilization monitor (comm/src/monitor/): its arithmetic, options, exports and the in-process path
+# (test_monitor); train_mnist and hopwise-bench under mpirun, as users run them (monitor_check.py): the straggler
+# named, the alert firing for a starved job and silent for a healthy one, promtool on the metrics files, the charts.
+hopwise_test(test_monitor test_monitor.cpp)
+target_link_libraries(test_monitor PRIVATE hopwise::comm GTest::gtest_main Threads::Threads)
+gtest_discover_tests(test_monitor DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)
+
+foreach(mode straggler alert promtool plots)
+  add_test(NAME monitor_${mode}
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/monitor_check.py ${mode}
+                   ${CMAKE_BINARY_DIR}/bin ${CMAKE_BINARY_DIR}/monitor_${mode})
+  set_tests_properties(monitor_${mode} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                       PASS_REGULAR_EXPRESSION "${mode} ok")
+endforeach()
+set_tests_properties(monitor_plots PROPERTIES PASS_REGULAR_EXPRESSION "png ok: .*topology.png")
