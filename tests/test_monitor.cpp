@@ -206,7 +206,7 @@ TEST(MonitorExports, LinesSayWhatTheyMeasured) {
   r.cause = hm::likely_cause(r);
   EXPECT_EQ(hc::monitor_line(r),
             "monitor: steps 20-29 (2.5 s): utilization 57% (compute 23.0 of 40.0 ms per step), exposed comm 15.0 ms, "
-            "codec 0.0 ms; slowest rank 1, 24.0 ms late per step; network 0 kB/s, host 0 kB/s");
+            "codec 0.0 ms; slowest rank 1, 24.0 ms late per step; network 0 kB/s, host 0 kB/s; monitor 0.000 ms");
   const std::string alert = hc::alert_line(r, 0.7, 3);
   EXPECT_EQ(alert.rfind("monitor ALERT: utilization 57% below 70% for 3 intervals in a row (steps 20-29); likely "
                         "cause: straggler: rank 1",

@@ -92,6 +92,9 @@ def main():
     ap.add_argument("--trace-accuracy", action="store_true",
                     help="check the test accuracy every --eval-every steps (off the clock) and record it")
     ap.add_argument("--json", default="")
+    ap.add_argument("--monitor", default="",
+                    help="hopwise.torch.Monitor: a line per interval on rank 0, e.g. interval=10s (HOPWISE_MONITOR, "
+                         "HOPWISE_UTIL_ALERT, HOPWISE_METRICS_FILE, HOPWISE_METRICS_JSON apply)")
     ap.add_argument("--data", default=os.environ.get("HOPWISE_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
     args = ap.parse_args()
 
@@ -121,6 +124,12 @@ def main():
     else:
         register_hook(ddp, args.hook, args.backend)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+    monitor = None
+    if args.backend == "hopwise" and (args.monitor or os.environ.get("HOPWISE_MONITOR")
+                                      or os.environ.get("HOPWISE_METRICS_FILE") or os.environ.get("HOPWISE_METRICS_JSON")):
+        if args.monitor:
+            os.environ["HOPWISE_MONITOR"] = args.monitor
+        monitor = hopwise.torch.Monitor(job="torch_ddp")
     loss_fn = nn.CrossEntropyLoss()
     local = args.batch // world
     steps = int(args.epochs * (x.shape[0] // args.batch))
@@ -186,6 +195,8 @@ def main():
         opt.step()
         if avg:
             avg.after_step()
+        if monitor:
+            monitor.step()
         loss_sum, losses = loss_sum + loss.item(), losses + 1
         if lead and (i % 20 == 0 or i == steps - 1):
             progress(i + 1, steps, f"loss {loss_sum / losses:.3f} "
@@ -202,6 +213,8 @@ def main():
                 break
     if avg:
         avg.full_average()  # every rank the same model, as the final evaluation scores it
+    if monitor:
+        monitor.finish()
     dist.barrier()
     train_s = time.perf_counter() - t0 - paused
     after = stats()

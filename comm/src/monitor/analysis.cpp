@@ -10,16 +10,17 @@ namespace hopwise::comm::monitor {
 
 void pack(const RankStep& s, double* out) {
   const std::size_t nb = std::min(kMaxBuckets, s.bucket_ms.size());
-  const double head[kHeader] = {s.step_ms,    s.compute_ms,    s.exposed_ms,           s.comm_ms,
-                                s.codec_ms,   s.host_bytes,    s.network_bytes,        static_cast<double>(nb)};
+  const double head[kHeader] = {s.step_ms,       s.compute_ms,    s.exposed_ms,
+                                s.comm_ms,       s.codec_ms,      s.host_bytes,
+                                s.network_bytes, s.monitor_ms,    static_cast<double>(nb)};
   std::copy(head, head + kHeader, out);
   std::fill(out + kHeader, out + kRecord, 0.0);
   std::copy(s.bucket_ms.begin(), s.bucket_ms.begin() + static_cast<std::ptrdiff_t>(nb), out + kHeader);
 }
 
 RankStep unpack(const double* in) {
-  RankStep s{in[0], in[1], in[2], in[3], in[4], in[5], in[6], {}};
-  const auto nb = static_cast<std::size_t>(std::clamp(in[7], 0.0, static_cast<double>(kMaxBuckets)));
+  RankStep s{in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], {}};
+  const auto nb = static_cast<std::size_t>(std::clamp(in[8], 0.0, static_cast<double>(kMaxBuckets)));
   s.bucket_ms.assign(in + kHeader, in + kHeader + nb);
   return s;
 }
@@ -67,6 +68,7 @@ void Interval::add(const std::vector<RankStep>& step) {
     s.codec_ms += x.codec_ms;
     s.host_bytes += x.host_bytes;
     s.network_bytes += x.network_bytes;
+    s.monitor_ms += x.monitor_ms;
     lag_[r] += a.lag_ms[r];
   }
   for (std::size_t b = 0; b < skew_.size(); ++b) {
@@ -101,6 +103,7 @@ MonitorReport Interval::report(std::size_t first_step, double seconds) const {
     r.comm_ms.push_back(s.comm_ms / n);
     r.codec_ms.push_back(s.codec_ms / n);
     r.lag_ms.push_back(lag_[k] / n);
+    r.monitor_ms.push_back(s.monitor_ms / n);
     r.host_bytes_per_s.push_back(s.host_bytes / secs);
     r.network_bytes_per_s.push_back(s.network_bytes / secs);
     util += s.step_ms > 0 ? s.compute_ms / s.step_ms : 1.0;
@@ -185,6 +188,7 @@ std::string step_json(std::size_t step, const std::vector<RankStep>& ranks, cons
   field("codec_ms", &RankStep::codec_ms);
   field("host_bytes", &RankStep::host_bytes);
   field("network_bytes", &RankStep::network_bytes);
+  field("monitor_ms", &RankStep::monitor_ms);
   std::vector<double> util;
   for (const RankStep& s : ranks) util.push_back(s.step_ms > 0 ? s.compute_ms / s.step_ms : 1.0);
   j["utilization"] = util;
@@ -207,6 +211,7 @@ std::string interval_json(const MonitorReport& r) {
   j["comm_ms"] = r.comm_ms;
   j["codec_ms"] = r.codec_ms;
   j["lag_ms"] = r.lag_ms;
+  j["monitor_ms"] = r.monitor_ms;
   j["slowest_rank"] = r.slowest_rank;
   j["slowest_lag_ms"] = r.slowest_lag_ms;
   j["host_bytes_per_s"] = r.host_bytes_per_s;

@@ -14,11 +14,12 @@ namespace hopwise::comm::monitor {
 struct RankStep {
   double step_ms = 0, compute_ms = 0, exposed_ms = 0, comm_ms = 0, codec_ms = 0;
   double host_bytes = 0, network_bytes = 0;
+  double monitor_ms = 0;  // the monitor's own time on the trainer's thread (the previous step's record())
   std::vector<double> bucket_ms;
 };
 
 constexpr std::size_t kMaxBuckets = 64;  // beyond these a step's buckets are not compared (none of ours has as many)
-constexpr std::size_t kHeader = 8;
+constexpr std::size_t kHeader = 9;
 constexpr std::size_t kRecord = kHeader + kMaxBuckets;
 
 void pack(const RankStep& s, double* out);       // kRecord doubles

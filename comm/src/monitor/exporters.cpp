@@ -55,7 +55,8 @@ std::string monitor_line(const MonitorReport& r) {
       steps(r), r.seconds, 100 * r.utilization, mean(r.compute_ms), mean(r.step_ms), mean(r.exposed_ms),
       mean(r.codec_ms));
   if (r.ranks > 1) line += fmt::format("; slowest rank {}, {:.1f} ms late per step", r.slowest_rank, r.slowest_lag_ms);
-  line += fmt::format("; network {}, host {}", rate(total(r.network_bytes_per_s)), rate(total(r.host_bytes_per_s)));
+  line += fmt::format("; network {}, host {}; monitor {:.3f} ms", rate(total(r.network_bytes_per_s)),
+                      rate(total(r.host_bytes_per_s)), mean(r.monitor_ms));
   return line;
 }
 
@@ -87,6 +88,8 @@ std::string prometheus_text(const MonitorReport& r, const std::string& job, std:
   per_rank("hopwise_communication_seconds", "Mean time per step of the buckets' collectives on the progress thread.",
            r.comm_ms, 1e-3);
   per_rank("hopwise_codec_seconds", "Mean time per step in gradient codecs (encode, decode).", r.codec_ms, 1e-3);
+  per_rank("hopwise_monitor_overhead_seconds", "Mean time per step the monitor itself took on the training thread.",
+           r.monitor_ms, 1e-3);
   per_rank("hopwise_arrival_lag_seconds",
            "Mean per step of how late the rank arrived at the buckets it was the last to reach.", r.lag_ms, 1e-3);
   family("hopwise_link_sent_bytes_per_second", "gauge", "Bytes sent per second over the last interval, by link class.");

@@ -99,6 +99,9 @@ struct Monitor::Impl {
   Work inflight;
   bool in_flight = false;
   double last_codec_s = 0;
+  // The monitor's cost on the trainer's thread (record(): bookkeeping, launching and reading the gathers, rank 0's
+  // reports and files) not yet put into a sample. The gather itself runs on the progress thread in the background.
+  double self_ms = 0;
   Communicator::LinkBytes last_bytes;
   // Rank 0.
   monitor::Interval interval;
@@ -204,6 +207,7 @@ bool Monitor::on() const { return impl_ != nullptr; }
 void Monitor::record(const StepSample& s) {
   if (!impl_) return;
   Impl& m = *impl_;
+  const auto t0 = Clock::now();
   monitor::RankStep x;
   x.step_ms = s.step_ms;
   x.compute_ms = s.compute_ms;
@@ -217,11 +221,14 @@ void Monitor::record(const StepSample& s) {
   x.host_bytes = static_cast<double>(bytes.host - m.last_bytes.host);
   x.network_bytes = static_cast<double>(bytes.network - m.last_bytes.network);
   m.last_bytes = bytes;
+  x.monitor_ms = m.self_ms;
+  m.self_ms = 0;
   m.window.resize(m.window.size() + monitor::kRecord);
   monitor::pack(x, m.window.data() + m.window.size() - monitor::kRecord);
   ++m.window_steps;
   ++m.step;
   if (m.window_steps >= static_cast<std::size_t>(m.options.every)) m.launch();
+  m.self_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
 void Monitor::finish() {

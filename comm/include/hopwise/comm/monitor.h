@@ -62,6 +62,7 @@ struct MonitorReport {
   // How late the rank came, per step: over the buckets it arrived last to, the longest time in them minus its own.
   std::vector<double> lag_ms;
   std::vector<double> host_bytes_per_s, network_bytes_per_s;
+  std::vector<double> monitor_ms;  // the monitor's own time per step on the trainer's thread
   int slowest_rank = 0;
   double slowest_lag_ms = 0;
   double utilization = 0;  // compute over step, the ranks' mean
