@@ -71,12 +71,13 @@ def training_chart(records, title, out):
     for k in range(ranks):
         top.plot(x, [100 * r["utilization"][k] for r in steps], linewidth=1, label=f"rank {k}")
         bottom.plot(x, [r["exposed_ms"][k] for r in steps], linewidth=1, label=f"rank {k}")
-    for a in alerts:
+    for a in alerts:  # the interval whose end raised the alert
         for ax in (top, bottom):
-            ax.axvline(a["first_step"], color="red", linestyle=":", linewidth=1.2)
+            ax.axvspan(a["first_step"], a["first_step"] + a.get("steps", 1), color="red", alpha=0.08)
     if alerts:
-        top.text(alerts[0]["first_step"], 102, " alert: " + alerts[0]["cause"][:70], color="red", fontsize=7,
-                 va="bottom")
+        cause = alerts[0]["cause"]
+        cause = cause if len(cause) <= 95 else cause[:cause.rfind(" ", 0, 95)] + " ..."
+        top.text(alerts[0]["first_step"], 102, " alert: " + cause, color="red", fontsize=7, va="bottom")
     top.set_ylabel("compute utilization (%)")
     top.set_ylim(0, 110)
     bottom.set_ylabel("exposed communication (ms)")

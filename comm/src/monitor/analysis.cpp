@@ -227,6 +227,7 @@ std::string alert_json(const MonitorReport& r, const std::string& line) {
   nlohmann::json j;
   j["type"] = "alert";
   j["first_step"] = r.first_step;
+  j["steps"] = r.steps;
   j["utilization"] = r.utilization;
   j["low_intervals"] = r.low_intervals;
   j["cause"] = r.cause;
