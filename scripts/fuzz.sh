@@ -11,7 +11,7 @@ repo=$(pwd)
 secs=${1:-300}
 shift || true
 all_targets=(fuzz_hwloc_xml fuzz_nccl_xml fuzz_nvidia_smi fuzz_json fuzz_topology fuzz_codec_spec fuzz_tuning_file
-             fuzz_averaging_spec)
+             fuzz_averaging_spec fuzz_monitor_spec)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 shared=${HOPWISE_SHARED_TOPOLOGIES:-$repo/../shared/topologies}
@@ -29,7 +29,7 @@ cmake --build "$out" -j"$jobs" --target hopwise_fuzzers hopwise-topo
 # ---- seeds: the shared files are read where they lie; JSON seeds are them converted by hopwise-topo ----
 seeds=$out/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{json,codec,tuning,averaging,empty}
+mkdir -p "$seeds"/{json,codec,tuning,averaging,monitor,empty}
 if [ -d "$shared" ]; then
   for f in "$shared"/*/*.xml "$shared"/*/*.txt; do
     [ -f "$f" ] || continue
@@ -50,6 +50,11 @@ i=0
 for s in sync local:period=8,warmup=100 hier:period=4 gossip gossip:peers=2,codec=int8 async:period=8 \
          async:codec=int8,period=4,warmup=20 " local : period = 3 "; do
   printf '%s' "$s" >"$seeds/averaging/seed$((i++))"
+done
+
+i=0
+for s in interval=10s interval=500ms,every=4,alert_after=2 interval=2m every=1 0.5 50% 1 on; do
+  printf '%s' "$s" >"$seeds/monitor/seed$((i++))"
 done
 
 # A tuning file as hopwise-tune writes it, and one entry with every optional field.
@@ -76,6 +81,7 @@ seed_dirs() {
     fuzz_codec_spec) echo "$seeds/codec" ;;
     fuzz_tuning_file) echo "$seeds/tuning" ;;
     fuzz_averaging_spec) echo "$seeds/averaging" ;;
+    fuzz_monitor_spec) echo "$seeds/monitor" ;;
     *) echo "fuzz.sh: unknown target '$1'; use one of: ${all_targets[*]}" >&2; exit 2 ;;
   esac
 }
@@ -93,7 +99,7 @@ for t in "${targets[@]}"; do
   log=$out/logs/$t.log
   mkdir -p "$corpus" "$art" "$out/logs"
   dict=()
-  [ "$t" = fuzz_codec_spec ] || [ "$t" = fuzz_tuning_file ] || [ "$t" = fuzz_averaging_spec ] ||
+  [ "$t" = fuzz_codec_spec ] || [ "$t" = fuzz_tuning_file ] || [ "$t" = fuzz_averaging_spec ] || [ "$t" = fuzz_monitor_spec ] ||
     dict=(-dict=tests/fuzz/topology.dict)
   echo "== $t: ${secs}s (log: $log)"
   start=$(date +%s)

@@ -24,7 +24,7 @@ double seconds_of(const std::string& field, const std::string& v) {
   const double x = std::strtod(v.c_str(), &end);
   const std::string unit = end ? std::string(end) : "";
   const double scale = unit == "s" || unit.empty() ? 1 : unit == "ms" ? 1e-3 : unit == "m" || unit == "min" ? 60 : -1;
-  if (end == v.c_str() || scale < 0 || !(x > 0) || !std::isfinite(x))
+  if (end == v.c_str() || scale < 0 || !(x > 0) || !std::isfinite(x * scale))
     throw InvalidArgument(fmt::format("HOPWISE_MONITOR: {}={} is not a duration; write e.g. {}=10s, 500ms or 1m",
                                       field, v, field));
   return x * scale;
