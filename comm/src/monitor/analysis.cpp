@@ -138,15 +138,15 @@ std::vector<double> without(const std::vector<double>& v, int skip) {
   return out;
 }
 
+double total(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
+
+}  // namespace
+
 std::string rate(double bytes_per_s) {
   if (bytes_per_s >= 1e9) return fmt::format("{:.2f} GB/s", bytes_per_s / 1e9);
   if (bytes_per_s >= 1e6) return fmt::format("{:.1f} MB/s", bytes_per_s / 1e6);
   return fmt::format("{:.0f} kB/s", bytes_per_s / 1e3);
 }
-
-double total(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
-
-}  // namespace
 
 std::string likely_cause(const MonitorReport& r) {
   if (r.ranks == 0 || r.steps == 0) return "no steps recorded";

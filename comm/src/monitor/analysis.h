@@ -51,6 +51,9 @@ class Interval {
   std::vector<std::vector<int>> last_;     // per bucket, per rank: times it came last
 };
 
+// "12.3 MB/s", "1.05 GB/s", "310 kB/s": what the lines say of bytes per second.
+std::string rate(double bytes_per_s);
+
 // Names what most likely holds utilization down: a straggler, codec time, or exposed communication and its link.
 std::string likely_cause(const MonitorReport& r);
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "analysis.h"
 #include "hopwise/comm/monitor.h"
 #include "hopwise/common/error.h"
 
@@ -22,11 +23,7 @@ double mean(const std::vector<double>& v) {
 
 double total(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
 
-std::string rate(double bytes_per_s) {
-  if (bytes_per_s >= 1e9) return fmt::format("{:.2f} GB/s", bytes_per_s / 1e9);
-  if (bytes_per_s >= 1e6) return fmt::format("{:.1f} MB/s", bytes_per_s / 1e6);
-  return fmt::format("{:.0f} kB/s", bytes_per_s / 1e3);
-}
+using monitor::rate;
 
 std::string steps(const MonitorReport& r) {
   return fmt::format("steps {}-{}", r.first_step, r.first_step + std::max<std::size_t>(r.steps, 1) - 1);
