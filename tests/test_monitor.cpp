@@ -140,8 +140,7 @@ TEST(MonitorOptionsParse, FieldsAndTheirErrors) {
   EXPECT_NE(error("interval=10h").find("write e.g. interval=10s"), std::string::npos);
   EXPECT_NE(error("every=0").find("every=0 must be a whole number >= 1"), std::string::npos);
   EXPECT_NE(error("every=2.5").find("every=2.5 must be a whole number"), std::string::npos);
-  EXPECT_NE(error("period=3").find("unknown field 'period'; fields: interval, every, alert_after"),
-            std::string::npos);
+  EXPECT_NE(error("period=3").find("unknown field 'period'; fields: interval, every, alert_after"), std::string::npos);
   EXPECT_NE(error("interval").find("'interval' needs a value"), std::string::npos);
   EXPECT_DOUBLE_EQ(hc::MonitorOptions::parse_threshold("50%"), 0.5);
   EXPECT_DOUBLE_EQ(hc::MonitorOptions::parse_threshold("0.25"), 0.25);
@@ -180,8 +179,7 @@ TEST(MonitorExports, PrometheusTextAndTheAtomicFile) {
   const std::string text = hc::prometheus_text(r, "a \"quoted\" job", 7);
   expect_valid_exposition(text);
   EXPECT_NE(text.find("hopwise_steps_total{job=\"a \\\"quoted\\\" job\"} 7"), std::string::npos) << text;
-  EXPECT_NE(text.find("hopwise_arrival_lag_seconds{job=\"a \\\"quoted\\\" job\",rank=\"1\"} 0.024"),
-            std::string::npos);
+  EXPECT_NE(text.find("hopwise_arrival_lag_seconds{job=\"a \\\"quoted\\\" job\",rank=\"1\"} 0.024"), std::string::npos);
   EXPECT_NE(text.find("hopwise_utilization_alert{job=\"a \\\"quoted\\\" job\"} 1"), std::string::npos);
 
   const auto dir = std::filesystem::temp_directory_path() / fmt::format("hopwise-monitor-{}", ::getpid());

@@ -16,8 +16,7 @@ namespace {
 
 std::FILE* open_or_throw(const std::string& path, const char* what) {
   std::FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr)
-    throw InvalidArgument(fmt::format("cannot write {} {}: {}", what, path, std::strerror(errno)));
+  if (f == nullptr) throw InvalidArgument(fmt::format("cannot write {} {}: {}", what, path, std::strerror(errno)));
   return f;
 }
 
@@ -52,25 +51,27 @@ void write_metrics(const std::string& path, const Options& o, const RunInfo& inf
     out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n", name, help, name);
   };
   auto labels = [&](const Row& r) {
-    return fmt::format("job=\"hopwise-bench\",collective=\"{}\",dtype=\"{}\",algo=\"{}\",codec=\"{}\",size_bytes=\"{}\"",
-                       comm::to_string(o.collective), to_string(o.dtype), algo_of(r), r.codec == "-" ? "none" : r.codec,
-                       r.bytes);
+    return fmt::format(
+        "job=\"hopwise-bench\",collective=\"{}\",dtype=\"{}\",algo=\"{}\",codec=\"{}\",size_bytes=\"{}\"",
+        comm::to_string(o.collective), to_string(o.dtype), algo_of(r), r.codec == "-" ? "none" : r.codec, r.bytes);
   };
   family("hopwise_bench_time_seconds", "Median time of one call (the slowest rank's), from the last run.");
-  for (const Row& r : rows) out += fmt::format("hopwise_bench_time_seconds{{{}}} {:.9g}\n", labels(r), r.time_us * 1e-6);
+  for (const Row& r : rows)
+    out += fmt::format("hopwise_bench_time_seconds{{{}}} {:.9g}\n", labels(r), r.time_us * 1e-6);
   family("hopwise_bench_bus_bandwidth_bytes_per_second", "Bus bandwidth as nccl-tests defines it, from the last run.");
   for (const Row& r : rows)
     out += fmt::format("hopwise_bench_bus_bandwidth_bytes_per_second{{{}}} {:.9g}\n", labels(r), r.busbw * 1e9);
   family("hopwise_bench_speedup_ratio", "The reference's time over this row's (reference label: mpi, gloo or none).");
   for (const Row& r : rows)
-    out += fmt::format("hopwise_bench_speedup_ratio{{{},reference=\"{}\"}} {:.6g}\n", labels(r), info.reference,
-                       r.vs_mpi);
+    out +=
+        fmt::format("hopwise_bench_speedup_ratio{{{},reference=\"{}\"}} {:.6g}\n", labels(r), info.reference, r.vs_mpi);
   family("hopwise_bench_check_failed", "1 where the row's result differed from the reference computation.");
   for (const Row& r : rows)
     out += fmt::format("hopwise_bench_check_failed{{{}}} {}\n", labels(r), r.check == "FAIL" ? 1 : 0);
-  out += fmt::format("# HELP hopwise_bench_ranks Ranks of the run.\n# TYPE hopwise_bench_ranks gauge\n"
-                     "hopwise_bench_ranks{{job=\"hopwise-bench\"}} {}\n",
-                     info.ranks);
+  out += fmt::format(
+      "# HELP hopwise_bench_ranks Ranks of the run.\n# TYPE hopwise_bench_ranks gauge\n"
+      "hopwise_bench_ranks{{job=\"hopwise-bench\"}} {}\n",
+      info.ranks);
   comm::write_file_atomically(path, out);
 }
 

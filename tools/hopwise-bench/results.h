@@ -25,7 +25,7 @@ struct Row {
 struct RunInfo {
   std::string reference;  // mpi, gloo or none: the vs_ column
   int ranks = 0;
-  bool wire = false;      // rows carry vs_wire
+  bool wire = false;  // rows carry vs_wire
 };
 
 // Each throws InvalidArgument naming the file when it cannot be written.

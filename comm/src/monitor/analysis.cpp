@@ -10,9 +10,9 @@ namespace hopwise::comm::monitor {
 
 void pack(const RankStep& s, double* out) {
   const std::size_t nb = std::min(kMaxBuckets, s.bucket_ms.size());
-  const double head[kHeader] = {s.step_ms,       s.compute_ms,    s.exposed_ms,
-                                s.comm_ms,       s.codec_ms,      s.host_bytes,
-                                s.network_bytes, s.monitor_ms,    static_cast<double>(nb)};
+  const double head[kHeader] = {s.step_ms,       s.compute_ms, s.exposed_ms,
+                                s.comm_ms,       s.codec_ms,   s.host_bytes,
+                                s.network_bytes, s.monitor_ms, static_cast<double>(nb)};
   std::copy(head, head + kHeader, out);
   std::fill(out + kHeader, out + kRecord, 0.0);
   std::copy(s.bucket_ms.begin(), s.bucket_ms.begin() + static_cast<std::ptrdiff_t>(nb), out + kHeader);
@@ -157,14 +157,16 @@ std::string likely_cause(const MonitorReport& r) {
   const double idle = std::max(0.0, step - compute);
   if (r.ranks > 1 && r.slowest_lag_ms >= 0.1 * step && r.slowest_lag_ms >= 0.5 * waited) {
     const double own = r.compute_ms[static_cast<std::size_t>(r.slowest_rank)];
-    return fmt::format("straggler: rank {} arrives {:.1f} ms late per step and the others wait for it "
-                       "(its compute {:.1f} ms, the others' median {:.1f} ms)",
-                       r.slowest_rank, r.slowest_lag_ms, own, median(without(r.compute_ms, r.slowest_rank)));
+    return fmt::format(
+        "straggler: rank {} arrives {:.1f} ms late per step and the others wait for it "
+        "(its compute {:.1f} ms, the others' median {:.1f} ms)",
+        r.slowest_rank, r.slowest_lag_ms, own, median(without(r.compute_ms, r.slowest_rank)));
   }
   if (codec >= 0.5 * idle && codec > 0)
-    return fmt::format("codec time: {:.1f} ms per step ({:.0f}% of the step) encoding and decoding, competing with "
-                       "compute for the cores",
-                       codec, 100 * codec / std::max(1e-9, step));
+    return fmt::format(
+        "codec time: {:.1f} ms per step ({:.0f}% of the step) encoding and decoding, competing with "
+        "compute for the cores",
+        codec, 100 * codec / std::max(1e-9, step));
   const double net = total(r.network_bytes_per_s), host = total(r.host_bytes_per_s);
   const std::string link = net > 0 ? fmt::format("the network between hosts ({} sent by all ranks)", rate(net))
                                    : fmt::format("the host's own links ({} sent by all ranks)", rate(host));

@@ -22,7 +22,7 @@ constexpr std::size_t kMaxBuckets = 64;  // beyond these a step's buckets are no
 constexpr std::size_t kHeader = 9;
 constexpr std::size_t kRecord = kHeader + kMaxBuckets;
 
-void pack(const RankStep& s, double* out);       // kRecord doubles
+void pack(const RankStep& s, double* out);  // kRecord doubles
 RankStep unpack(const double* in);
 
 // One step across the ranks: each bucket's skew and the rank that came last to it, and each rank's lag.
@@ -47,8 +47,8 @@ class Interval {
   std::size_t steps_ = 0;
   std::vector<RankStep> sum_;  // per rank
   std::vector<double> lag_;
-  std::vector<double> skew_;               // per bucket
-  std::vector<std::vector<int>> last_;     // per bucket, per rank: times it came last
+  std::vector<double> skew_;            // per bucket
+  std::vector<std::vector<int>> last_;  // per bucket, per rank: times it came last
 };
 
 // "12.3 MB/s", "1.05 GB/s", "310 kB/s": what the lines say of bytes per second.

@@ -58,8 +58,9 @@ std::string monitor_line(const MonitorReport& r) {
 }
 
 std::string alert_line(const MonitorReport& r, double threshold, int after) {
-  return fmt::format("monitor ALERT: utilization {:.0f}% below {:.0f}% for {} intervals in a row ({}); likely cause: {}",
-                     100 * r.utilization, 100 * threshold, std::max(r.low_intervals, after), steps(r), r.cause);
+  return fmt::format(
+      "monitor ALERT: utilization {:.0f}% below {:.0f}% for {} intervals in a row ({}); likely cause: {}",
+      100 * r.utilization, 100 * threshold, std::max(r.low_intervals, after), steps(r), r.cause);
 }
 
 std::string prometheus_text(const MonitorReport& r, const std::string& job, std::uint64_t steps_total) {

@@ -25,8 +25,8 @@ double seconds_of(const std::string& field, const std::string& v) {
   const std::string unit = end ? std::string(end) : "";
   const double scale = unit == "s" || unit.empty() ? 1 : unit == "ms" ? 1e-3 : unit == "m" || unit == "min" ? 60 : -1;
   if (end == v.c_str() || scale < 0 || !(x > 0) || !std::isfinite(x * scale))
-    throw InvalidArgument(fmt::format("HOPWISE_MONITOR: {}={} is not a duration; write e.g. {}=10s, 500ms or 1m",
-                                      field, v, field));
+    throw InvalidArgument(
+        fmt::format("HOPWISE_MONITOR: {}={} is not a duration; write e.g. {}=10s, 500ms or 1m", field, v, field));
   return x * scale;
 }
 
@@ -73,9 +73,10 @@ double MonitorOptions::parse_threshold(const std::string& text) {
   const bool percent = end && *end == '%' && end[1] == '\0';
   if (percent) x /= 100;
   if (end == text.c_str() || (!percent && *end != '\0') || !(x >= 0 && x <= 1))
-    throw InvalidArgument(fmt::format("HOPWISE_UTIL_ALERT '{}' is not a utilization; write a fraction (0.5) or a "
-                                      "percentage (50%)",
-                                      text));
+    throw InvalidArgument(
+        fmt::format("HOPWISE_UTIL_ALERT '{}' is not a utilization; write a fraction (0.5) or a "
+                    "percentage (50%)",
+                    text));
   return x;
 }
 
@@ -144,7 +145,8 @@ struct Monitor::Impl {
     for (std::size_t s = 0; s < sent_steps; ++s) {
       std::vector<monitor::RankStep> ranks;
       for (int r = 0; r < comm.size(); ++r)
-        ranks.push_back(monitor::unpack(gathered.data() + static_cast<std::size_t>(r) * per_rank + s * monitor::kRecord));
+        ranks.push_back(
+            monitor::unpack(gathered.data() + static_cast<std::size_t>(r) * per_rank + s * monitor::kRecord));
       if (interval.empty()) interval_first = sent_first + s;
       interval.add(ranks);
       ++steps_total;

@@ -27,14 +27,14 @@
 namespace hopwise::comm {
 
 struct MonitorOptions {
-  bool on = false;          // HOPWISE_MONITOR (or any of the files) set
-  double interval_s = 10;   // interval=10s: a line per interval on rank 0
-  int every = 10;           // every=N: steps per gather of the ranks' samples
-  int alert_after = 3;      // alert_after=K: intervals below HOPWISE_UTIL_ALERT before the alert fires
-  double util_alert = 0;    // HOPWISE_UTIL_ALERT: a fraction (0.5) or a percentage (50%); 0: no alerts
-  bool print = true;        // the console lines (off when only files were asked for)
-  std::string metrics_file;  // HOPWISE_METRICS_FILE
-  std::string json_file;     // HOPWISE_METRICS_JSON
+  bool on = false;              // HOPWISE_MONITOR (or any of the files) set
+  double interval_s = 10;       // interval=10s: a line per interval on rank 0
+  int every = 10;               // every=N: steps per gather of the ranks' samples
+  int alert_after = 3;          // alert_after=K: intervals below HOPWISE_UTIL_ALERT before the alert fires
+  double util_alert = 0;        // HOPWISE_UTIL_ALERT: a fraction (0.5) or a percentage (50%); 0: no alerts
+  bool print = true;            // the console lines (off when only files were asked for)
+  std::string metrics_file;     // HOPWISE_METRICS_FILE
+  std::string json_file;        // HOPWISE_METRICS_JSON
   std::string job = "hopwise";  // the job label of every metric
   // Where rank 0's lines go (null: stdout): a trainer that draws a progress bar ends its line first.
   std::function<void(const std::string&)> print_line;
@@ -47,9 +47,9 @@ struct MonitorOptions {
 // What one rank measured in one step. The monitor adds the codec time and the link bytes itself (from the
 // communicator's counters).
 struct StepSample {
-  double step_ms = 0;     // the whole step
-  double compute_ms = 0;  // forward, backward, optimizer step
-  double exposed_ms = 0;  // waiting for communication (the part compute did not hide)
+  double step_ms = 0;             // the whole step
+  double compute_ms = 0;          // forward, backward, optimizer step
+  double exposed_ms = 0;          // waiting for communication (the part compute did not hide)
   std::vector<double> bucket_ms;  // per bucket, in launch order: its collective's time on the progress thread
 };
 
