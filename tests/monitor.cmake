@@ -13,3 +13,15 @@ foreach(mode straggler alert promtool plots)
                        PASS_REGULAR_EXPRESSION "${mode} ok")
 endforeach()
 set_tests_properties(monitor_plots PROPERTIES PASS_REGULAR_EXPRESSION "png ok: .*topology.png")
+
+# Bad input stops every rank at once, naming what was wrong.
+add_test(NAME train_mnist_rejects_bad_monitor
+         COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 2 $<TARGET_FILE:train_mnist>
+                 --monitor interval=0s)
+set_tests_properties(train_mnist_rejects_bad_monitor PROPERTIES LABELS mpi TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "HOPWISE_MONITOR: interval=0s is not a duration")
+add_test(NAME train_mnist_rejects_missing_metrics_dir
+         COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 2 $<TARGET_FILE:train_mnist>
+                 --limit 256 --metrics-file /nonexistent-hopwise-dir/job.prom)
+set_tests_properties(train_mnist_rejects_missing_metrics_dir PROPERTIES LABELS mpi TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "HOPWISE_METRICS_FILE /nonexistent-hopwise-dir/job.prom: the directory /nonexistent-hopwise-dir does not exist")

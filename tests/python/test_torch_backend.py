@@ -54,8 +54,8 @@ def test_import_registers_the_backend():
     assert p.returncode == 0 and "ok" in p.stdout, p.stdout
 
 
-# Every size under torchrun; mpirun (the other launcher and MPI's rendezvous) at 2 and 3.
-@pytest.mark.parametrize("how,np", [("torchrun", n) for n in (1, 2, 3, 4)] + [("mpirun", n) for n in (2, 3)])
+# One rank, an even and an odd number under the two launchers (MPI's rendezvous is mpirun's).
+@pytest.mark.parametrize("how,np", [("torchrun", n) for n in (1, 2, 4)] + [("mpirun", n) for n in (2, 3)])
 def test_collectives(how, np):
     rc, out = launch(how, np, "collectives_worker.py")
     # mpirun may join two ranks' lines into one: match anywhere, count ranks

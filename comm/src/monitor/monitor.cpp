@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "analysis.h"
 #include "hopwise/common/env.h"
@@ -114,6 +116,16 @@ struct Monitor::Impl {
   std::ofstream json;
 
   Impl(Communicator& c, MonitorOptions o) : comm(c), options(std::move(o)) {
+    // Checked on every rank, so that a bad path stops the whole job here rather than rank 0 alone later (its
+    // peers would wait for its gathers until the timeout).
+    for (const auto& [path, what] : {std::pair{options.metrics_file, "HOPWISE_METRICS_FILE"},
+                                     std::pair{options.json_file, "HOPWISE_METRICS_JSON"}}) {
+      if (path.empty()) continue;
+      const auto dir = std::filesystem::path(path).parent_path();
+      if (!dir.empty() && !std::filesystem::is_directory(dir))
+        throw InvalidArgument(fmt::format("{} {}: the directory {} does not exist; create it or choose another path",
+                                          what, path, dir.string()));
+    }
     last_codec_s = comm.stats().codec_s;
     last_bytes = comm.link_bytes();
     if (comm.rank() == 0 && !options.json_file.empty()) {
