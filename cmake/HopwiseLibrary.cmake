@@ -1,12 +1,29 @@
-# hopwise_library(NAME SOURCES...): one library per layer, exported as hopwise::NAME with its headers installed.
+# hopwise_library(NAME [CUDA] SOURCES...): one library per layer, exported as hopwise::NAME with its headers
+# installed. CUDA: a library that needs the CUDA toolkit; it is exported apart (hopwiseCudaTargets, component
+# cuda), so that find_package(hopwise) works on a machine without CUDA and Debian packages leave it out.
 function(hopwise_library name)
-  add_library(hopwise_${name} ${ARGN})
+  cmake_parse_arguments(L "CUDA" "" "" ${ARGN})
+  add_library(hopwise_${name} ${L_UNPARSED_ARGUMENTS})
   add_library(hopwise::${name} ALIAS hopwise_${name})
   set_target_properties(hopwise_${name} PROPERTIES EXPORT_NAME ${name} OUTPUT_NAME hopwise_${name})
   target_include_directories(hopwise_${name} PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
                                                     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
-  target_compile_options(hopwise_${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${HOPWISE_WARNINGS}>)
-  install(TARGETS hopwise_${name} EXPORT hopwiseTargets
-          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-  install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  if(L_CUDA)
+    install(TARGETS hopwise_${name} EXPORT hopwiseCudaTargets
+            ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT cuda)
+  else()
+    install(TARGETS hopwise_${name} EXPORT hopwiseTargets
+            ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
+    install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev)
+  endif()
+endfunction()
+
+# hopwise_tool(TARGET [CUDA]): a command-line tool, installed in bin/ (component tools, or cuda).
+function(hopwise_tool target)
+  cmake_parse_arguments(T "CUDA" "" "" ${ARGN})
+  set(component tools)
+  if(T_CUDA)
+    set(component cuda)
+  endif()
+  install(TARGETS ${target} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT ${component})
 endfunction()

@@ -25,6 +25,8 @@ packages=(
   python3-matplotlib                 # scripts/plot.py: the charts of benchmarks, training metrics and traces
   graphviz                           # hopwise-topo export --format png|svg renders the DOT through it
   prometheus                         # promtool: the tests check the monitor's metrics file with it
+  dpkg-dev                           # cpack -G DEB reads the packages' dependencies off the binaries (dpkg-shlibdeps)
+  stress-ng                          # scripts/test-stress.sh: the suite beside a CPU load
 )
 
 missing=()

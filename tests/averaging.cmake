@@ -6,7 +6,6 @@ gtest_discover_tests(test_averaging DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit 
 
 add_executable(averaging_mpi averaging_mpi.cpp)
 target_link_libraries(averaging_mpi PRIVATE hopwise::comm)
-target_compile_options(averaging_mpi PRIVATE ${HOPWISE_WARNINGS})
 foreach(np 2 4)
   add_test(NAME averaging_mpi_np${np}
            COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np ${np} $<TARGET_FILE:averaging_mpi>)

@@ -27,11 +27,13 @@ add_test(NAME example_allreduce_np3
 set_tests_properties(example_allreduce_np3 PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS 3)
 
 
-# Install into a scratch prefix, then configure, build and run examples/consumer against it.
-add_test(NAME package_consumer
-         COMMAND ${CMAKE_COMMAND} -DBUILD_DIR=${CMAKE_BINARY_DIR} -DSOURCE_DIR=${CMAKE_SOURCE_DIR}
-                 -DMPIEXEC=${MPIEXEC_EXECUTABLE} -P ${CMAKE_CURRENT_SOURCE_DIR}/package_consumer.cmake)
-set_tests_properties(package_consumer PROPERTIES LABELS unit TIMEOUT 300)
+# Installed as a user installs it: cmake --install, find_package from examples/consumer, import hopwise.torch
+# from the prefix in a clean environment, the .deb packages (tests/install_check.sh says what each step checks).
+add_test(NAME install_and_package
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/install_check.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}
+                 ${HOPWISE_TORCH_ENABLED})
+set_tests_properties(install_and_package PROPERTIES LABELS mpi TIMEOUT 600 PROCESSORS 2
+                     PASS_REGULAR_EXPRESSION "install and packages ok")
 
 # Compressed allreduce rows: each checked against a serial run of its codec.
 add_test(NAME bench_check_codecs_np3

@@ -2,7 +2,7 @@
 """The monitor as a user meets it, under mpirun (ctest runs each mode; tests/monitor.cmake).
 
   monitor_check.py straggler BIN OUT   train_mnist --straggle 1:40 on 2 ranks: rank 1 is named, its lag within 20%
-  monitor_check.py alert BIN OUT       a starved job (a 0.2 Gbit/s emulated link) alerts, naming exposed
+  monitor_check.py alert BIN OUT       a starved job (a 0.1 Gbit/s emulated link) alerts, naming exposed
                                        communication; a healthy one (no emulated link) stays silent
   monitor_check.py promtool BIN OUT    the metrics files of train_mnist and hopwise-bench pass promtool check metrics
   monitor_check.py plots BIN OUT       scripts/plot.py makes a valid PNG of a bench CSV and JSON lines, a monitor's
@@ -66,21 +66,27 @@ def straggler(bin_dir, out):
 
 
 def alert(bin_dir, out):
-    common = ["--limit", "6400", "--hidden", "256", "--monitor", "interval=0.25s,every=4,alert_after=2",
-              "--util-alert", "0.5"]
-    starved = train(bin_dir, 2, *common, "--metrics-json", out / "starved.jsonl",
-                    env={"HOPWISE_EMULATE_GBPS": "0.2"})
+    # Intervals by steps (50 steps: 6 lines of 8, then the rest), so that what a job prints does not depend on how
+    # fast the machine runs it. The two jobs are far apart at any speed: the starved one (a 0.1 Gbit/s emulated link
+    # under a 0.8 MB gradient: 65 ms of communication a step for 1-5 ms of compute) measured 2-3% in every condition; the healthy one
+    # (shared memory, a 4x larger model) measured 68-88% idle or on one core, and 21-42% beside stress-ng --cpu 2,
+    # whose two busy workers take half of each rank's core. The threshold sits between, a factor of 2 or more from both.
+    threshold = 0.10
+    monitor = ["--monitor", "interval=8steps,every=4,alert_after=2", "--util-alert", str(threshold)]
+    starved = train(bin_dir, 2, "--limit", "6400", "--hidden", "256", *monitor, "--metrics-json", out / "starved.jsonl",
+                    env={"HOPWISE_EMULATE_GBPS": "0.1"})
     print(starved)
-    alerts = re.findall(r"^monitor ALERT: utilization (\d+)% below 50% for (\d+) intervals in a row .*likely cause: "
+    alerts = re.findall(r"^monitor ALERT: utilization (\d+)% below 10% for (\d+) intervals in a row .*likely cause: "
                         r"(.*)$", starved, re.M)
-    assert alerts, "the starved job printed no alert"
+    assert len(alerts) == 3, f"the starved job printed {len(alerts)} alerts, not 3 (after intervals 2, 4 and 6)"
     assert all(a[2].startswith("exposed communication") and "over the network" in a[2] for a in alerts), \
         f"causes: {[a[2] for a in alerts]}"
-    assert records(out / "starved.jsonl", "alert"), "no alert record in the JSON lines"
-    healthy = train(bin_dir, 2, *common, "--metrics-json", out / "healthy.jsonl")
+    assert len(records(out / "starved.jsonl", "alert")) == 3, "not 3 alert records in the JSON lines"
+    healthy = train(bin_dir, 2, "--limit", "6400", "--hidden", "1024", *monitor,
+                    "--metrics-json", out / "healthy.jsonl")
     print(healthy)
-    lines = re.findall(r"^monitor: .*utilization (\d+)%", healthy, re.M)
-    assert len(lines) >= 2, "the healthy job printed fewer than 2 interval lines"
+    lines = re.findall(r"^monitor: steps \d+-\d+ .*utilization (\d+)%", healthy, re.M)
+    assert len(lines) == 7, f"the healthy job printed {len(lines)} interval lines, not 7 (6 of 8 steps, then 2)"
     assert "ALERT" not in healthy and not records(out / "healthy.jsonl", "alert"), "the healthy job alerted"
     print(f"alert ok: starved job {len(alerts)} alert(s), utilization {alerts[0][0]}%; healthy job silent over "
           f"{len(lines)} intervals, utilization {'/'.join(lines)}%")

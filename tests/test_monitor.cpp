@@ -128,6 +128,9 @@ TEST(MonitorOptionsParse, FieldsAndTheirErrors) {
   EXPECT_DOUBLE_EQ(hc::MonitorOptions::parse("interval=2m").interval_s, 120);
   EXPECT_DOUBLE_EQ(hc::MonitorOptions::parse("interval=10").interval_s, 10);
   EXPECT_TRUE(hc::MonitorOptions::parse("").on);
+  EXPECT_EQ(hc::MonitorOptions::parse("interval=200steps").interval_steps, 200);
+  EXPECT_EQ(hc::MonitorOptions::parse("interval=1step").interval_steps, 1);
+  EXPECT_EQ(hc::MonitorOptions::parse("interval=5steps,interval=2s").interval_steps, 0);  // the last one counts
   auto error = [](const std::string& spec) {
     try {
       hc::MonitorOptions::parse(spec);
@@ -138,6 +141,10 @@ TEST(MonitorOptionsParse, FieldsAndTheirErrors) {
   };
   EXPECT_NE(error("interval=0s").find("interval=0s is not a duration"), std::string::npos);
   EXPECT_NE(error("interval=10h").find("write e.g. interval=10s"), std::string::npos);
+  EXPECT_NE(error("interval=0steps").find("interval=0 must be a whole number >= 1 (steps per line)"),
+            std::string::npos);
+  EXPECT_NE(error("interval=-3steps").find("or 200steps"), std::string::npos);
+  EXPECT_NE(error("interval=9999999steps").find("must be a whole number >= 1"), std::string::npos);
   EXPECT_NE(error("every=0").find("every=0 must be a whole number >= 1"), std::string::npos);
   EXPECT_NE(error("every=2.5").find("every=2.5 must be a whole number"), std::string::npos);
   EXPECT_NE(error("period=3").find("unknown field 'period'; fields: interval, every, alert_after"), std::string::npos);
@@ -262,6 +269,27 @@ TEST(MonitorRanks, TheReducersStragglerIsNamedWithItsLag) {
   EXPECT_LT(r.lag_ms[1], 0.2 * kSleepMs);
   EXPECT_GT(r.host_bytes_per_s[0], 0) << "in-process ranks share a host: their bytes are the host's";
   EXPECT_EQ(r.network_bytes_per_s[0], 0);
+}
+
+// interval=Nsteps: every line covers N steps, however long they took (the last, partial one the rest).
+TEST(MonitorRanks, IntervalsCountedInStepsDoNotDependOnTheClock) {
+  hwtest::Group g(2, hwtest::test_options());
+  std::vector<hc::MonitorReport> reports;
+  const std::string err = g.run([&](int rank, hc::Communicator& comm) {
+    hc::MonitorOptions o = hc::MonitorOptions::parse("interval=6steps,every=4");
+    o.print = false;
+    hc::Monitor monitor(comm, o);
+    for (int s = 0; s < 27; ++s) monitor.record({2, 1, 0, {1}});
+    monitor.finish();
+    if (rank == 0) reports = monitor.reports();
+  });
+  ASSERT_EQ(err, "");
+  ASSERT_EQ(reports.size(), 5u);
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    EXPECT_EQ(reports[i].first_step, 6 * i);
+    EXPECT_EQ(reports[i].steps, i + 1 < reports.size() ? 6u : 3u);
+    EXPECT_DOUBLE_EQ(reports[i].utilization, 0.5);
+  }
 }
 
 TEST(MonitorRanks, OffCostsNothingAndSaysNothing) {

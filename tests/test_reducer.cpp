@@ -21,6 +21,13 @@ using hwtest::Group;
 using hwtest::test_options;
 namespace hc = hopwise::comm;
 
+// "p" + std::to_string(k) trips GCC 12's false -Wrestrict (its bug 105329) once inlined: append instead.
+std::string param_name(const char* prefix, std::size_t k) {
+  std::string name(prefix);
+  name += std::to_string(k);
+  return name;
+}
+
 struct Model {
   std::vector<std::size_t> sizes;
   std::vector<std::vector<float>> grads;  // separate allocations: buckets go through their flat buffers
@@ -63,7 +70,7 @@ void run_case(int ranks, std::size_t params, bool contiguous, double bucket_mb, 
         ptr[k] = own[k].data();
       }
     }
-    for (std::size_t k = 0; k < params; ++k) red.add_parameter("p" + std::to_string(k), ptr[k], sizes[k]);
+    for (std::size_t k = 0; k < params; ++k) red.add_parameter(param_name("p", k), ptr[k], sizes[k]);
     red.finalize();
     std::mt19937_64 order_rng(seed + static_cast<std::uint64_t>(r) * 77);  // a different ready order per rank
     for (int step = 0; step < 3; ++step) {
@@ -177,7 +184,7 @@ TEST(Reducer, TunedBucketCapIsTheSameOnEveryRankAndResultsStayExact) {
     hc::ReducerOptions ro;
     ro.tune_bucket = true;
     hc::GradientReducer red(c, ro);
-    for (std::size_t i = 0; i < grads.size(); ++i) red.add_parameter("p" + std::to_string(i), grads[i].data(), grads[i].size());
+    for (std::size_t i = 0; i < grads.size(); ++i) red.add_parameter(param_name("p", i), grads[i].data(), grads[i].size());
     red.finalize();
     std::set<std::size_t> bucket_counts;
     for (int step = 0; step < 30; ++step) {
@@ -288,7 +295,7 @@ TEST(ReducerPowerSgd, MatchesTheSerialFactorsAndCountsTheirBytes) {
     std::vector<std::vector<float>> grads(shapes.size());
     for (std::size_t k = 0; k < shapes.size(); ++k) {
       grads[k].assign(shapes[k].rows * shapes[k].cols, 0.0f);
-      red.add_parameter("m" + std::to_string(k), grads[k].data(), shapes[k].rows, shapes[k].cols);
+      red.add_parameter(param_name("m", k), grads[k].data(), shapes[k].rows, shapes[k].cols);
     }
     red.finalize();
     std::mt19937_64 order_rng(seed + static_cast<std::uint64_t>(r));

@@ -1,6 +1,7 @@
 #include "hopwise/common/log.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <mutex>
@@ -19,9 +20,24 @@ bool enabled(Level level) {
   return static_cast<int>(level) <= threshold;
 }
 
+namespace {
+std::atomic<bool> line_open{false};
+}  // namespace
+
+void set_console_line_open(bool open) { line_open.store(open); }
+bool console_line_open() { return line_open.load(); }
+
+void end_console_line() {
+  if (!line_open.exchange(false)) return;
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
 void write(Level level, std::string_view message) {
   static std::mutex m;
   std::lock_guard lock(m);
+  // The bar is on stdout and this goes to stderr: the newline goes where the bar is, before the message.
+  end_console_line();
   std::fprintf(stderr, "hopwise %s: %.*s\n", level == Level::kWarn ? "WARN" : "INFO", static_cast<int>(message.size()),
                message.data());
 }

@@ -71,6 +71,13 @@ def progress(done, total, text):
     filled = int(width * done / max(1, total))
     sys.stdout.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {text}")
     sys.stdout.flush()
+    console_line_open(True)
+
+
+def console_line_open(is_open):
+    """Tells hopwise (when loaded) whether the bar's line is open: its warnings and monitor lines end it first."""
+    if "hopwise.torch" in sys.modules:
+        sys.modules["hopwise.torch"].set_console_line_open(is_open)
 
 
 def main():
@@ -220,6 +227,7 @@ def main():
     after = stats()
     if lead:
         print()
+        console_line_open(False)
 
     test_accuracy = accuracy()
     step_ms = train_s / max(1, steps) * 1e3

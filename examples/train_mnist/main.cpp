@@ -20,6 +20,7 @@
 #include "hopwise/comm/reducer.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
+#include "hopwise/common/log.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/powersgd.h"
 #include "checkpoint.h"
@@ -286,10 +287,10 @@ int run(int argc, char** argv) {
   }
 
   f.monitor.job = "train_mnist";
-  bool bar_open = false;  // the progress line printed last has no newline yet
-  f.monitor.print_line = [&bar_open](const std::string& line) {
-    fmt::print("{}{}\n", bar_open ? "\n" : "", line);
-    bar_open = false;
+  // The progress line printed last may have no newline yet: the monitor's lines and hopwise's warnings end it first.
+  f.monitor.print_line = [](const std::string& line) {
+    hopwise::log::end_console_line();
+    fmt::print("{}\n", line);
   };
   hc::Monitor monitor(comm, f.monitor);
   namespace ex = hopwise::examples;
@@ -391,8 +392,8 @@ int run(int argc, char** argv) {
                    std::string(static_cast<std::size_t>(w - done), '.'),
                    static_cast<int>(100 * (s + 1) / steps_per_epoch), loss_sum / static_cast<double>(s + 1));
         if (!tty && s + 1 != steps_per_epoch) fmt::print("\n");
-        bar_open = tty || s + 1 == steps_per_epoch;
         std::fflush(stdout);
+        hopwise::log::set_console_line_open(tty || s + 1 == steps_per_epoch);
       }
     }
     // Every epoch ends with one full average (every rank then holds the same model) and an evaluation.
@@ -408,8 +409,12 @@ int run(int argc, char** argv) {
       sum.steps_to_target = steps;
       sum.epochs_to_target = epoch + 1;
     }
-    if (rank == 0) fmt::print(" test accuracy {:.2f}%\n", 100 * acc);
-    bar_open = false;
+    if (rank == 0) {
+      // The epoch's bar ends with its accuracy, unless a warning ended its line already.
+      const bool open = hopwise::log::console_line_open();
+      hopwise::log::set_console_line_open(false);
+      fmt::print("{}test accuracy {:.2f}%\n", open ? " " : "epoch " + std::to_string(epoch + 1) + ": ", 100 * acc);
+    }
     if (!f.checkpoint.empty())
       ex::save_checkpoint(f.checkpoint, rank, {epoch + 1, p, averager.save()}, model.params(), model.velocity(),
                           model.parameter_count());

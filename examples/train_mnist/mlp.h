@@ -3,7 +3,12 @@
 // so that every bucket of the gradient reducer is one contiguous view.
 #pragma once
 
+// GCC 12 warns "'__Y' may be used uninitialized" inside its own AVX-512 intrinsics (_mm512_undefined_ps) once
+// Eigen's packet code is inlined here; the warning is the compiler's and Eigen's, not this code's.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Dense>
+#pragma GCC diagnostic pop
 
 #include <cstdint>
 #include <functional>

@@ -13,6 +13,7 @@
 
 #include "analysis.h"
 #include "hopwise/common/env.h"
+#include "hopwise/common/log.h"
 #include "hopwise/common/error.h"
 
 namespace hopwise::comm {
@@ -28,8 +29,16 @@ double seconds_of(const std::string& field, const std::string& v) {
   const double scale = unit == "s" || unit.empty() ? 1 : unit == "ms" ? 1e-3 : unit == "m" || unit == "min" ? 60 : -1;
   if (end == v.c_str() || scale < 0 || !(x > 0) || !std::isfinite(x * scale))
     throw InvalidArgument(
-        fmt::format("HOPWISE_MONITOR: {}={} is not a duration; write e.g. {}=10s, 500ms or 1m", field, v, field));
+        fmt::format("HOPWISE_MONITOR: {}={} is not a duration; write e.g. {}=10s, 500ms, 1m or 200steps", field, v, field));
   return x * scale;
+}
+
+// "200steps" or "1step": an interval counted in steps.
+bool is_steps(const std::string& v) {
+  const std::size_t digits = v.find_first_not_of("0123456789");
+  if (digits == 0 || digits == std::string::npos) return false;
+  const std::string unit = v.substr(digits);
+  return unit == "steps" || unit == "step";
 }
 
 int whole(const std::string& field, const std::string& v, const char* what) {
@@ -56,8 +65,12 @@ MonitorOptions MonitorOptions::parse(const std::string& spec) {
     const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
     if (eq == std::string::npos || value.empty())
       throw InvalidArgument(fmt::format("HOPWISE_MONITOR '{}': '{}' needs a value, e.g. interval=10s", spec, item));
-    if (key == "interval")
+    if (key == "interval" && is_steps(value)) {
+      o.interval_steps = whole(key, value.substr(0, value.find_first_not_of("0123456789")), "steps per line");
+    } else if (key == "interval") {
       o.interval_s = seconds_of(key, value);
+      o.interval_steps = 0;
+    }
     else if (key == "every")
       o.every = whole(key, value, "steps between the gathers of the ranks' figures");
     else if (key == "alert_after")
@@ -163,15 +176,20 @@ struct Monitor::Impl {
       interval.add(ranks);
       ++steps_total;
       if (json.is_open()) json << monitor::step_json(sent_first + s, ranks, monitor::arrival(ranks)) << '\n';
+      if (options.interval_steps > 0 && interval.steps() >= static_cast<std::size_t>(options.interval_steps)) report();
     }
-    if (std::chrono::duration<double>(Clock::now() - interval_start).count() >= options.interval_s) report();
+    if (options.interval_steps == 0 &&
+        std::chrono::duration<double>(Clock::now() - interval_start).count() >= options.interval_s)
+      report();
   }
 
   void say(const std::string& line) {
-    if (options.print_line)
+    if (options.print_line) {
       options.print_line(line);
-    else
+    } else {
+      log::end_console_line();  // a trainer's progress bar, if one is open, ends first
       std::fprintf(stdout, "%s\n", line.c_str());
+    }
   }
 
   void report() {

@@ -7,6 +7,7 @@
 #include "averaging.h"
 #include "hooks.h"
 #include "monitor.h"
+#include "hopwise/common/log.h"
 #include "hopwise/comm/algorithm.h"
 #include "hopwise/topology/planner.h"
 #include "process_group.h"
@@ -115,6 +116,9 @@ PYBIND11_MODULE(_C, m) {
         return d;
       },
       py::arg("spec"));
+  m.def("set_console_line_open", &hopwise::log::set_console_line_open, py::arg("open"),
+        "A progress bar left the console's line open (True) or ended it (False): hopwise's warnings and the "
+        "monitor's lines end an open line first.");
   m.def("gossip_partner", &hopwise::comm::gossip_partner, py::arg("position"), py::arg("n"), py::arg("round"));
 
   py::class_<TorchMonitor, std::shared_ptr<TorchMonitor>>(m, "Monitor")

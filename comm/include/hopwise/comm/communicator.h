@@ -154,7 +154,7 @@ class Communicator {
   // Bytes this rank has sent since it began, by link class: to ranks on its own host (point to point, and into the
   // shared-memory slots) and to other hosts, as the plan places ranks (one host where the transport says all ranks
   // share memory; none under HOPWISE_EMULATE_GBPS, whose link is a network's). MPI's own collectives (algorithm
-  // native) are not counted: MPI does not say.
+  // native) count what a bandwidth-optimal algorithm would send, to the next rank: MPI does not say what it sent.
   struct LinkBytes {
     std::uint64_t host = 0, network = 0;
   };

@@ -5,6 +5,8 @@
 // when utilization stays low naming the likely cause, and rewrites a Prometheus textfile and JSON lines.
 //
 //   HOPWISE_MONITOR=interval=10s[,every=10][,alert_after=3]   on; a line per interval on rank 0
+//                                (interval=200steps: by steps, so that what a line covers is the same however fast
+//                                the machine is)
 //   HOPWISE_UTIL_ALERT=0.5       alert when compute utilization stays below 50% for alert_after intervals
 //   HOPWISE_METRICS_FILE=PATH    Prometheus text format, rewritten atomically (the node exporter's textfile habit)
 //   HOPWISE_METRICS_JSON=PATH    JSON lines: one per step (every rank's figures), per interval and per alert
@@ -29,6 +31,7 @@ namespace hopwise::comm {
 struct MonitorOptions {
   bool on = false;              // HOPWISE_MONITOR (or any of the files) set
   double interval_s = 10;       // interval=10s: a line per interval on rank 0
+  int interval_steps = 0;       // interval=200steps: a line per 200 steps instead (0: by time)
   int every = 10;               // every=N: steps per gather of the ranks' samples
   int alert_after = 3;          // alert_after=K: intervals below HOPWISE_UTIL_ALERT before the alert fires
   double util_alert = 0;        // HOPWISE_UTIL_ALERT: a fraction (0.5) or a percentage (50%); 0: no alerts
@@ -38,7 +41,8 @@ struct MonitorOptions {
   std::string job = "hopwise";  // the job label of every metric
   // Where rank 0's lines go (null: stdout): a trainer that draws a progress bar ends its line first.
   std::function<void(const std::string&)> print_line;
-  // "interval=10s,every=10,alert_after=3" (an empty spec: the defaults); errors name the field and what it takes.
+  // "interval=10s,every=10,alert_after=3" or "interval=200steps,..." (an empty spec: the defaults); errors name the
+  // field and what it takes.
   static MonitorOptions parse(const std::string& spec);
   static double parse_threshold(const std::string& text);  // "0.5" or "50%"
   static MonitorOptions from_env();

@@ -9,7 +9,16 @@ namespace hopwise::log {
 
 enum class Level { kWarn = 0, kInfo = 1 };
 bool enabled(Level level);
+// Writes "hopwise WARN: message" to stderr on a line of its own (ending a console line left open first).
 void write(Level level, std::string_view message);
+
+// A program that redraws a progress bar in place says when the console's current line is open (printed without
+// its newline): the next log line then ends it first, so that a warning never lands inside the bar.
+void set_console_line_open(bool open);
+// Whether it is open; a program printing a line of its own may end it with end_console_line().
+bool console_line_open();
+// Ends an open console line on stdout (flushed); a no-op when none is open.
+void end_console_line();
 
 template <class... Args>
 void info(fmt::format_string<Args...> f, Args&&... args) {

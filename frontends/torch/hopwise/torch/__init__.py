@@ -16,8 +16,9 @@ from . import _C
 from .averaging import ModelAverager, parse_averaging
 from .hooks import HookState, compression_hook
 from .monitor import Monitor
+from ._C import set_console_line_open
 
-__all__ = ["compression_hook", "HookState", "ModelAverager", "Monitor", "parse_averaging", "plan", "stats", "BACKEND"]
+__all__ = ["compression_hook", "HookState", "ModelAverager", "Monitor", "parse_averaging", "plan", "set_console_line_open", "stats", "BACKEND"]
 
 BACKEND = "hopwise"
 
