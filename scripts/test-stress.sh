@@ -39,7 +39,7 @@ for c in "${conditions[@]}"; do
   echo "== $c: ctest $*"
   t0=$(date +%s)
   rm -f build/Testing/Temporary/LastTestsFailed.log
-  (cd build && "${prefix[@]}" ctest --timeout 600 "$@" >"../$out/$c.log" 2>&1) || true
+  (cd build && "${prefix[@]}" ctest --timeout 600 --output-on-failure "$@" >"../$out/$c.log" 2>&1) || true
   t1=$(date +%s)
   if [ -n "$stressor" ]; then
     kill "$stressor" 2>/dev/null || true

@@ -1,6 +1,8 @@
 # Faults: one rank misbehaves on purpose (fault_driver.cpp) and the others must say so, naming it, within
-# HOPWISE_TIMEOUT_S (10 s here; the rank that gives up first then listens 1 s for the others' notes); the job must
+# HOPWISE_TIMEOUT_S (10 s here; a rank that gives up then listens up to 5 s for the others' notes); the job must
 # end non-zero and nothing may hang (expect_run.cmake limits each job's time, ctest's TIMEOUT guards the rest).
+# The times each rank reports are checked by what they prove, with room for a loaded machine (scripts/test-stress.sh):
+# "[12][0-9].x s" = after the 10 s timeout (and the listening), not a hang; "[0-9].x s" = before any timeout could fire (a watched pid).
 # Plus the HOPWISE_DEBUG=CHECK call comparison over the in-process transport.
 hopwise_test(fault_driver fault_driver.cpp)
 target_link_libraries(fault_driver PRIVATE hopwise::comm)
@@ -23,19 +25,19 @@ function(hopwise_fault_test name)
   set_tests_properties(${name} PROPERTIES LABELS faults TIMEOUT 120 PROCESSORS ${F_NP} RESOURCE_LOCK hopwise_faults)
 endfunction()
 
-# (a) Rank 2 stops (SIGSTOP): every other rank names it after the 10 s timeout (+1 s listening for the others).
+# (a) Rank 2 stops (SIGSTOP): every other rank names it after the 10 s timeout (+5 s listening for the others).
 hopwise_fault_test(fault_sigstop_np4 NP 4 MAX_SECONDS 40
                    ARGS --fault stop --rank 2 --at 5
-                   EXPECT "rank 0: FAILED after 1[01]\\.[0-9] s in iteration 5: .*timed out after 10\\.0 s.*rank 2 did not answer"
-                          "rank 1: FAILED after 1[01]\\.[0-9] s in iteration 5: .*timed out after 10\\.0 s.*rank 2 did not answer"
-                          "rank 3: FAILED after 1[01]\\.[0-9] s in iteration 5: .*timed out after 10\\.0 s.*rank 2 did not answer"
+                   EXPECT "rank 0: FAILED after [12][0-9]\\.[0-9] s in iteration 5: .*timed out after 10\\.0 s.*rank 2 did not answer"
+                          "rank 1: FAILED after [12][0-9]\\.[0-9] s in iteration 5: .*timed out after 10\\.0 s.*rank 2 did not answer"
+                          "rank 3: FAILED after [12][0-9]\\.[0-9] s in iteration 5: .*timed out after 10\\.0 s.*rank 2 did not answer"
                    REJECT "ok after")
 # The same through a ring (large messages): the ranks wait on different neighbours, yet all name rank 2.
 hopwise_fault_test(fault_sigstop_ring_np4 NP 4 MAX_SECONDS 40
                    ARGS --fault stop --rank 2 --at 3 --algo ring --count 200000
-                   EXPECT "rank 0: FAILED after 1[01]\\.[0-9] s .*algo=ring.*rank 2 did not answer"
-                          "rank 1: FAILED after 1[01]\\.[0-9] s .*algo=ring.*rank 2 did not answer"
-                          "rank 3: FAILED after 1[01]\\.[0-9] s .*algo=ring.*rank 2 did not answer"
+                   EXPECT "rank 0: FAILED after [12][0-9]\\.[0-9] s .*algo=ring.*rank 2 did not answer"
+                          "rank 1: FAILED after [12][0-9]\\.[0-9] s .*algo=ring.*rank 2 did not answer"
+                          "rank 3: FAILED after [12][0-9]\\.[0-9] s .*algo=ring.*rank 2 did not answer"
                    REJECT "ok after")
 # (b) Rank 1 dies (SIGKILL): Open MPI notices at once and kills the job (exit 137) long before any timeout, so
 # the survivors print nothing.
@@ -47,17 +49,17 @@ hopwise_fault_test(fault_sigkill_np4 NP 4 MAX_SECONDS 20
 # exits 0 although every survivor exited 1, so the exit status is not checked.)
 hopwise_fault_test(fault_sigkill_recovery_np4 NP 4 MAX_SECONDS 40 EXIT any MPI --enable-recovery
                    ARGS --fault kill --rank 1 --at 5
-                   EXPECT "rank 0: FAILED after 1[01]\\.[0-9] s .*rank 1 did not answer"
-                          "rank 2: FAILED after 1[01]\\.[0-9] s .*rank 1 did not answer"
-                          "rank 3: FAILED after 1[01]\\.[0-9] s .*rank 1 did not answer"
+                   EXPECT "rank 0: FAILED after [12][0-9]\\.[0-9] s .*rank 1 did not answer"
+                          "rank 2: FAILED after [12][0-9]\\.[0-9] s .*rank 1 did not answer"
+                          "rank 3: FAILED after [12][0-9]\\.[0-9] s .*rank 1 did not answer"
                    REJECT "ok after")
 # (c) Rank 3 leaves out the last allreduce: the others time out naming it. (Left out mid-loop, the ranks pair
 # each call with the next one of rank 3 and nothing waits: only the data is wrong, which the driver catches.)
 hopwise_fault_test(fault_skip_np4 NP 4 MAX_SECONDS 40
                    ARGS --fault skip --rank 3 --iters 20 --at 19
-                   EXPECT "rank 0: FAILED after 1[01]\\.[0-9] s in iteration 19: .*rank 3 did not answer"
-                          "rank 1: FAILED after 1[01]\\.[0-9] s in iteration 19: .*rank 3 did not answer"
-                          "rank 2: FAILED after 1[01]\\.[0-9] s in iteration 19: .*rank 3 did not answer"
+                   EXPECT "rank 0: FAILED after [12][0-9]\\.[0-9] s in iteration 19: .*rank 3 did not answer"
+                          "rank 1: FAILED after [12][0-9]\\.[0-9] s in iteration 19: .*rank 3 did not answer"
+                          "rank 2: FAILED after [12][0-9]\\.[0-9] s in iteration 19: .*rank 3 did not answer"
                           "rank 3: ok after 20 iterations")
 # (d) Rank 2 calls with another count, dtype, op or root: with HOPWISE_DEBUG=CHECK every rank reports the field
 # and the ranks that disagree, before any data moves.
@@ -82,10 +84,13 @@ endforeach()
 # torchrun's variables and, unlike mpirun and torchrun, lets the survivors run on after a rank dies) ----
 # hopwise_ucx_fault_test(NAME NP n MAX_SECONDS s ARGS driver-args... EXPECT regex... [REJECT regex...])
 function(hopwise_ucx_fault_test name)
-  cmake_parse_arguments(F "" "NP;MAX_SECONDS" "ARGS;EXPECT;REJECT" ${ARGN})
+  cmake_parse_arguments(F "" "NP;MAX_SECONDS;GRACE" "ARGS;EXPECT;REJECT" ${ARGN})
+  if(NOT F_GRACE)
+    set(F_GRACE 5)
+  endif()
   hopwise_expect_test(${name} EXIT nonzero MAX_SECONDS ${F_MAX_SECONDS} EXPECT ${F_EXPECT} REJECT ${F_REJECT}
                       COMMAND /usr/bin/env HOPWISE_TIMEOUT_S=10 ${CMAKE_CURRENT_SOURCE_DIR}/spawn_ranks.sh ${F_NP}
-                              $<TARGET_FILE:fault_driver> ${F_ARGS})
+                              --grace ${F_GRACE} $<TARGET_FILE:fault_driver> ${F_ARGS})
   set_tests_properties(${name} PROPERTIES LABELS "faults;ucx" TIMEOUT 120 PROCESSORS ${F_NP}
                                           RESOURCE_LOCK hopwise_faults)
 endfunction()
@@ -97,17 +102,19 @@ function(hopwise_all_ranks_say out ranks pattern)
   set(${out} ${lines} PARENT_SCOPE)
 endfunction()
 # (a) A rank stops: the others name it after the timeout, through shared memory and through a ring.
-hopwise_all_ranks_say(expect "0;1;3" "1[01]\\.[0-9] s in iteration 5: .*timed out after 10\\.0 s.*rank 2 did not answer")
+hopwise_all_ranks_say(expect "0;1;3" "[12][0-9]\\.[0-9] s in iteration 5: .*timed out after 10\\.0 s.*rank 2 did not answer")
 hopwise_ucx_fault_test(ucx_fault_sigstop_np4 NP 4 MAX_SECONDS 40 ARGS --fault stop --rank 2 --at 5
                        EXPECT ${expect} REJECT "ok after")
 hopwise_ucx_fault_test(ucx_fault_sigstop_ring_np4 NP 4 MAX_SECONDS 40
                        ARGS --fault stop --rank 2 --at 5 --algo ring --count 200000 EXPECT ${expect} REJECT "ok after")
 # (b) A rank dies: on one host its pid is watched, so the others fail within about a second, not at the timeout;
 # through a ring its neighbours see it go, the others see them give up, and all name the dead rank.
-hopwise_all_ranks_say(expect "0;2;3" "[0-2]\\.[0-9] s in iteration 5: .*rank 1 did not answer")
-hopwise_ucx_fault_test(ucx_fault_sigkill_np4 NP 4 MAX_SECONDS 20 ARGS --fault kill --rank 1 --at 5
+hopwise_all_ranks_say(expect "0;2;3" "[0-9]\\.[0-9] s in iteration 5: .*rank 1 did not answer")
+# spawn_ranks.sh gives the survivors 15 s after the death to say so, not 5: on a loaded machine the word passes
+# down the ring in seconds (rank 2 knew after 3.6 s beside stress-ng, and the harness killed the others at 5 s).
+hopwise_ucx_fault_test(ucx_fault_sigkill_np4 NP 4 MAX_SECONDS 40 GRACE 15 ARGS --fault kill --rank 1 --at 5
                        EXPECT ${expect} REJECT "ok after")
-hopwise_ucx_fault_test(ucx_fault_sigkill_ring_np4 NP 4 MAX_SECONDS 20
+hopwise_ucx_fault_test(ucx_fault_sigkill_ring_np4 NP 4 MAX_SECONDS 40 GRACE 15
                        ARGS --fault kill --rank 1 --at 5 --algo ring --count 200000 EXPECT ${expect} REJECT "ok after")
 # (c) A rank skips the last allreduce: the others name it (it has exited by then, so they know within a second).
 hopwise_all_ranks_say(expect "0;1;2" "[0-9]+\\.[0-9] s in iteration 19: .*rank 3 did not answer")
@@ -115,11 +122,11 @@ hopwise_ucx_fault_test(ucx_fault_skip_np4 NP 4 MAX_SECONDS 40 ARGS --fault skip 
                        EXPECT ${expect} "rank 3: ok after 20 iterations")
 # (d) A rank never joins: every other rank names it when the rendezvous times out; rank 0 (the store's server)
 # stays until the others have said so too.
-hopwise_all_ranks_say(expect "0;1;3" "(9|10)\\.[0-9] s .*rank\\(s\\) 2 did not arrive within 10\\.0 s")
+hopwise_all_ranks_say(expect "0;1;3" "(9|1[0-9])\\.[0-9] s .*rank\\(s\\) 2 did not arrive within 10\\.0 s")
 hopwise_ucx_fault_test(ucx_fault_absent_np4 NP 4 MAX_SECONDS 30 ARGS --fault absent --rank 2
                        EXPECT ${expect} REJECT "closed the connection")
 # (e) Rank 0, which serves the store, never starts: the others name the address nobody serves.
-hopwise_all_ranks_say(expect "1;2" "(9|10)\\.[0-9] s .*store: nobody serves tcp://127\\.0\\.0\\.1:[0-9]+")
+hopwise_all_ranks_say(expect "1;2" "(9|1[0-9])\\.[0-9] s .*store: nobody serves tcp://127\\.0\\.0\\.1:[0-9]+")
 hopwise_ucx_fault_test(ucx_fault_store_unserved_np3 NP 3 MAX_SECONDS 30 ARGS --fault absent --rank 0
                        EXPECT ${expect})
 # (f) Under torchrun itself: a rank that skips a call is named by the others; torchrun fails the job.

@@ -62,6 +62,8 @@ torch_job() {  # torch_job SITE_DIR: import and allreduce from SITE_DIR, nothing
 }
 if [ "$has_torch" = 1 ]; then
   step "3. import hopwise.torch from the prefix, clean environment"
+  # The same place under /usr/local is on Debian's Python's path: there no PYTHONPATH is needed.
+  $python -c "import site, sys; sys.exit(0 if '/usr/local/lib/python$pyver/dist-packages' in site.getsitepackages() else 'not on the path: /usr/local/lib/python$pyver/dist-packages')"
   torch_job "$prefix/lib/python$pyver/dist-packages"
 else
   step "3. skipped: this build has no PyTorch backend"

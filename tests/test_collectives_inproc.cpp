@@ -388,10 +388,13 @@ TEST_P(ManyRanks, OtherCollectives) {
   SCOPED_TRACE(seed_note(seed));
   Group g(n, test_options(Algorithm::kAuto, 64));
   const std::vector<int> roots{0, n / 2, n - 1};
-  for (const auto& [dt, op] :
+  for (const auto& dt_op :
        {std::pair{DataType::kFloat32, ReduceOp::kSum}, std::pair{DataType::kInt32, ReduceOp::kMax},
         std::pair{DataType::kBFloat16, ReduceOp::kAvg}, std::pair{DataType::kUInt8, ReduceOp::kProd}})
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{100}}) {
+      // Plain variables, not a structured binding: the lambda below captures them (clang 14 cannot).
+      const DataType dt = dt_op.first;
+      const ReduceOp op = dt_op.second;
       SCOPED_TRACE(
           fmt::format("{} {} count={} over {} ranks", hopwise::to_string(dt), hopwise::to_string(op), count, n));
       const std::size_t es = hopwise::dtype_size(dt), total = count * static_cast<std::size_t>(n);

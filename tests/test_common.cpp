@@ -20,9 +20,11 @@
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/half.h"
+#include "hopwise/common/log.h"
 #include "hopwise/common/reduce.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -36,7 +38,32 @@ std::string seed_note() { return hwtest::seed_note(test_seed()); }
 
 using hwtest::message_of;
 
+#if defined(__x86_64__)
+// F16C from CPUID leaf 1 (ECX bit 29): clang before 15 does not know "f16c" as a __builtin_cpu_supports feature.
+bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 // ======================================================================================== dtype and ops
+// A warning while a progress bar's line is open (on stdout, no newline yet) ends that line first, once.
+TEST(Log, AWarningStartsALineOfItsOwnAfterAnOpenProgressBar) {
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  std::fputs("\repoch 1/1 [####......] 40%", stdout);
+  hopwise::log::set_console_line_open(true);
+  hopwise::log::write(hopwise::log::Level::kWarn, "first");
+  hopwise::log::write(hopwise::log::Level::kWarn, "second");
+  hopwise::log::end_console_line();  // nothing open any more: a no-op
+  std::fflush(stdout);
+  const std::string out = testing::internal::GetCapturedStdout();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(out, "\repoch 1/1 [####......] 40%\n");
+  EXPECT_EQ(err, "hopwise WARN: first\nhopwise WARN: second\n");
+  EXPECT_FALSE(hopwise::log::console_line_open());
+}
+
 TEST(DType, SizesAndFloating) {
   EXPECT_EQ(hopwise::dtype_size(DataType::kFloat32), 4u);
   EXPECT_EQ(hopwise::dtype_size(DataType::kFloat64), 8u);
@@ -397,8 +424,7 @@ __attribute__((target("f16c"))) float hw_fp16_to_float(std::uint16_t h) { return
 
 // The software conversion agrees with the F16C instructions that the vector kernels use.
 TEST(Half, Fp16MatchesF16C) {
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C on this CPU";
+  if (!cpu_has_f16c()) GTEST_SKIP() << "no F16C on this CPU";
   SCOPED_TRACE(seed_note());
   std::mt19937_64 rng(test_seed() + 2);
   std::size_t bad = 0;
@@ -438,7 +464,7 @@ TEST(Reduce, ActiveIsaHonoursTheCap) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   const bool has_avx2 =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+      __builtin_cpu_supports("avx2") && cpu_has_f16c() && __builtin_cpu_supports("fma");
   const bool has_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   if (cap == "avx512" && has_avx512) {
     EXPECT_EQ(isa, "avx512");

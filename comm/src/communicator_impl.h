@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -66,6 +67,8 @@ struct detail::CommunicatorImpl {
   // ---- progress.cpp ----
   std::string describe(const Task& t, Algorithm a) const;
   double wire_seconds(const Task& t) const;
+  // How long a rank that gave up listens for the others' notes before naming the silent ones.
+  std::chrono::duration<double> listen_for_others() const;
   // Runs one task; returns its error (naming rank, collective, sizes and algorithm), or null.
   std::exception_ptr execute(Task& t);
   void progress_loop();

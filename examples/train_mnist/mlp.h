@@ -5,10 +5,14 @@
 
 // GCC 12 warns "'__Y' may be used uninitialized" inside its own AVX-512 intrinsics (_mm512_undefined_ps) once
 // Eigen's packet code is inlined here; the warning is the compiler's and Eigen's, not this code's.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Dense>
 #pragma GCC diagnostic pop
+#else
+#include <Eigen/Dense>
+#endif
 
 #include <cstdint>
 #include <functional>

@@ -101,7 +101,9 @@ def test_stopped_rank_is_named_within_the_timeout():
     # Not greedy: two ranks' lines can arrive run together (one rank's newline after the other's text).
     said = lines(out, r"rank (\d): FAILED after (\d+\.\d) s: .*?rank 1 did not answer")
     assert rc != 0 and sorted(r for r, _ in said) == ["0", "2"], out[-6000:]
-    assert all(float(s) < 5 + 3 for _, s in said), said  # the timeout, the listening for others, scheduling
+    # After the timeout, and long before a hang: the listening for the others and a loaded machine's scheduling
+    # add seconds (scripts/test-stress.sh), so the bound is the timeout's next 10 s, as in tests/faults.cmake.
+    assert all(float(s) < 5 + 10 for _, s in said), said
 
 
 @pytest.mark.parametrize("how", ["torchrun", "mpirun"])
