@@ -25,8 +25,8 @@ mkdir -p "$out"
 stressor=
 trap '[ -n "$stressor" ] && kill "$stressor" 2>/dev/null; true' EXIT
 
-declare -A failed_in  # test name -> conditions it failed in
-declare -A summary    # condition -> "passed/total, time"
+declare -A failed_in=()  # test name -> conditions it failed in
+declare -A summary=()    # condition -> "passed/total, time"
 for c in "${conditions[@]}"; do
   prefix=()
   case "$c" in
@@ -54,7 +54,12 @@ for c in "${conditions[@]}"; do
       nfailed=$((nfailed + 1))
     done <build/Testing/Temporary/LastTestsFailed.log
   fi
-  summary[$c]="$((${total/\?/0} - nfailed))/$total passed in $((t1 - t0)) s"
+  if [ "$total" = "?" ]; then
+    summary[$c]="no test ran (see the log)"
+    failed_in[no-test-ran]="${failed_in[no-test-ran]:-} $c"
+  else
+    summary[$c]="$((total - nfailed))/$total passed in $((t1 - t0)) s"
+  fi
   echo "   ${summary[$c]} (log: $out/$c.log)"
 done
 

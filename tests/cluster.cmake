@@ -96,7 +96,7 @@ hopwise_cluster_test(cluster_topo_show MAX_SECONDS 60
 
 # Faults across hosts (TCP): a stopped rank is named by all others; a killed one ends the job at once.
 hopwise_cluster_test(cluster_fault_sigstop_4x2 MAX_SECONDS 60 EXIT nonzero
-                     COMMAND ${run} ${hosts4} -x HOPWISE_TIMEOUT_S=10 $<TARGET_FILE:fault_driver> --fault stop --rank 3 --at 5
+                     COMMAND ${run} ${hosts4} -x HOPWISE_TIMEOUT_S=10 $<TARGET_FILE:fault_driver> --fault stop --rank 3 --at 5 --linger 5
                      EXPECT "rank 0: FAILED after [12][0-9]\\.[0-9] s .*rank 3 did not answer"
                             "rank 2: FAILED after [12][0-9]\\.[0-9] s .*rank 3 did not answer"
                             "rank 7: FAILED after [12][0-9]\\.[0-9] s .*rank 3 did not answer"

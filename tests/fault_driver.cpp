@@ -3,6 +3,7 @@
 //
 //   fault_driver [--iters N] [--count C] [--coll allreduce|broadcast] [--algo NAME]
 //                [--fault none|stop|kill|skip|mismatch|absent] [--rank R] [--at I] [--what count|dtype|op|root]
+//                [--linger S]
 //
 //   stop      rank R stops itself with SIGSTOP before iteration I (a hung or descheduled process)
 //   kill      rank R kills itself with SIGKILL before iteration I (a crashed process)
@@ -11,7 +12,9 @@
 //   absent    rank R never joins: it exits before making its communicator (a rank that was never started)
 //
 // Every rank prints one line at the end: "rank R: ok after N iterations", or "rank R: FAILED after S s in
-// iteration I: <error>" (exit 1), S counted from the start of that iteration.
+// iteration I: <error>" (exit 1), S counted from the start of that iteration. --linger S: a failed rank waits S
+// seconds before it exits, since mpirun ends the job at the first failed exit, and the ranks of a ring give up
+// seconds apart on a loaded machine: so that every one of them gets to say what it found.
 // Every result is checked, so a fault that goes unnoticed but corrupts data also fails.
 #include <fmt/core.h>
 #include <unistd.h>
@@ -22,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hopwise/comm/communicator.h"
@@ -36,6 +40,7 @@ using hopwise::ReduceOp;
 
 struct Args {
   int iters = 50, rank = 1, at = 10;
+  double linger_s = 0;
   std::size_t count = 256;
   std::string coll = "allreduce", fault = "none", what = "count", algo;
 };
@@ -67,6 +72,8 @@ Args parse(int argc, char** argv) {
       a.at = std::stoi(v);
     else if (k == "--what")
       a.what = v;
+    else if (k == "--linger")
+      a.linger_s = std::stod(v);
     else
       usage("unknown flag " + k);
   }
@@ -158,6 +165,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     say(fmt::format("rank {}: FAILED after {:.1f} s in iteration {}: {}", rank, s, at, e.what()));
+    if (a.linger_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(a.linger_s));
     return 1;
   }
 }

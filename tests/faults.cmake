@@ -32,9 +32,10 @@ hopwise_fault_test(fault_sigstop_np4 NP 4 MAX_SECONDS 40
                           "rank 1: FAILED after [12][0-9]\\.[0-9] s in iteration 5: .*timed out after 10\\.0 s.*rank 2 did not answer"
                           "rank 3: FAILED after [12][0-9]\\.[0-9] s in iteration 5: .*timed out after 10\\.0 s.*rank 2 did not answer"
                    REJECT "ok after")
-# The same through a ring (large messages): the ranks wait on different neighbours, yet all name rank 2.
+# The same through a ring (large messages): the ranks wait on different neighbours, yet all name rank 2. They give
+# up seconds apart on a loaded machine: each lingers 5 s after its line, so that mpirun lets the others say theirs.
 hopwise_fault_test(fault_sigstop_ring_np4 NP 4 MAX_SECONDS 40
-                   ARGS --fault stop --rank 2 --at 3 --algo ring --count 200000
+                   ARGS --fault stop --rank 2 --at 3 --algo ring --count 200000 --linger 5
                    EXPECT "rank 0: FAILED after [12][0-9]\\.[0-9] s .*algo=ring.*rank 2 did not answer"
                           "rank 1: FAILED after [12][0-9]\\.[0-9] s .*algo=ring.*rank 2 did not answer"
                           "rank 3: FAILED after [12][0-9]\\.[0-9] s .*algo=ring.*rank 2 did not answer"
@@ -106,7 +107,8 @@ hopwise_all_ranks_say(expect "0;1;3" "[12][0-9]\\.[0-9] s in iteration 5: .*time
 hopwise_ucx_fault_test(ucx_fault_sigstop_np4 NP 4 MAX_SECONDS 40 ARGS --fault stop --rank 2 --at 5
                        EXPECT ${expect} REJECT "ok after")
 hopwise_ucx_fault_test(ucx_fault_sigstop_ring_np4 NP 4 MAX_SECONDS 40
-                       ARGS --fault stop --rank 2 --at 5 --algo ring --count 200000 EXPECT ${expect} REJECT "ok after")
+                       ARGS --fault stop --rank 2 --at 5 --algo ring --count 200000 --linger 5 EXPECT ${expect}
+                       REJECT "ok after")
 # (b) A rank dies: on one host its pid is watched, so the others fail within about a second, not at the timeout;
 # through a ring its neighbours see it go, the others see them give up, and all name the dead rank.
 hopwise_all_ranks_say(expect "0;2;3" "[0-9]\\.[0-9] s in iteration 5: .*rank 1 did not answer")
