@@ -16,7 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
     const MonitorOptions o = MonitorOptions::parse(text);
-    if (!o.on || !(o.interval_s > 0) || !std::isfinite(o.interval_s) || o.every < 1 || o.alert_after < 1) {
+    if (!o.on || !(o.interval_s > 0) || !std::isfinite(o.interval_s) || o.interval_steps < 0 ||
+        o.interval_steps > 1000000 || o.every < 1 || o.alert_after < 1) {
       std::fprintf(stderr, "'%s' was accepted with a field out of range\n", text.c_str());
       std::abort();
     }
