@@ -463,8 +463,7 @@ TEST(Reduce, ActiveIsaHonoursTheCap) {
   }
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  const bool has_avx2 =
-      __builtin_cpu_supports("avx2") && cpu_has_f16c() && __builtin_cpu_supports("fma");
+  const bool has_avx2 = __builtin_cpu_supports("avx2") && cpu_has_f16c() && __builtin_cpu_supports("fma");
   const bool has_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   if (cap == "avx512" && has_avx512) {
     EXPECT_EQ(isa, "avx512");

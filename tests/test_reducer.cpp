@@ -184,7 +184,8 @@ TEST(Reducer, TunedBucketCapIsTheSameOnEveryRankAndResultsStayExact) {
     hc::ReducerOptions ro;
     ro.tune_bucket = true;
     hc::GradientReducer red(c, ro);
-    for (std::size_t i = 0; i < grads.size(); ++i) red.add_parameter(param_name("p", i), grads[i].data(), grads[i].size());
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      red.add_parameter(param_name("p", i), grads[i].data(), grads[i].size());
     red.finalize();
     std::set<std::size_t> bucket_counts;
     for (int step = 0; step < 30; ++step) {
@@ -202,8 +203,8 @@ TEST(Reducer, TunedBucketCapIsTheSameOnEveryRankAndResultsStayExact) {
   });
   EXPECT_EQ(err, "");
   EXPECT_EQ(caps[0], caps[1]);
-  EXPECT_NE(std::find(hopwise::comm::detail::BucketTuner::kCaps.begin(), hopwise::comm::detail::BucketTuner::kCaps.end(),
-                      caps[0]),
+  EXPECT_NE(std::find(hopwise::comm::detail::BucketTuner::kCaps.begin(),
+                      hopwise::comm::detail::BucketTuner::kCaps.end(), caps[0]),
             hopwise::comm::detail::BucketTuner::kCaps.end());
 }
 

@@ -64,8 +64,8 @@ std::exception_ptr detail::CommunicatorImpl::execute(Task& t) {
     if (!broken.empty())
       throw Error(fmt::format("communicator is unusable after an earlier error ({}); create a new one", broken));
     // A composite call chooses for each of its plain collectives; its own entry names the cost model's pick.
-    const Selected s = t.job ? Selected{{model_choice(t.kind, t.count * dtype_size(t.dt)), 0, 0}}
-                             : select(t.kind, t.count, t.dt);
+    const Selected s =
+        t.job ? Selected{{model_choice(t.kind, t.count * dtype_size(t.dt)), 0, 0}} : select(t.kind, t.count, t.dt);
     a = s.choice.algorithm;
     // The compression is part of the call: a PowerSGD allreduce against a plain one of the same count differs.
     if (options.check) check.verify(*transport, {t.kind, t.count, t.dt, t.op, t.root, a, t.compression});

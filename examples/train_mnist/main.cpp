@@ -15,6 +15,8 @@
 #include <string>
 #include <thread>
 
+#include "checkpoint.h"
+#include "hopwise/comm/averaging.h"
 #include "hopwise/comm/communicator.h"
 #include "hopwise/comm/monitor.h"
 #include "hopwise/comm/reducer.h"
@@ -23,8 +25,6 @@
 #include "hopwise/common/log.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/powersgd.h"
-#include "checkpoint.h"
-#include "hopwise/comm/averaging.h"
 #include "mlp.h"
 #include "mnist.h"
 #include "report.h"
@@ -41,17 +41,17 @@ struct Flags {
   std::string compression = hopwise::env::get_or("HOPWISE_COMPRESSION", "none");
   double bucket_mb = 1;
   bool tune_bucket = false;  // --bucket-mb auto
-  int chunks = 4;  // column blocks per weight gradient, each handed to the reducer when done
+  int chunks = 4;            // column blocks per weight gradient, each handed to the reducer when done
   bool overlap = true;
   std::string algo = "auto", trace = hopwise::env::get_or("HOPWISE_TRACE_FILE", ""), json;
   std::uint64_t seed = 1;
   std::size_t limit = 0;  // use only the first N training images (0 = all)
   std::string averaging = hopwise::env::get_or("HOPWISE_AVERAGING", "sync");
-  double target = 0;     // --target-accuracy (a fraction)
-  int eval_every = 20;   // steps between the probes while the target is not reached
+  double target = 0;    // --target-accuracy (a fraction)
+  int eval_every = 20;  // steps between the probes while the target is not reached
   std::string checkpoint, resume;
   hc::MonitorOptions monitor = hc::MonitorOptions::from_env();
-  int straggler = -1;     // --straggle RANK:MS: this rank sleeps MS in every step's compute
+  int straggler = -1;  // --straggle RANK:MS: this rank sleeps MS in every step's compute
   double straggle_ms = 0;
 };
 
@@ -124,8 +124,7 @@ Flags parse(int argc, char** argv) {
         f.tune_bucket = true;
       else
         f.bucket_mb = num(v);
-    }
-    else if (a == "--no-overlap")
+    } else if (a == "--no-overlap")
       f.overlap = false;
     else if (a == "--algo")
       f.algo = val();
@@ -169,8 +168,7 @@ Flags parse(int argc, char** argv) {
         throw InvalidArgument("--straggle '" + v + "': write RANK:MS, e.g. 1:30 (rank 1 sleeps 30 ms a step)");
       f.straggler = static_cast<int>(num(v.substr(0, colon)));
       f.straggle_ms = num(v.substr(colon + 1));
-    }
-    else
+    } else
       throw InvalidArgument("unknown option '" + a + "'; see train_mnist --help");
   }
   if (f.batch < 1 || f.hidden < 1 || f.bucket_mb <= 0 || f.chunks < 1 || f.eval_every < 1)
@@ -220,7 +218,8 @@ int run(int argc, char** argv) {
     return 2;
   }
   if (f.straggler >= p) {
-    if (rank == 0) std::fprintf(stderr, "train_mnist: --straggle rank %d: the job has ranks 0-%d\n", f.straggler, p - 1);
+    if (rank == 0)
+      std::fprintf(stderr, "train_mnist: --straggle rank %d: the job has ranks 0-%d\n", f.straggler, p - 1);
     return 2;
   }
   comm.set_algorithm(hc::parse_algorithm(f.algo));
@@ -243,8 +242,8 @@ int run(int argc, char** argv) {
   reducer.finalize();
   int first_epoch = 0;
   if (!f.resume.empty()) {
-    const auto c = hopwise::examples::load_checkpoint(f.resume, rank, model.params(), model.velocity(),
-                                                      model.parameter_count());
+    const auto c =
+        hopwise::examples::load_checkpoint(f.resume, rank, model.params(), model.velocity(), model.parameter_count());
     if (c.ranks != p)
       throw InvalidArgument(fmt::format("--resume {}: saved by {} ranks, this job has {}", f.resume, c.ranks, p));
     first_epoch = c.epochs_done;
@@ -275,7 +274,9 @@ int run(int argc, char** argv) {
       fmt::print("  bucket {}: {} ({:.2f} MB) -> {}\n", k++, fmt::join(b, ", "), count * 4 / 1e6,
                  f.compression == "none"
                      ? std::string(hc::to_string(comm.algorithm_for(hc::Collective::kAllreduce, count * 4))) +
-                           (comm.tuned_choice(hc::Collective::kAllreduce, count * 4) ? "" : " (cost model; tuned in the first steps)")
+                           (comm.tuned_choice(hc::Collective::kAllreduce, count * 4)
+                                ? ""
+                                : " (cost model; tuned in the first steps)")
                      : f.compression + " (its payloads all-reduced or all-gathered)");
     }
     fmt::print(
@@ -301,7 +302,7 @@ int run(int argc, char** argv) {
   std::vector<std::size_t> order(n_train);
   std::vector<float> xb(static_cast<std::size_t>(px) * static_cast<std::size_t>(local));
   std::vector<std::uint8_t> yb(static_cast<std::size_t>(local));
-  std::vector<float> probe;  // the ranks' mean model, for the evaluations that leave theirs alone
+  std::vector<float> probe;        // the ranks' mean model, for the evaluations that leave theirs alone
   double gradient_exposed_ms = 0;  // of exposed_ms: waiting on the reducer (the rest: on the averager)
   double compute_ms = 0, comm_ms = 0, exposed_ms = 0, step_ms = 0, averaging_ms = 0, paused_s = 0;
   std::size_t steps = 0, gradient_bytes = 0;
@@ -422,8 +423,7 @@ int run(int argc, char** argv) {
   const double wall_s = std::max(1e-9, training_s());
   const double acc = sum.epoch_accuracy.empty() ? evaluate(comm, model, test, px) : sum.epoch_accuracy.back();
   const double n_steps = std::max<double>(1, static_cast<double>(steps));
-  const double overlap_pct =
-      comm_ms > 0 ? std::clamp(100.0 * (1 - gradient_exposed_ms / comm_ms), 0.0, 100.0) : 100.0;
+  const double overlap_pct = comm_ms > 0 ? std::clamp(100.0 * (1 - gradient_exposed_ms / comm_ms), 0.0, 100.0) : 100.0;
   monitor.finish();
   if (!f.trace.empty()) write_trace(comm, tr, f.trace);
   if (rank == 0) {
@@ -439,10 +439,13 @@ int run(int argc, char** argv) {
       fmt::print("averaging {}: {} averagings, {:.2f} MB of parameters per step, {:.2f} ms a step waiting on them\n",
                  averager.spec().to_string(), averager.stats().averages, avg_bytes / 1e6, averaging_ms / n_steps);
     if (f.target > 0)
-      std::fputs(sum.seconds_to_target >= 0
-                     ? fmt::format("target accuracy {:.2f}% reached after {} steps ({:.2f} epochs), {:.1f} s of training\n",
-                                   100 * f.target, sum.steps_to_target, sum.epochs_to_target, sum.seconds_to_target).c_str()
-                     : fmt::format("target accuracy {:.2f}% not reached\n", 100 * f.target).c_str(), stdout);
+      std::fputs(
+          sum.seconds_to_target >= 0
+              ? fmt::format("target accuracy {:.2f}% reached after {} steps ({:.2f} epochs), {:.1f} s of training\n",
+                            100 * f.target, sum.steps_to_target, sum.epochs_to_target, sum.seconds_to_target)
+                    .c_str()
+              : fmt::format("target accuracy {:.2f}% not reached\n", 100 * f.target).c_str(),
+          stdout);
     if (!f.trace.empty()) fmt::print("trace written to {} (open in ui.perfetto.dev or chrome://tracing)\n", f.trace);
     const hc::CollectiveStats cs = comm.stats();
     std::string tuned;

@@ -9,12 +9,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <utility>
 
 #include "analysis.h"
 #include "hopwise/common/env.h"
-#include "hopwise/common/log.h"
 #include "hopwise/common/error.h"
+#include "hopwise/common/log.h"
 
 namespace hopwise::comm {
 
@@ -28,17 +29,18 @@ double seconds_of(const std::string& field, const std::string& v) {
   const std::string unit = end ? std::string(end) : "";
   const double scale = unit == "s" || unit.empty() ? 1 : unit == "ms" ? 1e-3 : unit == "m" || unit == "min" ? 60 : -1;
   if (end == v.c_str() || scale < 0 || !(x > 0) || !std::isfinite(x * scale))
-    throw InvalidArgument(
-        fmt::format("HOPWISE_MONITOR: {}={} is not a duration; write e.g. {}=10s, 500ms, 1m or 200steps", field, v, field));
+    throw InvalidArgument(fmt::format(
+        "HOPWISE_MONITOR: {}={} is not a duration; write e.g. {}=10s, 500ms, 1m or 200steps", field, v, field));
   return x * scale;
 }
 
-// "200steps" or "1step": an interval counted in steps.
-bool is_steps(const std::string& v) {
-  const std::size_t digits = v.find_first_not_of("0123456789");
-  if (digits == 0 || digits == std::string::npos) return false;
-  const std::string unit = v.substr(digits);
-  return unit == "steps" || unit == "step";
+// "200steps" or "1step": the count's digits ("200"), or nothing where the value is not a count of steps.
+std::optional<std::string> steps_count(const std::string& v) {
+  const std::size_t unit = v.find_first_not_of("0123456789");
+  if (unit == 0 || unit == std::string::npos) return std::nullopt;
+  if (v.compare(unit, std::string::npos, "steps") != 0 && v.compare(unit, std::string::npos, "step") != 0)
+    return std::nullopt;
+  return v.substr(0, unit);
 }
 
 int whole(const std::string& field, const std::string& v, const char* what) {
@@ -65,13 +67,12 @@ MonitorOptions MonitorOptions::parse(const std::string& spec) {
     const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
     if (eq == std::string::npos || value.empty())
       throw InvalidArgument(fmt::format("HOPWISE_MONITOR '{}': '{}' needs a value, e.g. interval=10s", spec, item));
-    if (key == "interval" && is_steps(value)) {
-      o.interval_steps = whole(key, value.substr(0, value.find_first_not_of("0123456789")), "steps per line");
+    if (const auto count = key == "interval" ? steps_count(value) : std::nullopt) {
+      o.interval_steps = whole(key, *count, "steps per line");
     } else if (key == "interval") {
       o.interval_s = seconds_of(key, value);
       o.interval_steps = 0;
-    }
-    else if (key == "every")
+    } else if (key == "every")
       o.every = whole(key, value, "steps between the gathers of the ranks' figures");
     else if (key == "alert_after")
       o.alert_after = whole(key, value, "intervals below HOPWISE_UTIL_ALERT before the alert");

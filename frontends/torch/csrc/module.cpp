@@ -6,19 +6,19 @@
 
 #include "averaging.h"
 #include "hooks.h"
-#include "monitor.h"
-#include "hopwise/common/log.h"
 #include "hopwise/comm/algorithm.h"
+#include "hopwise/common/log.h"
 #include "hopwise/topology/planner.h"
+#include "monitor.h"
 #include "process_group.h"
 #include "translate.h"
 
 namespace py = pybind11;
 using hopwise::torch_backend::CodecHookState;
-using hopwise::torch_backend::TorchAverager;
-using hopwise::torch_backend::TorchMonitor;
 using hopwise::torch_backend::PowerSgdHookState;
 using hopwise::torch_backend::ProcessGroupHopwise;
+using hopwise::torch_backend::TorchAverager;
+using hopwise::torch_backend::TorchMonitor;
 
 namespace {
 
@@ -42,7 +42,8 @@ py::dict plan_of(ProcessGroupHopwise& pg) {
   d["description"] = c.plan_description();
   py::dict algos;
   for (std::size_t bytes = 4 << 10; bytes <= (64u << 20); bytes *= 4)
-    algos[py::int_(bytes)] = std::string(hopwise::comm::to_string(c.algorithm_for(hopwise::comm::Collective::kAllreduce, bytes)));
+    algos[py::int_(bytes)] =
+        std::string(hopwise::comm::to_string(c.algorithm_for(hopwise::comm::Collective::kAllreduce, bytes)));
   d["allreduce_algorithm"] = algos;
   if (const auto* cluster = c.cluster()) {
     // The planner is deterministic: planning again gives the plan the communicator took, with its figures.
@@ -137,10 +138,12 @@ PYBIND11_MODULE(_C, m) {
            }),
            py::arg("group"), py::arg("spec"), py::arg("util_alert"), py::arg("metrics_file"), py::arg("metrics_json"),
            py::arg("job"))
-      .def("step", [](TorchMonitor& m) { hopwise::torch_backend::translated([&] { m.step(); }); },
-           py::call_guard<py::gil_scoped_release>())
-      .def("finish", [](TorchMonitor& m) { hopwise::torch_backend::translated([&] { m.finish(); }); },
-           py::call_guard<py::gil_scoped_release>())
+      .def(
+          "step", [](TorchMonitor& m) { hopwise::torch_backend::translated([&] { m.step(); }); },
+          py::call_guard<py::gil_scoped_release>())
+      .def(
+          "finish", [](TorchMonitor& m) { hopwise::torch_backend::translated([&] { m.finish(); }); },
+          py::call_guard<py::gil_scoped_release>())
       .def("last_sample",
            [](const TorchMonitor& m) {
              py::dict d;
@@ -199,7 +202,8 @@ PYBIND11_MODULE(_C, m) {
              return d;
            })
       .def("save", &TorchAverager::save)
-      .def("load", [](TorchAverager& a, const std::string& s) { hopwise::torch_backend::translated([&] { a.load(s); }); });
+      .def("load",
+           [](TorchAverager& a, const std::string& s) { hopwise::torch_backend::translated([&] { a.load(s); }); });
 
   py::class_<PowerSgdHookState, std::shared_ptr<PowerSgdHookState>>(m, "PowerSgdHookState")
       .def(py::init<const std::string&>(), py::arg("spec"))
