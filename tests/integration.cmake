@@ -64,7 +64,18 @@ if(HOPWISE_TORCHRUN)
                               --redirects 1 --tee 1 --no_python $<TARGET_FILE:hopwise-topo> show
                       EXPECT "2 rank\\(s\\) on 1 host\\(s\\)" "rank 1: host ")
   set_tests_properties(topo_show_torchrun_np2 PROPERTIES LABELS "torchrun;ucx" TIMEOUT 180 PROCESSORS 2)
+  # The file store across runs, restarts (--max_restarts) and a run that died (README, "Trust and limits").
+  add_test(NAME file_store_runs_torchrun
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/file_store_runs.sh ${HOPWISE_TORCHRUN} $<TARGET_FILE:fault_driver>
+                   ${CMAKE_BINARY_DIR}/file_store_runs)
+  set_tests_properties(file_store_runs_torchrun PROPERTIES LABELS "torchrun;ucx;faults" TIMEOUT 300 PROCESSORS 2
+                       PASS_REGULAR_EXPRESSION "file store runs ok")
 endif()
+# hopwise-bench with no launcher at all: one rank, Gloo's row beside it.
+hopwise_expect_test(bench_one_process EXIT zero MAX_SECONDS 120
+                    COMMAND $<TARGET_FILE:hopwise-bench> -b 4K -e 64K -c 1 -n 2 -w 1
+                    EXPECT "1 ranks on 1 host\\(s\\) over mpi \\(single process\\)" " gloo " REJECT "FAIL")
+set_tests_properties(bench_one_process PROPERTIES LABELS mpi TIMEOUT 180)
 hopwise_expect_test(bench_check_ucx_mpirun_np3 EXIT zero MAX_SECONDS 240
                     COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -x HOPWISE_TRANSPORT=ucx -np 3
                             $<TARGET_FILE:hopwise-bench> -b 1K -e 4M -f 8 -a ring,hd,tree,direct,shm,auto -c 1 -n 2 -w 1

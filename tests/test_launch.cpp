@@ -29,7 +29,8 @@ class Env {
   }
 
  private:
-  static constexpr const char* kRead[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+  static constexpr const char* kRead[] = {"OMPI_COMM_WORLD_SIZE",
+                                          "OMPI_COMM_WORLD_LOCAL_SIZE",
                                           "OMPI_COMM_WORLD_RANK",
                                           "PMI_SIZE",
                                           "PMIX_RANK",
@@ -40,6 +41,8 @@ class Env {
                                           "MASTER_PORT",
                                           "TORCHELASTIC_RUN_ID",
                                           "TORCHELASTIC_USE_AGENT_STORE",
+                                          "TORCHELASTIC_RESTART_COUNT",
+                                          "LOCAL_WORLD_SIZE",
                                           "HOPWISE_TRANSPORT",
                                           "HOPWISE_STORE"};
   std::map<std::string, std::string> saved_;
@@ -93,7 +96,9 @@ TEST(Launch, MpirunAcrossHostsMeansUcxThroughMpi) {
     EXPECT_EQ(hc::detect_launch().way, hc::Launch::Way::kMpi);
   }
   {
-    Env env({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+    Env env({{"OMPI_COMM_WORLD_SIZE", "4"},
+             {"OMPI_COMM_WORLD_RANK", "1"},
+             {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
              {"HOPWISE_TRANSPORT", "mpi"}});
     EXPECT_EQ(hc::detect_launch().way, hc::Launch::Way::kMpi);
   }
@@ -108,6 +113,24 @@ TEST(Launch, TorchrunMeansUcxOverTheTcpStoreAtMaster) {
   EXPECT_EQ(l.size, 4);
   EXPECT_EQ(l.store, "tcp://10.0.0.7:29500");
   EXPECT_EQ(l.job, "job-42");
+}
+
+// Each of torchrun's restarts meets afresh (a file store's directory holds the earlier attempt's keys).
+TEST(Launch, TorchrunsRestartCountIsTheAttempt) {
+  {
+    Env env(torchrun_with({{"TORCHELASTIC_RESTART_COUNT", "2"}, {"LOCAL_WORLD_SIZE", "2"}}));
+    const hc::Launch l = hc::detect_launch();
+    EXPECT_EQ(l.attempt, 2);
+    EXPECT_TRUE(l.hosts_known_many) << "2 ranks per host of 4";
+  }
+  {
+    Env env(torchrun_with({{"LOCAL_WORLD_SIZE", "4"}}));
+    const hc::Launch l = hc::detect_launch();
+    EXPECT_EQ(l.attempt, 0);
+    EXPECT_FALSE(l.hosts_known_many);
+  }
+  const std::string e = error_of(torchrun_with({{"TORCHELASTIC_RESTART_COUNT", "x"}}));
+  EXPECT_NE(e.find("TORCHELASTIC_RESTART_COUNT"), std::string::npos) << e;
 }
 
 // torchrun's static rendezvous (its multi-node form) serves torch's own store on MASTER_PORT.

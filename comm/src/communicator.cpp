@@ -42,14 +42,16 @@ Options Options::from_env() {
   o.discover_topology = env::get_int("HOPWISE_TOPO_DISCOVERY", 1) != 0;
   if (o.emulate_gbps < 0) throw InvalidArgument("HOPWISE_EMULATE_GBPS must be a link speed in Gbit/s (0 = off)");
   const long long tune = env::get_int("HOPWISE_TUNE", 1);
-  if (tune != 0 && tune != 1) throw InvalidArgument("HOPWISE_TUNE must be 1 (measure the candidates) or 0 (cost model)");
+  if (tune != 0 && tune != 1)
+    throw InvalidArgument("HOPWISE_TUNE must be 1 (measure the candidates) or 0 (cost model)");
   o.tune = tune == 1;
   o.tune_rounds = static_cast<int>(env::get_int("HOPWISE_TUNE_ROUNDS", o.tune_rounds));
   if (o.tune_rounds < 1 || o.tune_rounds > 100)
     throw InvalidArgument("HOPWISE_TUNE_ROUNDS must be between 1 and 100 (repetitions of each candidate)");
   o.tuning_file = env::get_or("HOPWISE_TUNING_FILE", "");
   o.ring_window = static_cast<int>(env::get_int("HOPWISE_RING_WINDOW", -1));
-  if (o.ring_window < -1) throw InvalidArgument("HOPWISE_RING_WINDOW must be -1 (by the plan), 0 (no limit) or a count");
+  if (o.ring_window < -1)
+    throw InvalidArgument("HOPWISE_RING_WINDOW must be -1 (by the plan), 0 (no limit) or a count");
   return o;
 }
 
@@ -148,7 +150,8 @@ namespace {
 std::uint64_t fingerprint(const std::vector<TuningEntry>& entries) {
   std::uint64_t h = 1469598103934665603ull;
   for (const TuningEntry& e : entries)
-    for (char ch : fmt::format("{}|{}|{}|{};", to_string(e.collective), e.dtype_class, e.size_class, to_string(e.choice))) {
+    for (char ch :
+         fmt::format("{}|{}|{}|{};", to_string(e.collective), e.dtype_class, e.size_class, to_string(e.choice))) {
       h ^= static_cast<unsigned char>(ch);
       h *= 1099511628211ull;
     }
@@ -164,19 +167,21 @@ void Communicator::start_tuner(const Options& options) {
   s.rounds = options.tune_rounds;
   impl_->tuner = std::make_unique<detail::Tuner>(s);
   if (options.tuning_file.empty()) return;
-  const TuningFile f = read_tuning_file(options.tuning_file);  // a malformed file is an error
+  TuningFile f = read_tuning_file(options.tuning_file, true);  // a malformed file is an error
   std::string why = shape_mismatch(f.job, job_shape());
   // Another transport's timings do not carry over (and MPI's native collectives exist only over MPI).
   if (!f.transport.empty() && f.transport != transport().name())
     why += fmt::format("{}transport {} (this job {})", why.empty() ? "" : ", ", f.transport, transport().name());
   if (!why.empty()) {
     if (rank() == 0)
-      log::warn("HOPWISE_TUNING_FILE {} was made for {}, this job is {} ({}): ignored; run hopwise-tune "
-                "for this shape",
-                options.tuning_file, to_string(f.job), to_string(job_shape()), why);
+      log::warn(
+          "HOPWISE_TUNING_FILE {} was made for {}, this job is {} ({}): ignored; run hopwise-tune "
+          "for this shape",
+          options.tuning_file, to_string(f.job), to_string(job_shape()), why);
     impl_->tuner->preset({}, 0);
     return;
   }
+  f = read_tuning_file(options.tuning_file);  // the entries, now that the file fits this job
   impl_->tuner->preset(f.entries, fingerprint(f.entries));
   log::info("rank {}: {} tuned classes from {} (made {} on {})", rank(), f.entries.size(), options.tuning_file,
             f.created, f.machine);

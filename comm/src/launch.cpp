@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cctype>
+#include <cstdlib>
 #include <mutex>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "hopwise/comm/transports/ucx_transport.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
+#include "hopwise/common/log.h"
 
 namespace hopwise::comm {
 
@@ -83,7 +85,8 @@ Launch detect_launch() {
   }
   // Under mpirun a job that spans hosts goes over UCX too (meeting through MPI): train_mnist's 7.45 MB of buckets a
   // step (59.6 ms on a 1 Gbit/s link) took 72-74 ms over Open MPI's TCP path and 64-65 ms over UCX's (2 hosts: 81
-  // against 71-72 ms a step). Alike on every rank: each host's ranks see the same local size, and some host has fewer than all.
+  // against 71-72 ms a step). Alike on every rank: each host's ranks see the same local size, and some host has fewer
+  // than all.
   const long local = mpirun ? env::get_int("OMPI_COMM_WORLD_LOCAL_SIZE", 0) : 0;
   l.spans_hosts = mpirun && local > 0 && local < l.size;
   l.way = forced == "ucx" || (forced.empty() && ((!mpirun && ranked_env) || l.spans_hosts)) ? Launch::Way::kUcx
@@ -108,6 +111,9 @@ Launch detect_launch() {
       throw InvalidArgument(
           fmt::format("HOPWISE_STORE={} is not a store address; use tcp://HOST:PORT or file:///DIR", l.store));
     l.job = env::get_or("TORCHELASTIC_RUN_ID", fmt::format("hopwise:{}:{}", l.store, l.size));
+    if (env::get("TORCHELASTIC_RESTART_COUNT")) l.attempt = required_int("TORCHELASTIC_RESTART_COUNT", 0);
+    const long local_size = env::get_int("LOCAL_WORLD_SIZE", 0);
+    l.hosts_known_many = !mpirun && local_size > 0 && local_size < l.size;
   }
   l.why = fmt::format("{} (rank {} of {}): {}{}", l.launcher, l.rank, l.size,
                       l.way == Launch::Way::kMpi ? "MPI" : "UCX, meeting through " + l.store,
@@ -121,9 +127,25 @@ namespace {
 
 std::shared_ptr<Store> make_launch_store(const Launch& l, Store::Seconds timeout) {
   if (l.store == "mpi") return std::make_shared<MpiStore>();
-  if (l.store == "inproc") return std::make_shared<InProcessStore>();
-  if (l.store.rfind("file://", 0) == 0)
-    return std::make_shared<FileStore>(l.store.substr(7), l.rank == 0, l.job, timeout);
+  if (l.store == "inproc" || (l.store.empty() && l.size == 1)) return std::make_shared<InProcessStore>();
+  if (l.store.empty())
+    throw InvalidArgument(
+        fmt::format("this job meets over MPI ({}): it has no store of its own; set HOPWISE_STORE "
+                    "or HOPWISE_TRANSPORT=ucx for one",
+                    l.why));
+  if (l.store.rfind("file://", 0) == 0) {
+    auto store = std::make_shared<FileStore>(l.store.substr(7), l.rank == 0, l.job, timeout, l.attempt);
+    static std::vector<std::pair<std::shared_ptr<FileStore>, int>> leaving;  // left at a clean exit
+    if (leaving.empty())
+      std::atexit([] {
+        for (auto& [s, size] : leaving) try {
+            s->leave(size);
+          } catch (const std::exception&) {  // a store that cannot be cleaned is reported stale by the next run
+          }
+      });
+    leaving.emplace_back(store, l.size);
+    return store;
+  }
   const std::string hostport = l.store.substr(6);
   const auto colon = hostport.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == hostport.size())
@@ -138,7 +160,18 @@ std::shared_ptr<Store> make_launch_store(const Launch& l, Store::Seconds timeout
     port = port * 10 + (c - '0');
   }
   if (port < 1 || port > 65535) throw InvalidArgument(fmt::format("store address {}: port out of range", l.store));
-  return std::make_shared<TcpStore>(host, port, l.rank == 0, l.job, timeout);
+  TcpStoreOptions options = TcpStoreOptions::from_environment();
+  if (l.rank == 0 && options.bind.empty() && l.hosts_known_many && TcpStore::resolve(host).rfind("127.", 0) == 0) {
+    // The host's own name often resolves to a loopback address on itself (Debian's /etc/hosts), which the other
+    // hosts cannot reach.
+    log::warn(
+        "store: {} resolves to {} here, but the job spans hosts: listening on every interface (set "
+        "HOPWISE_STORE_BIND to the address the other hosts reach)",
+        host, TcpStore::resolve(host));
+    options.bind = "0.0.0.0";
+  }
+  const std::string job = l.attempt ? fmt::format("{} (attempt {})", l.job, l.attempt) : l.job;
+  return std::make_shared<TcpStore>(host, port, l.rank == 0, job, timeout, options);
 }
 
 }  // namespace

@@ -243,7 +243,7 @@ int run(int argc, char** argv) {
   int first_epoch = 0;
   if (!f.resume.empty()) {
     const auto c =
-        hopwise::examples::load_checkpoint(f.resume, rank, model.params(), model.velocity(), model.parameter_count());
+        hopwise::examples::load_checkpoint(comm, f.resume, model.params(), model.velocity(), model.parameter_count());
     if (c.ranks != p)
       throw InvalidArgument(fmt::format("--resume {}: saved by {} ranks, this job has {}", f.resume, c.ranks, p));
     first_epoch = c.epochs_done;
@@ -417,7 +417,7 @@ int run(int argc, char** argv) {
       fmt::print("{}test accuracy {:.2f}%\n", open ? " " : "epoch " + std::to_string(epoch + 1) + ": ", 100 * acc);
     }
     if (!f.checkpoint.empty())
-      ex::save_checkpoint(f.checkpoint, rank, {epoch + 1, p, averager.save()}, model.params(), model.velocity(),
+      ex::save_checkpoint(comm, f.checkpoint, {epoch + 1, p, averager.save()}, model.params(), model.velocity(),
                           model.parameter_count());
   }
   const double wall_s = std::max(1e-9, training_s());

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "hopwise/common/error.h"
+#include "store_protocol.h"
 
 namespace hopwise::comm {
 
@@ -56,9 +57,9 @@ std::int64_t InProcessStore::add(const std::string& key, std::int64_t delta) {
   std::int64_t v = 0;
   {
     std::lock_guard lock(s_->mutex);
-    std::string& s = s_->values[key];
-    v = (s.empty() ? 0 : std::stoll(s)) + delta;
-    s = std::to_string(v);
+    const auto it = s_->values.find(key);
+    v = store_protocol::checked_add(key, it == s_->values.end() ? nullptr : &it->second, delta);
+    s_->values[key] = std::to_string(v);
   }
   s_->cv.notify_all();
   return v;

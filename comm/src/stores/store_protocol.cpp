@@ -1,17 +1,49 @@
 #include "store_protocol.h"
 
+#include <fmt/core.h>
+
+#include <charconv>
 #include <cstring>
 
 #include "hopwise/common/error.h"
 
 namespace hopwise::comm::store_protocol {
 
+namespace {
+
+std::string shown(const std::string& key) { return key.size() <= 80 ? key : key.substr(0, 80) + "..."; }
+
+Value make_value(std::string s) { return std::make_shared<const std::string>(std::move(s)); }
+
+}  // namespace
+
+void check_limits(const Request& r) {
+  if (r.keys.size() > kMaxKeys)
+    throw InvalidArgument(fmt::format("store: {} keys in one request; the limit is {}", r.keys.size(), kMaxKeys));
+  std::size_t total = 0;
+  for (const auto& k : r.keys) {
+    if (k.size() > kMaxKeyBytes)
+      throw InvalidArgument(fmt::format("store: key '{}' is {} bytes; a key may have at most {} bytes", shown(k),
+                                        k.size(), kMaxKeyBytes));
+    total += 4 + k.size();
+  }
+  if (total > kMaxKeyListBytes)
+    throw InvalidArgument(
+        fmt::format("store: the keys of one request take {} bytes; the limit is {}", total, kMaxKeyListBytes));
+  if (r.value.size() > kMaxValueBytes)
+    throw InvalidArgument(fmt::format(
+        "store: the value of key '{}' is {} bytes; a value may have at most {} bytes "
+        "({} MiB): send it in parts under several keys",
+        r.keys.empty() ? std::string() : shown(r.keys.front()), r.value.size(), kMaxValueBytes, kMaxValueBytes >> 20));
+}
+
 // op, id, delta, key count, then (length, bytes) per key, then (length, bytes) of the value.
 std::string pack(const Request& r) {
+  check_limits(r);
   std::string b;
   auto put = [&](const void* p, std::size_t n) { b.append(static_cast<const char*>(p), n); };
   auto put_string = [&](const std::string& s) {
-    const auto n = static_cast<std::uint32_t>(s.size());
+    const auto n = static_cast<std::uint32_t>(s.size());  // within the limits checked above
     put(&n, 4);
     put(s.data(), s.size());
   };
@@ -29,14 +61,17 @@ Request unpack(const std::string& b) {
   Request r;
   std::size_t at = 0;
   auto get = [&](void* p, std::size_t n) {
-    if (at + n > b.size()) throw Error("store: a malformed request (cut short) reached the serving rank");
+    if (n > b.size() - at) throw Error("store: a malformed request (cut short) reached the serving rank");
     std::memcpy(p, b.data() + at, n);
     at += n;
   };
-  auto get_string = [&] {
+  auto get_string = [&](std::size_t limit, const char* what) {
     std::uint32_t n = 0;
     get(&n, 4);
     if (n > b.size() - at) throw Error("store: a malformed request (string past its end) reached the serving rank");
+    if (n > limit)
+      throw Error(
+          fmt::format("store: a request with a {}-byte {} (limit {}) reached the serving rank", n, what, limit));
     std::string s(b.data() + at, n);
     at += n;
     return s;
@@ -46,12 +81,38 @@ Request unpack(const std::string& b) {
   get(&r.id, 4);
   get(&r.delta, 8);
   get(&nk, 4);
-  if (nk > b.size()) throw Error("store: a malformed request (key count) reached the serving rank");
-  for (std::uint32_t i = 0; i < nk; ++i) r.keys.push_back(get_string());
-  r.value = get_string();
-  if (r.op < kSet || r.op > kHello || ((r.op == kSet || r.op == kGet || r.op == kAdd) && r.keys.size() != 1))
+  if (nk > kMaxKeys || nk > (b.size() - at) / 4)
+    throw Error("store: a malformed request (key count) reached the serving rank");
+  r.keys.reserve(nk);
+  for (std::uint32_t i = 0; i < nk; ++i) r.keys.push_back(get_string(kMaxKeyBytes, "key"));
+  r.value = get_string(kMaxValueBytes, "value");
+  if (at != b.size()) throw Error("store: a malformed request (bytes past its end) reached the serving rank");
+  if (r.op < kSet || r.op > kHello || ((r.op == kSet || r.op == kGet || r.op == kAdd) && r.keys.size() != 1) ||
+      (r.op == kHello && r.keys.size() > 1))
     throw Error("store: a malformed request (operation) reached the serving rank");
   return r;
+}
+
+std::optional<std::int64_t> parse_integer(const std::string& text) {
+  std::int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (ec != std::errc() || p != end || text.empty()) return std::nullopt;
+  return v;
+}
+
+std::int64_t checked_add(const std::string& key, const std::string* now, std::int64_t delta, const std::string& where) {
+  const std::optional<std::int64_t> was = now ? parse_integer(*now) : std::int64_t{0};
+  if (!was)
+    throw InvalidArgument(
+        fmt::format("{}key '{}' holds a non-integer value ({} bytes); add works on keys that only "
+                    "add has written",
+                    where, shown(key), now->size()));
+  std::int64_t sum = 0;
+  if (__builtin_add_overflow(*was, delta, &sum))
+    throw InvalidArgument(fmt::format("{}adding {} to key '{}' (now {}) would overflow a 64-bit integer", where, delta,
+                                      shown(key), *was));
+  return sum;
 }
 
 bool Table::ready(const Request& r) const {
@@ -61,24 +122,32 @@ bool Table::ready(const Request& r) const {
 }
 
 void Table::answer(int client, const Request& r, const Reply& reply) const {
-  reply(client, r, r.op == kGet ? values_.at(r.keys.front()) : std::string());
+  reply(client, r, true, r.op == kGet ? values_.at(r.keys.front()) : Value());
 }
 
 void Table::handle(int client, Request r, const Reply& reply) {
   switch (r.op) {
     case kSet:
-      values_[r.keys.front()] = r.value;
-      reply(client, r, {});
+      values_[r.keys.front()] = make_value(std::move(r.value));
+      reply(client, r, true, {});
       break;
     case kAdd: {
-      std::string& s = values_[r.keys.front()];
-      const std::int64_t v = (s.empty() ? 0 : std::stoll(s)) + r.delta;
-      s = std::to_string(v);
-      reply(client, r, s);
+      const std::string& key = r.keys.front();
+      const auto it = values_.find(key);
+      std::int64_t sum = 0;
+      try {
+        sum = checked_add(key, it == values_.end() ? nullptr : it->second.get(), r.delta);
+      } catch (const InvalidArgument& e) {
+        reply(client, r, false, make_value(e.what()));
+        return;
+      }
+      Value v = make_value(std::to_string(sum));
+      values_[key] = v;
+      reply(client, r, true, v);
       break;
     }
-    case kCheck: reply(client, r, ready(r) ? "1" : "0"); return;
-    case kHello: reply(client, r, {}); return;
+    case kCheck: reply(client, r, true, make_value(ready(r) ? "1" : "0")); return;
+    case kHello: reply(client, r, true, {}); return;
     default:
       if (ready(r))
         answer(client, r, reply);

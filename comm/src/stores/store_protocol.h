@@ -1,17 +1,29 @@
-// What the served stores (MpiStore, TcpStore) share: the request as it travels, and the table the serving rank
-// keeps (the keys, and the gets and waits parked until a set completes them). One implementation of the store's
-// meaning, whatever carries the bytes.
+// What the served stores (MpiStore, TcpStore) share: the request as it travels, its limits, and the table the
+// serving rank keeps (the keys, and the gets and waits parked until a set completes them). One implementation of
+// the store's meaning, whatever carries the bytes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace hopwise::comm::store_protocol {
 
 enum Op : std::int32_t { kSet = 1, kGet = 2, kWait = 3, kAdd = 4, kCheck = 5, kHello = 6 };
+
+// What one request may carry. A key as long as PyTorch's store allows; a value far above any address, topology
+// or fingerprint the ranks exchange; enough keys to wait for every rank of a large job in one request.
+constexpr std::size_t kMaxKeyBytes = 8u << 10;
+constexpr std::size_t kMaxValueBytes = 256u << 20;
+constexpr std::size_t kMaxKeys = 1u << 20;
+constexpr std::size_t kMaxKeyListBytes = 64u << 20;  // all keys of one request together
+constexpr std::size_t kHeaderBytes = 24;             // op, id, delta, key count
+constexpr std::size_t kMaxRequestBytes = kHeaderBytes + kMaxKeyListBytes + 4 + kMaxValueBytes;
 
 struct Request {
   std::int32_t op = 0;
@@ -21,13 +33,26 @@ struct Request {
   std::string value;
 };
 
+// InvalidArgument naming the key and the limit when `r` is past one; a client checks before sending.
+void check_limits(const Request& r);
 std::string pack(const Request& r);
-// Throws Error for bytes that are not a request.
+// Throws Error for bytes that are not a request, or one past the limits.
 Request unpack(const std::string& bytes);
+
+// The integer `text` holds ("-12"), or nothing when it holds anything else (spaces, a fraction, past int64).
+std::optional<std::int64_t> parse_integer(const std::string& text);
+
+// `delta` added to what key `key` holds (`now`, nullptr when unset); InvalidArgument naming the key when it holds
+// something other than an integer or the sum would overflow. `where` prefixes the message (a file, say).
+std::int64_t checked_add(const std::string& key, const std::string* now, std::int64_t delta,
+                         const std::string& where = "");
+
+using Value = std::shared_ptr<const std::string>;  // shared by the table and the replies that carry it
 
 class Table {
  public:
-  using Reply = std::function<void(int client, const Request& r, std::string value)>;
+  // ok=false: the request was refused and `value` says why.
+  using Reply = std::function<void(int client, const Request& r, bool ok, Value value)>;
   // Handles `r` from `client`: replies at once, or parks a get or wait until a later set or add completes it.
   void handle(int client, Request r, const Reply& reply);
   // The client went away: its parked requests go too.
@@ -36,7 +61,7 @@ class Table {
  private:
   bool ready(const Request& r) const;
   void answer(int client, const Request& r, const Reply& reply) const;
-  std::map<std::string, std::string> values_;
+  std::map<std::string, Value> values_;
   std::vector<std::pair<int, Request>> parked_;
 };
 

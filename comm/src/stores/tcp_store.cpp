@@ -1,7 +1,7 @@
-// TcpStore: frames of [u32 length][bytes] over one connection per client. A request is store_protocol's; a reply
-// is [i32 request id][u8 status: 0 ok, 1 refused][bytes]. The server is one thread polling the listening socket,
-// its clients and a wake-up pipe; what it writes waits in a per-client buffer, so a client that stopped reading
-// never stalls it. A client that timed out leaves a late reply behind, which the next request skips by its id.
+// TcpStore: frames of [u32 length][bytes] over one connection per client (store_server.h says what they hold).
+// The server is one thread polling the listening socket, its clients and a wake-up pipe, moving bytes between the
+// sockets and store_server::Core; nothing a peer sends can end that thread. A client that timed out leaves a late
+// reply behind, which the next request skips by its id.
 #include "hopwise/comm/stores/tcp_store.h"
 
 #include <arpa/inet.h>
@@ -17,138 +17,172 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <map>
 #include <thread>
 
+#include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
+#include "hopwise/common/log.h"
 #include "store_protocol.h"
+#include "store_server.h"
 
 namespace hopwise::comm {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using StoreRequest = store_protocol::Request;
-constexpr std::uint32_t kMaxFrame = 1u << 30;
+constexpr std::size_t kMaxReply = 5 + store_protocol::kMaxValueBytes;
 
 std::string errno_text() { return std::strerror(errno); }
 
-void append_frame(std::string& out, const std::string& payload) {
-  const auto n = static_cast<std::uint32_t>(payload.size());
-  out.append(reinterpret_cast<const char*>(&n), 4);
-  out += payload;
+std::string text_of(const sockaddr_in& a) {
+  char ip[INET_ADDRSTRLEN] = {0};
+  ::inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+  return fmt::format("{}:{}", ip, ntohs(a.sin_port));
 }
 
-// Takes one whole frame off the front of `in`, if there is one.
-bool take_frame(std::string& in, std::string& frame) {
+// Takes one whole reply frame off the front of `in`, if there is one.
+bool take_frame(std::string& in, std::string& frame, const std::string& from) {
   if (in.size() < 4) return false;
   std::uint32_t n = 0;
   std::memcpy(&n, in.data(), 4);
-  if (n > kMaxFrame) throw Error(fmt::format("store: a {}-byte frame is past the limit; not a hopwise store peer", n));
+  if (n > kMaxReply) throw TransportError(fmt::format("store: {} sent a {}-byte reply; not a hopwise store", from, n));
   if (in.size() < 4 + static_cast<std::size_t>(n)) return false;
   frame.assign(in, 4, n);
   in.erase(0, 4 + static_cast<std::size_t>(n));
   return true;
 }
 
-std::string reply_payload(std::int32_t id, bool ok, const std::string& bytes) {
-  std::string p(reinterpret_cast<const char*>(&id), 4);
-  p.push_back(ok ? 0 : 1);
-  return p + bytes;
+}  // namespace
+
+TcpStoreOptions TcpStoreOptions::from_environment() {
+  TcpStoreOptions o;
+  o.bind = env::get_or("HOPWISE_STORE_BIND", "");
+  o.token = env::get_or("HOPWISE_STORE_TOKEN", "");
+  return o;
 }
 
-}  // namespace
+std::string TcpStore::resolve(const std::string& host) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  if (const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0)
+    throw InvalidArgument(
+        fmt::format("store: cannot resolve '{}': {}; use a host name or IPv4 address every rank can "
+                    "reach",
+                    host, ::gai_strerror(rc)));
+  sockaddr_in a{};
+  std::memcpy(&a, res->ai_addr, sizeof a);
+  ::freeaddrinfo(res);
+  char ip[INET_ADDRSTRLEN] = {0};
+  ::inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+  return ip;
+}
 
 struct TcpStore::Server {
   int listen_fd = -1, wake[2] = {-1, -1};
-  std::string job;
   std::thread thread;
-  struct Client {
-    std::string in, out;
-    bool introduced = false, closing = false;
-  };
-  std::map<int, Client> clients;  // by socket
-  store_protocol::Table table;
+  store_server::Core core;
+  TcpStoreOptions options;
+  Clock::time_point accept_again{};  // accepting pauses after the process ran out of descriptors
 
-  void reply(int fd, const StoreRequest& r, bool ok, const std::string& bytes) {
-    auto it = clients.find(fd);
-    if (it != clients.end()) append_frame(it->second.out, reply_payload(r.id, ok, bytes));
+  Server(const std::string& job, TcpStoreOptions o)
+      : core(job, o.token, {1024, o.max_pending_output, o.hello_timeout}), options(std::move(o)) {}
+
+  void drop(int fd) {
+    core.close(fd);
+    ::close(fd);
   }
 
-  void on_frame(int fd, Client& c, const std::string& frame) {
-    StoreRequest r;
-    try {
-      r = store_protocol::unpack(frame);
-    } catch (const Error&) {
-      c.closing = true;
-      return;
-    }
-    if (!c.introduced) {
-      if (r.op != store_protocol::kHello) {
-        c.closing = true;
-        return;
+  void accept_all() {
+    for (int i = 0; i < 64; ++i) {
+      sockaddr_in a{};
+      socklen_t len = sizeof a;
+      const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&a), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          core.warn("accept", fmt::format("store: cannot accept a connection: {} ({} connections open; raise "
+                                          "`ulimit -n`?); closing the longest waiting stranger",
+                                          errno_text(), core.clients()));
+          // Make room by closing a connection that has not introduced itself; without one, wait a little.
+          if (const int oldest = core.oldest_stranger(); oldest >= 0)
+            drop(oldest);
+          else
+            accept_again = Clock::now() + std::chrono::milliseconds(100);
+        }
+        return;  // EAGAIN: none left; anything else: try again on the next wake
       }
-      if (r.value != job) {
-        reply(fd, r, false,
-              fmt::format("this store serves job '{}', not '{}' (a port reused by another job?)", job, r.value));
-        c.closing = true;
-        return;
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      if (core.strangers() >= options.max_strangers) {
+        const int oldest = core.oldest_stranger();
+        core.warn("strangers", fmt::format("store: {} connections have not introduced themselves; closed the one "
+                                           "from {}",
+                                           core.strangers(), core.peer(oldest)));
+        drop(oldest);
       }
-      c.introduced = true;
+      core.open(fd, text_of(a), Clock::now());
     }
-    table.handle(fd, std::move(r), [this](int to, const StoreRequest& q, std::string v) { reply(to, q, true, v); });
+  }
+
+  void serve(int fd, short revents, char* buf, std::size_t size) {
+    bool gone = (revents & (POLLERR | POLLHUP | POLLNVAL)) && !(revents & POLLIN);
+    if ((revents & POLLIN) && core.wants_input(fd)) {
+      const ssize_t n = ::read(fd, buf, size);
+      if (n > 0)
+        core.receive(fd, buf, static_cast<std::size_t>(n));
+      else if (n == 0 || (errno != EAGAIN && errno != EINTR))
+        gone = true;
+    }
+    while (!gone) {
+      const std::string_view out = core.pending(fd);
+      if (out.empty()) break;
+      const ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        core.sent(fd, static_cast<std::size_t>(n));
+      } else {
+        gone = errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+        break;
+      }
+    }
+    if (gone || core.finished(fd)) drop(fd);
+  }
+
+  // One round: wait for sockets or a deadline, then accept, read, send and expire. False once asked to stop.
+  bool round(std::vector<pollfd>& fds, std::vector<char>& buf) {
+    const auto now = Clock::now();
+    const bool accepting = now >= accept_again;
+    fds.clear();
+    fds.push_back({wake[0], POLLIN, 0});
+    fds.push_back({listen_fd, static_cast<short>(accepting ? POLLIN : 0), 0});
+    for (int fd : core.client_ids()) {
+      const short events =
+          static_cast<short>((core.wants_input(fd) ? POLLIN : 0) | (core.pending(fd).empty() ? 0 : POLLOUT));
+      fds.push_back({fd, events, 0});
+    }
+    auto until = core.next_deadline();
+    if (!accepting) until = std::min(until, accept_again);
+    int wait_ms = -1;
+    if (until != Clock::time_point::max())
+      wait_ms = static_cast<int>(std::clamp<long long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1, 0, 60'000));
+    if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) throw TransportError("poll: " + errno_text());
+    if (fds[0].revents) return false;
+    for (std::size_t i = 2; i < fds.size(); ++i)
+      if (fds[i].revents) serve(fds[i].fd, fds[i].revents, buf.data(), buf.size());
+    if (fds[1].revents & POLLIN) accept_all();
+    for (int fd : core.expire(Clock::now())) ::close(fd);
+    return true;
   }
 
   void loop() {
     std::vector<pollfd> fds;
-    char buf[64 << 10];
+    std::vector<char> buf(64u << 10);
     for (;;) {
-      fds.clear();
-      fds.push_back({wake[0], POLLIN, 0});
-      fds.push_back({listen_fd, POLLIN, 0});
-      for (auto& [fd, c] : clients) fds.push_back({fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
-      if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
-      if (fds[0].revents) return;  // shutting down
-      if (fds[1].revents & POLLIN) {
-        const int fd = ::accept(listen_fd, nullptr, nullptr);
-        if (fd >= 0) {
-          const int one = 1;
-          ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-          ::fcntl(fd, F_SETFL, O_NONBLOCK);
-          clients[fd];
-        }
-      }
-      for (std::size_t i = 2; i < fds.size(); ++i) {
-        const int fd = fds[i].fd;
-        auto it = clients.find(fd);
-        if (it == clients.end()) continue;
-        Client& c = it->second;
-        bool gone = (fds[i].revents & (POLLERR | POLLHUP | POLLNVAL)) && !(fds[i].revents & POLLIN);
-        if (fds[i].revents & POLLIN) {
-          const ssize_t n = ::read(fd, buf, sizeof buf);
-          if (n <= 0)
-            gone = true;
-          else
-            c.in.append(buf, static_cast<std::size_t>(n));
-          std::string frame;
-          try {
-            while (!c.closing && take_frame(c.in, frame)) on_frame(fd, c, frame);
-          } catch (const Error&) {
-            c.closing = true;
-          }
-        }
-        if (!c.out.empty()) {
-          const ssize_t n = ::send(fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-          if (n > 0)
-            c.out.erase(0, static_cast<std::size_t>(n));
-          else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-            gone = true;
-        }
-        if (gone || (c.closing && c.out.empty())) {
-          table.drop(fd);
-          ::close(fd);
-          clients.erase(it);
-        }
+      try {
+        if (!round(fds, buf)) return;
+      } catch (const std::exception& e) {  // never ends the server: a round that failed is tried again
+        core.warn("round", fmt::format("store: the server's round failed: {}", e.what()));
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     }
   }
@@ -159,54 +193,86 @@ struct TcpStore::Server {
       (void)woken;
     }
     if (thread.joinable()) thread.join();
-    for (auto& [fd, c] : clients) ::close(fd);
+    for (int fd : core.client_ids()) ::close(fd);
     for (int fd : {listen_fd, wake[0], wake[1]})
       if (fd >= 0) ::close(fd);
   }
 };
 
-TcpStore::TcpStore(std::string host, int port, bool serve, std::string job, Seconds timeout)
-    : host_(std::move(host)), port_(port), timeout_(timeout) {
+TcpStore::TcpStore(std::string host, int port, bool serve, std::string job, Seconds timeout, TcpStoreOptions options)
+    : host_(std::move(host)), port_(port), timeout_(timeout), token_(options.token) {
   if (port < 0 || port > 65535)
     throw InvalidArgument(fmt::format("store: port {} is not a TCP port; use 0..65535 (0: any free port)", port));
+  if (const auto hello = store_protocol::pack({store_protocol::kHello, 0, 0, {token_}, job}); hello.size() > 1000)
+    throw InvalidArgument(
+        fmt::format("store: the job's name and token take {} bytes; together they may take at most "
+                    "about 1000 (shorten TORCHELASTIC_RUN_ID or HOPWISE_STORE_TOKEN)",
+                    hello.size()));
   if (serve) {
-    server_ = std::make_unique<Server>();
-    server_->job = job;
+    const std::string bind_ip = options.bind.empty() ? resolve(host_) : resolve(options.bind);
+    server_ = std::make_unique<Server>(job, options);
     Server& s = *server_;
-    s.listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    s.listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s.listen_fd < 0) throw TransportError("store: socket: " + errno_text());
     const int one = 1;
     ::setsockopt(s.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    ::inet_pton(AF_INET, bind_ip.c_str(), &a.sin_addr);
     a.sin_port = htons(static_cast<std::uint16_t>(port));
-    if (::bind(s.listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(s.listen_fd, 256) != 0)
-      throw TransportError(
-          fmt::format("store: cannot serve on port {}: {} (another job there? pick another port)", port, errno_text()));
+    if (::bind(s.listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(s.listen_fd, 1024) != 0) {
+      const int err = errno;
+      throw TransportError(fmt::format(
+          "store: cannot serve on {}:{}{}: {} ({})", bind_ip, port,
+          options.bind.empty() ? fmt::format(" (the address '{}' resolves to)", host_) : std::string(),
+          std::strerror(err),
+          err == EADDRNOTAVAIL ? "is this rank on that host? HOPWISE_STORE_BIND=0.0.0.0 listens on every interface"
+                               : "another job there? pick another port"));
+    }
     socklen_t len = sizeof a;
     ::getsockname(s.listen_fd, reinterpret_cast<sockaddr*>(&a), &len);
     port_ = ntohs(a.sin_port);
-    if (::pipe(s.wake) != 0) throw TransportError("store: pipe: " + errno_text());
+    if (::pipe2(s.wake, O_CLOEXEC) != 0) throw TransportError("store: pipe: " + errno_text());
     s.thread = std::thread([&s] { s.loop(); });
   }
-  // Connect, retrying while nobody listens yet (rank 0 may start last).
+  connect_and_introduce(job, timeout);
+}
+
+// Connects, retrying while nobody listens yet (rank 0 may start last) or while the server closes this connection
+// before answering (it was full of connections that never introduced themselves).
+void TcpStore::connect_and_introduce(const std::string& job, Seconds timeout) {
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   if (const int rc = ::getaddrinfo(host_.c_str(), std::to_string(port_).c_str(), &hints, &res); rc != 0)
-    throw InvalidArgument(
-        fmt::format("store: cannot resolve '{}': {}; use a host name or address every rank can "
-                    "reach",
-                    host_, ::gai_strerror(rc)));
+    throw InvalidArgument(fmt::format("store: cannot resolve '{}': {}; use a host name or address every rank can reach",
+                                      host_, ::gai_strerror(rc)));
   auto pause = std::chrono::milliseconds(10);
   std::string last;
   for (;;) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (::connect(fd_, res->ai_addr, res->ai_addrlen) == 0) break;
-    last = errno_text();
-    ::close(fd_);
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ >= 0 && ::connect(fd_, res->ai_addr, res->ai_addrlen) == 0) {
+      const int one = 1;
+      ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      try {
+        const auto left = std::chrono::duration<double>(deadline - Clock::now());
+        call(store_protocol::kHello, token_.empty() ? std::vector<std::string>{} : std::vector{token_}, job, 0,
+             std::max(left, Seconds(0.1)));
+        ::freeaddrinfo(res);
+        return;
+      } catch (const TransportError& e) {
+        last = e.what();
+      } catch (...) {
+        ::freeaddrinfo(res);
+        throw;
+      }
+    } else {
+      last = errno_text();
+    }
+    if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
+    inbox_.clear();
     if (Clock::now() + pause > deadline) {
       ::freeaddrinfo(res);
       throw TimeoutError(fmt::format("store: nobody serves {} (tried for {:.1f} s, last: {}); is rank 0 up, and is "
@@ -217,10 +283,6 @@ TcpStore::TcpStore(std::string host, int port, bool serve, std::string job, Seco
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(200));
   }
-  ::freeaddrinfo(res);
-  const int one = 1;
-  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  call(store_protocol::kHello, {}, job, 0, timeout);
 }
 
 TcpStore::~TcpStore() {
@@ -230,12 +292,23 @@ TcpStore::~TcpStore() {
 
 std::string TcpStore::address() const { return fmt::format("tcp://{}:{}", host_, port_); }
 
+std::string TcpStore::listening_on() const {
+  if (!server_) return {};
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  ::getsockname(server_->listen_fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return text_of(a);
+}
+
 std::string TcpStore::call(int op, const std::vector<std::string>& keys, const std::string& value, std::int64_t delta,
                            Seconds timeout) {
   std::lock_guard lock(mutex_);
   const std::int32_t id = next_id_++;
-  std::string out;
-  append_frame(out, store_protocol::pack({op, id, delta, keys, value}));
+  const std::string request = store_protocol::pack({op, id, delta, keys, value});  // checks the limits first
+  std::string out(4, '\0');
+  const auto n32 = static_cast<std::uint32_t>(request.size());
+  std::memcpy(out.data(), &n32, 4);
+  out += request;
   for (std::size_t at = 0; at < out.size();) {
     const ssize_t n = ::send(fd_, out.data() + at, out.size() - at, MSG_NOSIGNAL);
     if (n <= 0)
@@ -246,7 +319,7 @@ std::string TcpStore::call(int op, const std::vector<std::string>& keys, const s
   std::string frame;
   char buf[64 << 10];
   for (;;) {
-    while (take_frame(inbox_, frame)) {
+    while (take_frame(inbox_, frame, address())) {
       if (frame.size() < 5) throw TransportError(fmt::format("store: a malformed reply from {}", address()));
       std::int32_t got = 0;
       std::memcpy(&got, frame.data(), 4);
@@ -268,7 +341,7 @@ std::string TcpStore::call(int op, const std::vector<std::string>& keys, const s
     const ssize_t n = ::read(fd_, buf, sizeof buf);
     if (n <= 0)
       throw TransportError(
-          fmt::format("store: {} closed the connection (rank 0 gone, or it refused this job)", address()));
+          fmt::format("store: {} closed the connection (rank 0 gone, or it refused this rank)", address()));
     inbox_.append(buf, static_cast<std::size_t>(n));
   }
 }
@@ -283,7 +356,10 @@ void TcpStore::wait(const std::vector<std::string>& keys, Seconds timeout) {
   call(store_protocol::kWait, keys, {}, 0, timeout);
 }
 std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
-  return std::stoll(call(store_protocol::kAdd, {key}, {}, delta, timeout_));
+  const std::string reply = call(store_protocol::kAdd, {key}, {}, delta, timeout_);
+  if (const auto v = store_protocol::parse_integer(reply)) return *v;
+  throw TransportError(
+      fmt::format("store {}: add on '{}' returned '{}', not an integer", address(), key, reply.substr(0, 40)));
 }
 bool TcpStore::check(const std::vector<std::string>& keys) {
   return call(store_protocol::kCheck, keys, {}, 0, timeout_) == "1";

@@ -1,6 +1,7 @@
 // The tuning file: JSON, one entry per line as written, checked field by field on reading so that every error
 // names the file and the line where the bad entry starts.
 #include <fmt/core.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <bit>
@@ -10,10 +11,10 @@
 #include <ctime>
 #include <fstream>
 #include <limits>
-#include <type_traits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 
 #include "hopwise/comm/tuning.h"
 #include "hopwise/common/error.h"
@@ -100,7 +101,8 @@ T field(const nlohmann::json& j, const char* name) {
                               ? v.is_number_integer() && v.get<std::int64_t>() >= std::numeric_limits<T>::min() &&
                                     v.get<std::int64_t>() <= std::numeric_limits<T>::max()
                               : v.is_number_unsigned() && v.get<std::uint64_t>() <= std::numeric_limits<T>::max();
-    if (!in_range) throw InvalidArgument(fmt::format("field \"{}\" must be a whole number in range, not {}", name, v.dump()));
+    if (!in_range)
+      throw InvalidArgument(fmt::format("field \"{}\" must be a whole number in range, not {}", name, v.dump()));
   }
   try {
     return j.at(name).get<T>();
@@ -117,14 +119,16 @@ TuningEntry parse_entry(const nlohmann::json& j) {
   if (e.dtype_class != "float" && e.dtype_class != "half" && e.dtype_class != "int")
     throw InvalidArgument(fmt::format("unknown dtype class '{}'; use float, half or int", e.dtype_class));
   const auto max_bytes = field<std::size_t>(j, "max_bytes");
-  if (max_bytes > (std::size_t{1} << 48)) throw InvalidArgument("max_bytes is past 2^48 (256 TiB); no call is that large");
+  if (max_bytes > (std::size_t{1} << 48))
+    throw InvalidArgument("max_bytes is past 2^48 (256 TiB); no call is that large");
   e.size_class = size_class_of(max_bytes);
   if (size_class_max_bytes(e.size_class) != max_bytes)
     throw InvalidArgument(fmt::format("max_bytes {} is not a power of two (size classes end at 2^k bytes)", max_bytes));
   e.choice.algorithm = parse_algorithm(field<std::string>(j, "algorithm"));
   if (e.choice.algorithm == Algorithm::kAuto) throw InvalidArgument("\"algorithm\" must name an algorithm, not auto");
   if (!implements(e.choice.algorithm, e.collective))
-    throw InvalidArgument(fmt::format("{} does not implement {}", to_string(e.choice.algorithm), to_string(e.collective)));
+    throw InvalidArgument(
+        fmt::format("{} does not implement {}", to_string(e.choice.algorithm), to_string(e.collective)));
   e.choice.chunk_bytes = j.contains("chunk_bytes") ? field<std::size_t>(j, "chunk_bytes") : 0;
   if (e.choice.chunk_bytes != 0 && (e.choice.chunk_bytes < 64 || e.choice.chunk_bytes > (1u << 30)))
     throw InvalidArgument("chunk_bytes must be 0 (the default) or between 64 and 1G");
@@ -161,8 +165,7 @@ std::string dtype_class_of(DataType dt) {
 }
 
 std::string to_string(const JobShape& s) {
-  return fmt::format("{} ranks on {} host{}, {} per host", s.ranks, s.hosts, s.hosts == 1 ? "" : "s",
-                     s.ranks_per_host);
+  return fmt::format("{} ranks on {} host{}, {} per host", s.ranks, s.hosts, s.hosts == 1 ? "" : "s", s.ranks_per_host);
 }
 
 std::string shape_mismatch(const JobShape& made_for, const JobShape& job) {
@@ -191,21 +194,44 @@ std::string describe_machine() {
 
 std::string hopwise_version() { return HOPWISE_VERSION_TEXT; }
 
-TuningFile read_tuning_file(const std::string& path) {
+TuningFile read_tuning_file(const std::string& path, bool header_only) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw InvalidArgument(fmt::format("HOPWISE_TUNING_FILE {}: cannot open it; make one with hopwise-tune", path));
+  if (!S_ISREG(st.st_mode))
+    throw InvalidArgument(fmt::format("HOPWISE_TUNING_FILE {}: not a regular file; make one with hopwise-tune", path));
+  if (static_cast<std::size_t>(st.st_size) > kMaxTuningFileBytes)
+    throw InvalidArgument(
+        fmt::format("HOPWISE_TUNING_FILE {}: {} bytes, past the limit of {} MiB (hopwise-tune "
+                    "writes a few KB); is it a tuning file?",
+                    path, st.st_size, kMaxTuningFileBytes >> 20));
   std::ifstream in(path);
-  if (!in) throw InvalidArgument(fmt::format("HOPWISE_TUNING_FILE {}: cannot open it; make one with hopwise-tune", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_tuning_file(ss.str(), path);
+  if (!in)
+    throw InvalidArgument(fmt::format("HOPWISE_TUNING_FILE {}: cannot open it; make one with hopwise-tune", path));
+  std::string text(kMaxTuningFileBytes + 1, '\0');  // read no more than the limit, even if the file grew since
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxTuningFileBytes)
+    throw InvalidArgument(
+        fmt::format("HOPWISE_TUNING_FILE {}: past the limit of {} MiB", path, kMaxTuningFileBytes >> 20));
+  return parse_tuning_file(text, path, header_only);
 }
 
-TuningFile parse_tuning_file(const std::string& text, const std::string& path) {
+TuningFile parse_tuning_file(const std::string& text, const std::string& path, bool header_only) {
   auto fail = [&](std::size_t offset, const std::string& what) {
     throw InvalidArgument(fmt::format("tuning file {}, line {}: {}", path, line_of(text, offset), what));
   };
   nlohmann::json j;
+  // header_only: the elements of the top-level "entries" are dropped as they are read.
+  bool in_entries = false;
+  const nlohmann::json::parser_callback_t skip_entries = [&](int depth, nlohmann::json::parse_event_t event,
+                                                             nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::key && depth == 1) in_entries = parsed == "entries";
+    return !(in_entries && depth >= 2 && event != E::array_end && event != E::key);
+  };
   try {
-    j = nlohmann::json::parse(text);
+    j = header_only ? nlohmann::json::parse(text, skip_entries) : nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     fail(e.byte > 0 ? e.byte - 1 : 0, fmt::format("not valid JSON ({})", e.what()));
   } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double (found by fuzzing)
@@ -228,6 +254,7 @@ TuningFile parse_tuning_file(const std::string& text, const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     fail(0, e.what());
   }
+  if (header_only) return f;
   const auto offsets = entry_offsets(text);
   const auto& entries = j.at("entries");
   for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -274,8 +301,7 @@ void write_tuning_file(const TuningFile& f, const std::string& path) {
     o << out;
     if (!o.flush()) throw Error(fmt::format("writing the tuning file {} failed", tmp));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error(fmt::format("cannot rename {} to {}", tmp, path));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(fmt::format("cannot rename {} to {}", tmp, path));
 }
 
 }  // namespace hopwise::comm

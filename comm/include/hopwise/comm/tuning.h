@@ -56,11 +56,14 @@ struct TuningFile {
   std::vector<TuningEntry> entries;
 };
 
-// Reads and checks a tuning file; throws InvalidArgument naming the file, the line and what is wrong (malformed
-// JSON, an unknown algorithm or collective, a missing field).
-TuningFile read_tuning_file(const std::string& path);
+// The largest tuning file read (hopwise-tune writes a few KB).
+constexpr std::size_t kMaxTuningFileBytes = 16u << 20;
+// Reads and checks a tuning file; throws InvalidArgument naming the file, the line and what is wrong (not a
+// regular file, past kMaxTuningFileBytes, malformed JSON, an unknown algorithm or collective, a missing field).
+// header_only: everything but the entries (which are skipped unread), to see whether the file fits the job first.
+TuningFile read_tuning_file(const std::string& path, bool header_only = false);
 // The same for the file's text; `path` names it in the errors.
-TuningFile parse_tuning_file(const std::string& text, const std::string& path);
+TuningFile parse_tuning_file(const std::string& text, const std::string& path, bool header_only = false);
 // Writes it (atomically: a temporary file renamed over `path`).
 void write_tuning_file(const TuningFile& file, const std::string& path);
 // Why a file made for `made_for` does not fit `job` ("" when it fits): names each field that differs.

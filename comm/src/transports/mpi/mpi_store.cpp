@@ -13,6 +13,7 @@
 #include "../../stores/store_protocol.h"
 #include "hopwise/comm/transports/mpi_transport.h"
 #include "hopwise/common/error.h"
+#include "hopwise/common/log.h"
 
 namespace hopwise::comm {
 
@@ -32,7 +33,10 @@ struct MpiStore::Server {
   std::deque<std::pair<MPI_Request, std::string>> replies;  // sends in flight, with their buffers
   std::thread thread;
 
-  void reply(int to, const StoreRequest& r, std::string bytes) {
+  // [u8 status: 0 ok, 1 refused][value or reason]
+  void reply(int to, const StoreRequest& r, bool ok, const store_protocol::Value& value) {
+    std::string bytes(1, ok ? '\0' : '\1');
+    if (value) bytes += *value;
     replies.emplace_back(MPI_REQUEST_NULL, std::move(bytes));
     auto& [req, buf] = replies.back();
     check_mpi(MPI_Isend(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, to, r.id, comm, &req),
@@ -62,8 +66,13 @@ struct MpiStore::Server {
       MPI_Get_count(&st, MPI_BYTE, &n);
       std::string buf(static_cast<std::size_t>(n), '\0');
       MPI_Mrecv(buf.data(), n, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-      table.handle(st.MPI_SOURCE, store_protocol::unpack(buf),
-                   [this](int to, const StoreRequest& r, std::string v) { reply(to, r, std::move(v)); });
+      try {
+        table.handle(
+            st.MPI_SOURCE, store_protocol::unpack(buf),
+            [this](int to, const StoreRequest& r, bool ok, const store_protocol::Value& v) { reply(to, r, ok, v); });
+      } catch (const std::exception& e) {  // a malformed request: its sender waits into its timeout, the server stays
+        log::warn("store (MPI): dropped a request from rank {}: {}", st.MPI_SOURCE, e.what());
+      }
     }
   }
 };
@@ -114,7 +123,9 @@ std::string MpiStore::call(int op, const std::vector<std::string>& keys, const s
       std::string out(static_cast<std::size_t>(n), '\0');
       check_mpi(MPI_Mrecv(out.data(), n, MPI_BYTE, &msg, MPI_STATUS_IGNORE), "MPI_Mrecv (store reply)");
       check_mpi(MPI_Wait(&send, MPI_STATUS_IGNORE), "MPI_Wait (store request)");
-      return out;
+      if (out.empty()) throw TransportError("store (MPI): an empty reply from rank 0");
+      if (out[0] != 0) throw Error(fmt::format("store (MPI): {}", out.substr(1)));
+      return out.substr(1);
     }
     if (std::chrono::steady_clock::now() > deadline) {
       MPI_Request_free(&send);
@@ -143,7 +154,9 @@ bool MpiStore::check(const std::vector<std::string>& keys) {
   return call(store_protocol::kCheck, keys, {}, 0, Seconds(300)) == "1";
 }
 std::int64_t MpiStore::add(const std::string& key, std::int64_t delta) {
-  return std::stoll(call(store_protocol::kAdd, {key}, {}, delta, Seconds(300)));
+  const std::string reply = call(store_protocol::kAdd, {key}, {}, delta, Seconds(300));
+  if (const auto v = store_protocol::parse_integer(reply)) return *v;
+  throw TransportError(fmt::format("store (MPI): add on '{}' returned '{}', not an integer", key, reply.substr(0, 40)));
 }
 
 }  // namespace hopwise::comm

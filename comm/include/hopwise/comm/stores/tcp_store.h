@@ -1,6 +1,8 @@
-// A store over TCP: one rank (rank 0) serves the keys on a port of every interface, and every rank, the server's
-// own included, is a client of that address. For jobs without MPI (torchrun, a test harness): the address is all
-// the ranks need to know. Each client first names its job; a server of another job (a reused port) refuses it.
+// A store over TCP: one rank (rank 0) serves the keys, and every rank, the server's own included, is a client of
+// that address. For jobs without MPI (torchrun, a test harness): the address is all the ranks need to know. Each
+// client first introduces itself with its job's name (and the job's token, when it has one); a server of another
+// job (a reused port) refuses it. The server listens on the store host's own address unless told otherwise, and
+// bounds what any connection can make it hold (README, "Trust and limits").
 #pragma once
 
 #include <memory>
@@ -11,35 +13,61 @@
 
 namespace hopwise::comm {
 
+struct TcpStoreOptions {
+  // The address the serving rank listens on: empty for the store host's address as it resolves here, "0.0.0.0"
+  // for every interface. HOPWISE_STORE_BIND.
+  std::string bind;
+  // A secret every rank of the job shares, checked when a client introduces itself; empty for none.
+  // HOPWISE_STORE_TOKEN.
+  std::string token;
+  // How long a new connection may take to introduce itself before the server closes it.
+  Store::Seconds hello_timeout{5.0};
+  // Past this much of a client's replies unsent, the server stops reading that client until it catches up.
+  std::size_t max_pending_output = 64u << 20;
+  // Connections that have not introduced themselves yet; past it the longest waiting one is closed.
+  std::size_t max_strangers = 256;
+  // The options above from HOPWISE_STORE_BIND and HOPWISE_STORE_TOKEN (the rest as they are).
+  static TcpStoreOptions from_environment();
+};
+
 class TcpStore final : public Store {
  public:
   // serve: listen on `port` (0: the kernel picks one, see port()) and serve. Then connect to host:port, retrying
   // until `timeout` (TimeoutError naming the address when nobody serves it), and introduce this rank as one of
-  // `job` (Error naming both jobs when the server belongs to another).
-  TcpStore(std::string host, int port, bool serve, std::string job, Seconds timeout = Seconds(300));
+  // `job` (Error naming both jobs when the server belongs to another, or saying the token is wrong).
+  TcpStore(std::string host, int port, bool serve, std::string job, Seconds timeout = Seconds(300),
+           TcpStoreOptions options = {});
   ~TcpStore() override;
   TcpStore(const TcpStore&) = delete;
   TcpStore& operator=(const TcpStore&) = delete;
 
+  // Keys up to 8 KiB and values up to 256 MiB (InvalidArgument naming the key and the limit, before sending).
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, Seconds timeout) override;
   void wait(const std::vector<std::string>& keys, Seconds timeout) override;
+  // Error naming the key when it holds text that is not an integer, or when the sum would overflow.
   std::int64_t add(const std::string& key, std::int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
 
   int port() const { return port_; }
   // "tcp://host:port", as errors name it.
   std::string address() const;
+  // Where the server listens ("127.0.0.1:29500"); empty on a rank that does not serve.
+  std::string listening_on() const;
+  // The IPv4 address `host` resolves to here ("127.0.0.1"); InvalidArgument naming it when it does not.
+  static std::string resolve(const std::string& host);
 
  private:
   struct Server;
   std::string call(int op, const std::vector<std::string>& keys, const std::string& value, std::int64_t delta,
                    Seconds timeout);
+  void connect_and_introduce(const std::string& job, Seconds timeout);
   std::unique_ptr<Server> server_;
   std::string host_;
   int port_ = 0;
   int fd_ = -1;
   Seconds timeout_;
+  std::string token_;
   std::mutex mutex_;  // one request at a time on this connection
   std::int32_t next_id_ = 1;
   std::string inbox_;  // bytes read past the last reply (a frame may arrive in pieces)

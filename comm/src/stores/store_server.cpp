@@ -1,0 +1,234 @@
+#include "store_server.h"
+
+#include <fmt/core.h>
+
+#include <cstring>
+
+#include "hopwise/common/error.h"
+#include "hopwise/common/log.h"
+
+namespace hopwise::comm::store_server {
+
+namespace {
+
+using store_protocol::Value;
+
+// Compares in time independent of where they differ, so that a wrong token's timing tells nothing.
+bool same_secret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+void RateLimitedWarning::operator()(const std::string& kind, const std::string& message) {
+  const auto now = Clock::now();
+  auto [it, fresh] = seen_.try_emplace(kind);
+  Seen& s = it->second;
+  if (!fresh && now - s.last < every_) {
+    ++s.held;
+    return;
+  }
+  const std::size_t held = s.held;
+  s = {now, 0};
+  log::warn("{}{}", message, held ? fmt::format(" ({} more like it since the last such warning)", held) : "");
+}
+
+Core::Core(std::string job, std::string token, Limits limits)
+    : job_(std::move(job)), token_(std::move(token)), limits_(limits) {}
+
+void Core::open(int client, std::string peer, Clock::time_point now) {
+  Client& c = clients_[client];
+  c = Client{};
+  c.peer = std::move(peer);
+  c.opened = now;
+}
+
+const std::string& Core::peer(int client) const { return clients_.at(client).peer; }
+
+void Core::push_reply(Client& c, std::int32_t request_id, bool ok, const Value& value) {
+  const std::size_t body = value ? value->size() : 0;
+  std::string head(9, '\0');
+  const auto n = static_cast<std::uint32_t>(5 + body);  // a value is capped far below 4 GiB
+  std::memcpy(head.data(), &n, 4);
+  std::memcpy(head.data() + 4, &request_id, 4);
+  head[8] = ok ? 0 : 1;
+  c.out.emplace_back(std::make_shared<const std::string>(std::move(head)), 0);
+  if (body) c.out.emplace_back(value, 0);
+  c.out_bytes += 9 + body;
+}
+
+void Core::refuse(Client& c, std::int32_t request_id, const std::string& why) {
+  push_reply(c, request_id, false, std::make_shared<const std::string>(why));
+  c.closing = true;
+}
+
+void Core::on_frame(int id, Client& c, const std::string& frame) {
+  store_protocol::Request r;
+  try {
+    r = store_protocol::unpack(frame);
+  } catch (const Error& e) {
+    warning_("malformed", fmt::format("store: closed the connection from {}: {}", c.peer, e.what()));
+    c.closing = true;
+    return;
+  }
+  if (!c.introduced) {
+    if (r.op != store_protocol::kHello) {
+      warning_("stranger", fmt::format("store: closed the connection from {}: it sent a request before introducing "
+                                       "itself (not a hopwise store client?)",
+                                       c.peer));
+      c.closing = true;
+      return;
+    }
+    const std::string sent_token = r.keys.empty() ? std::string() : r.keys.front();
+    if (!same_secret(sent_token, token_)) {
+      warning_("token", fmt::format("store: refused {}: {} token", c.peer, sent_token.empty() ? "no" : "a wrong"));
+      refuse(c, r.id,
+             token_.empty() ? "this store takes no token, and this rank sent one (is HOPWISE_STORE_TOKEN the same on "
+                              "every rank?)"
+                            : "this store needs the job's token: HOPWISE_STORE_TOKEN is missing or wrong on this rank");
+      return;
+    }
+    if (r.value != job_) {
+      refuse(c, r.id,
+             fmt::format("this store serves job '{}', not '{}' (a port reused by another job?)", job_, r.value));
+      return;
+    }
+    c.introduced = true;
+  }
+  table_.handle(id, std::move(r), [this](int to, const store_protocol::Request& q, bool ok, Value v) {
+    auto it = clients_.find(to);
+    if (it != clients_.end()) push_reply(it->second, q.id, ok, v);
+  });
+}
+
+void Core::receive(int client, const char* data, std::size_t n) {
+  auto it = clients_.find(client);
+  if (it == clients_.end()) return;
+  Client& c = it->second;
+  if (c.closing) return;
+  try {
+    c.in.append(data, n);
+    while (!c.closing && c.in.size() - c.in_at >= 4) {
+      std::uint32_t len = 0;
+      std::memcpy(&len, c.in.data() + c.in_at, 4);
+      const std::size_t cap = c.introduced ? store_protocol::kMaxRequestBytes : limits_.hello_bytes;
+      if (len > cap) {
+        warning_(
+            c.introduced ? "large" : "stranger",
+            fmt::format("store: closed the connection from {}: a frame of {} bytes {} (limit {}; not a hopwise "
+                        "store client?)",
+                        c.peer, len, c.introduced ? "past the request limit" : "before it introduced itself", cap));
+        c.closing = true;
+        break;
+      }
+      if (c.in.size() - c.in_at < 4 + std::size_t{len}) break;
+      const std::string frame = c.in.substr(c.in_at + 4, len);
+      c.in_at += 4 + std::size_t{len};
+      on_frame(client, c, frame);
+    }
+    if (c.closing || c.in_at == c.in.size()) {
+      c.in.clear();
+      c.in_at = 0;
+    } else if (c.in_at > (64u << 10) && c.in_at > c.in.size() / 2) {  // drop what was taken, rarely
+      c.in.erase(0, c.in_at);
+      c.in_at = 0;
+    }
+  } catch (const std::exception& e) {  // bad_alloc, or anything else: this client goes, the server stays
+    warning_("failed", fmt::format("store: closed the connection from {}: {}", c.peer, e.what()));
+    c.closing = true;
+    c.in.clear();
+    c.in_at = 0;
+  }
+}
+
+std::string_view Core::pending(int client) const {
+  auto it = clients_.find(client);
+  if (it == clients_.end() || it->second.out.empty()) return {};
+  const auto& [chunk, at] = it->second.out.front();
+  return std::string_view(*chunk).substr(at);
+}
+
+void Core::sent(int client, std::size_t n) {
+  auto it = clients_.find(client);
+  if (it == clients_.end()) return;
+  Client& c = it->second;
+  c.out_bytes -= n;
+  while (n > 0 && !c.out.empty()) {
+    auto& [chunk, at] = c.out.front();
+    const std::size_t here = std::min(n, chunk->size() - at);
+    at += here;
+    n -= here;
+    if (at == chunk->size()) c.out.pop_front();
+  }
+}
+
+bool Core::wants_input(int client) const {
+  auto it = clients_.find(client);
+  return it != clients_.end() && !it->second.closing && it->second.out_bytes < limits_.pending_output;
+}
+
+std::size_t Core::unsent(int client) const {
+  auto it = clients_.find(client);
+  return it == clients_.end() ? 0 : it->second.out_bytes;
+}
+
+bool Core::introduced(int client) const {
+  auto it = clients_.find(client);
+  return it != clients_.end() && it->second.introduced;
+}
+
+bool Core::finished(int client) const {
+  auto it = clients_.find(client);
+  return it == clients_.end() || (it->second.closing && it->second.out.empty());
+}
+
+void Core::close(int client) {
+  table_.drop(client);
+  clients_.erase(client);
+}
+
+std::vector<int> Core::expire(Clock::time_point now) {
+  std::vector<int> late;
+  const auto wait = std::chrono::duration_cast<Clock::duration>(limits_.hello_timeout);
+  for (const auto& [id, c] : clients_)
+    if (!c.introduced && now - c.opened >= wait) late.push_back(id);
+  for (int id : late) {
+    warning_("stranger", fmt::format("store: closed the connection from {}: it did not introduce itself within "
+                                     "{:.1f} s",
+                                     clients_.at(id).peer, limits_.hello_timeout.count()));
+    close(id);
+  }
+  return late;
+}
+
+Clock::time_point Core::next_deadline() const {
+  auto next = Clock::time_point::max();
+  const auto wait = std::chrono::duration_cast<Clock::duration>(limits_.hello_timeout);
+  for (const auto& [id, c] : clients_)
+    if (!c.introduced) next = std::min(next, c.opened + wait);
+  return next;
+}
+
+int Core::oldest_stranger() const {
+  int oldest = -1;
+  for (const auto& [id, c] : clients_)
+    if (!c.introduced && (oldest < 0 || c.opened < clients_.at(oldest).opened)) oldest = id;
+  return oldest;
+}
+
+std::vector<int> Core::client_ids() const {
+  std::vector<int> ids;
+  for (const auto& [id, c] : clients_) ids.push_back(id);
+  return ids;
+}
+
+std::size_t Core::strangers() const {
+  std::size_t n = 0;
+  for (const auto& [id, c] : clients_) n += !c.introduced;
+  return n;
+}
+
+}  // namespace hopwise::comm::store_server

@@ -1,0 +1,439 @@
+// What a hostile or broken peer can do to the stores, one test per way (README, "Trust and limits"): over loopback
+// against a real TcpStore server in this process, and against FileStore directories written by other processes.
+// Each test waits for events (a reply, a closed connection), never for a time, and bounds what it sends.
+#include <arpa/inet.h>
+#include <fmt/core.h>
+#include <gtest/gtest.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "../comm/src/stores/store_protocol.h"
+#include "../comm/src/stores/store_server.h"
+#include "hopwise/comm/stores/file_store.h"
+#include "hopwise/comm/stores/tcp_store.h"
+#include "hopwise/common/error.h"
+#include "worlds.h"
+
+namespace {
+
+namespace hc = hopwise::comm;
+namespace sp = hopwise::comm::store_protocol;
+using namespace std::chrono_literals;
+
+std::size_t rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6)) * 1024;
+  return 0;
+}
+
+double cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// A raw TCP connection to the store: what an outsider can send.
+struct Raw {
+  int fd = -1;
+  explicit Raw(int port) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw std::runtime_error("connect failed");
+  }
+  ~Raw() {
+    if (fd >= 0) ::close(fd);
+  }
+  // Sends what the socket takes now; false once the server has closed it.
+  bool send_some(const std::string& b) {
+    const ssize_t n = ::send(fd, b.data(), b.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    return n >= 0 || errno == EAGAIN || errno == EWOULDBLOCK;
+  }
+  void send_all(const std::string& b) {
+    for (std::size_t at = 0; at < b.size();) {
+      const ssize_t n = ::send(fd, b.data() + at, b.size() - at, MSG_NOSIGNAL);
+      if (n <= 0) throw std::runtime_error("send failed");
+      at += static_cast<std::size_t>(n);
+    }
+  }
+  void send_frame(const sp::Request& r) {
+    std::string f = sp::pack(r);
+    const auto n = static_cast<std::uint32_t>(f.size());
+    f.insert(0, reinterpret_cast<const char*>(&n), 4);
+    send_all(f);
+  }
+  // Whether the server closed the connection within `limit` (reading and dropping what it sent).
+  bool closed_within(std::chrono::duration<double> limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    char buf[4096];
+    while (std::chrono::steady_clock::now() < end) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+    }
+    return false;
+  }
+  // One reply frame: (status, bytes).
+  std::pair<int, std::string> reply(std::chrono::duration<double> limit = 30s) {
+    std::string in;
+    const auto end = std::chrono::steady_clock::now() + limit;
+    char buf[65536];
+    while (std::chrono::steady_clock::now() < end) {
+      if (in.size() >= 4) {
+        std::uint32_t n = 0;
+        std::memcpy(&n, in.data(), 4);
+        if (in.size() >= 4 + std::size_t{n}) return {in[8], in.substr(9, n - 5)};
+      }
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n <= 0) return {-1, "closed"};
+      in.append(buf, static_cast<std::size_t>(n));
+    }
+    return {-1, "no reply"};
+  }
+};
+
+std::string fresh_dir() {
+  return (std::filesystem::temp_directory_path() / hwtest::unique_test_name("store-limits")).string();
+}
+
+TEST(StoreLimits, AddOnTextOrPastInt64IsRefusedNamingTheKeyAndTheServerGoesOn) {
+  hc::TcpStore server("127.0.0.1", 0, true, "job");
+  hc::TcpStore client("127.0.0.1", server.port(), false, "job", 30s);
+  client.set("hopwise/world/0/hosts/0", "node-a");
+  std::string e = error_of([&] { client.add("hopwise/world/0/hosts/0", 1); });
+  EXPECT_NE(e.find("key 'hopwise/world/0/hosts/0' holds a non-integer"), std::string::npos) << e;
+  client.set("huge", "99999999999999999999");
+  e = error_of([&] { client.add("huge", 1); });
+  EXPECT_NE(e.find("non-integer"), std::string::npos) << e;
+  client.set("top", "9223372036854775807");
+  e = error_of([&] { client.add("top", 1); });
+  EXPECT_NE(e.find("overflow"), std::string::npos) << e;
+  EXPECT_EQ(client.add("top", -7), 9223372036854775800);
+  EXPECT_EQ(client.get("hopwise/world/0/hosts/0", 5s), "node-a") << "the server goes on";
+  // The other stores say the same.
+  hc::InProcessStore inproc;
+  inproc.set("k", "text");
+  e = error_of([&] { inproc.add("k", 1); });
+  EXPECT_NE(e.find("key 'k' holds a non-integer"), std::string::npos) << e;
+  const std::string dir = fresh_dir();
+  hc::FileStore files(dir, true, "job");
+  files.set("counter", "12abc");
+  e = error_of([&] { files.add("counter", 1); });
+  EXPECT_NE(e.find("key 'counter' holds a non-integer"), std::string::npos) << e;
+  EXPECT_NE(e.find(dir + "/k-"), std::string::npos) << "names the file: " << e;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StoreLimits, StrangersSendingHugeFramesAreClosedWithoutBeingBuffered) {
+  hc::TcpStore server("127.0.0.1", 0, true, "job");
+  const std::size_t before = rss_bytes();
+  std::vector<std::unique_ptr<Raw>> peers;
+  const std::string chunk(1 << 20, 'x');
+  for (int i = 0; i < 4; ++i) {
+    peers.push_back(std::make_unique<Raw>(server.port()));
+    const std::uint32_t huge = 0x3FFFFFFF;
+    peers.back()->send_all(std::string(reinterpret_cast<const char*>(&huge), 4));
+  }
+  int sent_mib = 0;
+  for (int mib = 0; mib < 256; ++mib)  // what they go on sending is read by nobody
+    for (auto& p : peers) sent_mib += p->send_some(chunk) ? 1 : 0;
+  for (auto& p : peers) EXPECT_TRUE(p->closed_within(30s)) << "a stranger's 1 GiB frame was not refused";
+  Raw http(server.port());
+  http.send_all("GET / HTTP/1.0\r\n\r\n");
+  EXPECT_TRUE(http.closed_within(30s)) << "an HTTP probe was held";
+  const double grew_mb = (static_cast<double>(rss_bytes()) - static_cast<double>(before)) / 1e6;
+  std::printf("4 strangers offered 1 GiB frames: server RSS grew %.1f MB\n", grew_mb);
+  EXPECT_LT(grew_mb, 32.0);
+  hc::TcpStore client("127.0.0.1", server.port(), false, "job", 30s);
+  client.set("k", "v");  // it still serves
+  EXPECT_EQ(client.get("k", 5s), "v");
+}
+
+TEST(StoreLimits, AConnectionThatDoesNotIntroduceItselfIsClosed) {
+  hc::TcpStoreOptions o;
+  o.hello_timeout = 0.5s;
+  hc::TcpStore server("127.0.0.1", 0, true, "job", 30s, o);
+  Raw silent(server.port());
+  Raw partial(server.port());
+  partial.send_all(std::string("\x10\x00", 2));  // half a length
+  EXPECT_TRUE(silent.closed_within(30s));
+  EXPECT_TRUE(partial.closed_within(30s));
+  Raw rude(server.port());  // a request before the introduction
+  rude.send_frame({sp::kGet, 1, 0, {"k"}, ""});
+  EXPECT_TRUE(rude.closed_within(30s));
+}
+
+TEST(StoreLimits, TheServerListensOnTheStoreHostsAddressUnlessTold) {
+  hc::TcpStore loopback("127.0.0.1", 0, true, "job");
+  EXPECT_EQ(loopback.listening_on(), fmt::format("127.0.0.1:{}", loopback.port()));
+  hc::TcpStoreOptions every;
+  every.bind = "0.0.0.0";
+  hc::TcpStore all("127.0.0.1", 0, true, "job", 30s, every);
+  EXPECT_EQ(all.listening_on(), fmt::format("0.0.0.0:{}", all.port()));
+  // From another address of this machine, the loopback server cannot be reached.
+  ifaddrs* list = nullptr;
+  ::getifaddrs(&list);
+  std::string other;
+  for (ifaddrs* i = list; i; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
+      char ip[INET_ADDRSTRLEN];
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, ip, sizeof ip);
+      if (std::string(ip).rfind("127.", 0) != 0) other = ip;
+    }
+  ::freeifaddrs(list);
+  if (other.empty()) GTEST_SKIP() << "this machine has no address but loopback";
+  EXPECT_THROW(hc::TcpStore(other, loopback.port(), false, "job", 0.3s), hopwise::TimeoutError) << other;
+  hc::TcpStore reached(other, all.port(), false, "job", 30s);  // the every-interface one can
+  reached.set("k", "v");
+}
+
+TEST(StoreLimits, ATokenIsCheckedWhenAClientIntroducesItself) {
+  hc::TcpStoreOptions with;
+  with.token = "s3cret";
+  hc::TcpStore server("127.0.0.1", 0, true, "job", 30s, with);
+  std::string e = error_of([&] { hc::TcpStore none("127.0.0.1", server.port(), false, "job", 30s); });
+  EXPECT_NE(e.find("HOPWISE_STORE_TOKEN is missing or wrong"), std::string::npos) << e;
+  hc::TcpStoreOptions wrong;
+  wrong.token = "guess";
+  e = error_of([&] { hc::TcpStore bad("127.0.0.1", server.port(), false, "job", 30s, wrong); });
+  EXPECT_NE(e.find("HOPWISE_STORE_TOKEN is missing or wrong"), std::string::npos) << e;
+  hc::TcpStore good("127.0.0.1", server.port(), false, "job", 30s, with);
+  good.set("k", "v");
+  EXPECT_EQ(server.get("k", 5s), "v");
+  hc::TcpStore open_server("127.0.0.1", 0, true, "job");
+  e = error_of([&] { hc::TcpStore extra("127.0.0.1", open_server.port(), false, "job", 30s, with); });
+  EXPECT_NE(e.find("takes no token"), std::string::npos) << e;
+}
+
+// With few descriptors left, 100 idle connections neither spin the server nor keep a real rank out.
+TEST(StoreLimits, RunningOutOfDescriptorsNeitherSpinsNorLocksOutARank) {
+  rlimit old{};
+  ::getrlimit(RLIMIT_NOFILE, &old);
+  hc::TcpStoreOptions o;
+  o.hello_timeout = 1s;
+  hc::TcpStore server("127.0.0.1", 0, true, "job", 30s, o);
+  int open_now = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) open_now += e.path().empty() ? 0 : 1;
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {  // only system calls here: the parent has threads
+    ::setrlimit(RLIMIT_NOFILE, &old);
+    int held = 0;
+    for (int i = 0; i < 100; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<std::uint16_t>(server.port()));
+      held += ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    }
+    const char c = static_cast<char>(held);
+    if (::write(ready[1], &c, 1) != 1) ::_exit(2);
+    ::pause();
+    ::_exit(0);
+  }
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(open_now + 16);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  char held = 0;
+  ASSERT_EQ(::read(ready[0], &held, 1), 1);
+  EXPECT_EQ(held, 100);
+  const double cpu0 = cpu_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(2s);
+  const double cpu = cpu_seconds() - cpu0;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("100 idle connections, %d descriptors: the server used %.3f s of CPU in %.1f s\n",
+              static_cast<int>(low.rlim_cur), cpu, wall);
+  EXPECT_LT(cpu, 0.25 * wall) << "the server spins";
+  std::string e = error_of([&] {
+    hc::TcpStore rank("127.0.0.1", server.port(), false, "job", 120s);
+    rank.set("arrived", "1");
+  });
+  ::setrlimit(RLIMIT_NOFILE, &old);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  EXPECT_EQ(e, "no error") << "a real rank did not get in";
+  EXPECT_EQ(server.get("arrived", 5s), "1");
+}
+
+TEST(StoreLimits, AClientThatDoesNotReadIsNotReadFromAndOthersAreServed) {
+  hc::TcpStore server("127.0.0.1", 0, true, "job");
+  hc::TcpStore writer("127.0.0.1", server.port(), false, "job", 60s);
+  const std::string value(32u << 20, 'v');
+  writer.set("big", value);
+  const std::size_t before = rss_bytes();
+  Raw greedy(server.port());
+  greedy.send_frame({sp::kHello, 1, 0, {}, "job"});
+  ASSERT_EQ(greedy.reply().first, 0);
+  int sent = 0;
+  for (int i = 0; i < 24; ++i) {  // 768 MB of replies asked for, none read
+    std::string f = sp::pack({sp::kGet, 2 + i, 0, {"big"}, ""});
+    const auto n = static_cast<std::uint32_t>(f.size());
+    f.insert(0, reinterpret_cast<const char*>(&n), 4);
+    sent += greedy.send_some(f) ? 1 : 0;
+  }
+  writer.set("small", "s");  // the server answers others meanwhile
+  EXPECT_EQ(writer.get("small", 30s), "s");
+  const double grew_mb = (static_cast<double>(rss_bytes()) - static_cast<double>(before)) / 1e6;
+  std::printf("24 unread gets of a 32 MiB value: server RSS grew %.1f MB\n", grew_mb);
+  EXPECT_LT(grew_mb, 64.0);
+}
+
+TEST(StoreLimits, TheCoreStopsReadingAClientPastItsCapOnReplies) {
+  hc::store_server::Core core("job", "", {1024, 1u << 20, 5s});
+  core.open(1, "test", hc::store_server::Clock::now());
+  auto frame = [](const sp::Request& r) {
+    std::string f = sp::pack(r);
+    const auto n = static_cast<std::uint32_t>(f.size());
+    return std::string(reinterpret_cast<const char*>(&n), 4) + f;
+  };
+  std::string in = frame({sp::kHello, 1, 0, {}, "job"}) + frame({sp::kSet, 2, 0, {"big"}, std::string(600000, 'v')});
+  core.receive(1, in.data(), in.size());
+  in = frame({sp::kGet, 3, 0, {"big"}, ""});
+  core.receive(1, in.data(), in.size());
+  EXPECT_TRUE(core.wants_input(1));
+  core.receive(1, in.data(), in.size());
+  EXPECT_FALSE(core.wants_input(1)) << core.unsent(1) << " bytes unsent";
+  while (!core.pending(1).empty()) core.sent(1, core.pending(1).size());
+  EXPECT_TRUE(core.wants_input(1)) << "reading resumes once it caught up";
+}
+
+TEST(StoreLimits, KeysAndValuesPastTheLimitsAreRefusedBeforeSending) {
+  hc::TcpStore server("127.0.0.1", 0, true, "job");
+  hc::TcpStore client("127.0.0.1", server.port(), false, "job", 30s);
+  std::string e = error_of([&] { client.set("weights", std::string(sp::kMaxValueBytes + 1, 'w')); });
+  EXPECT_NE(e.find("key 'weights'"), std::string::npos) << e;
+  EXPECT_NE(e.find(std::to_string(sp::kMaxValueBytes)), std::string::npos) << e;
+  e = error_of([&] { client.set(std::string(sp::kMaxKeyBytes + 1, 'k'), "v"); });
+  EXPECT_NE(e.find("at most 8192 bytes"), std::string::npos) << e;
+  client.set("after", "fine");  // the connection is whole
+  EXPECT_EQ(client.get("after", 5s), "fine");
+}
+
+// Two writers of one directory, each in a pid namespace of its own (both pid 1): their temporary files must not
+// collide. Writers in plain processes run too, wherever namespaces are not allowed.
+void write_keys(const std::string& dir, int writer) {
+  hc::FileStore s(dir, false, "job", 30s);
+  for (int i = 0; i < 300; ++i) {
+    s.set(fmt::format("w{}/k{}", writer, i), fmt::format("w{}-{}", writer, i));
+    s.set(fmt::format("shared/{}", i), fmt::format("w{}-{}", writer, i));
+  }
+}
+
+int run_writers(const std::string& dir, bool namespaces) {
+  std::vector<pid_t> kids;
+  for (int w = 0; w < 2; ++w) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      if (namespaces) {
+        if (::unshare(CLONE_NEWPID) != 0) ::_exit(77);
+        const pid_t inner = ::fork();  // pid 1 of the new namespace
+        if (inner == 0) {
+          write_keys(dir, w);
+          ::_exit(::getpid() == 1 ? 0 : 3);
+        }
+        int st = 0;
+        ::waitpid(inner, &st, 0);
+        ::_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 4);
+      }
+      write_keys(dir, w);
+      ::_exit(0);
+    }
+    kids.push_back(pid);
+  }
+  int worst = 0;
+  for (pid_t k : kids) {
+    int st = 0;
+    ::waitpid(k, &st, 0);
+    worst = std::max(worst, WIFEXITED(st) ? WEXITSTATUS(st) : 5);
+  }
+  return worst;
+}
+
+TEST(StoreLimits, FileStoreWritersInOtherPidNamespacesNeverShareATemporaryFile) {
+  for (bool namespaces : {false, true}) {
+    const std::string dir = fresh_dir();
+    hc::FileStore s(dir, true, "job");
+    const int rc = run_writers(dir, namespaces);
+    if (namespaces && rc == 77) {
+      std::filesystem::remove_all(dir);
+      GTEST_SKIP() << "no pid namespaces here (unshare refused); plain processes passed";
+    }
+    ASSERT_EQ(rc, 0) << "a writer failed (namespaces " << namespaces << ")";
+    int wrong = 0;
+    for (int w = 0; w < 2; ++w)
+      for (int i = 0; i < 300; ++i) wrong += s.get(fmt::format("w{}/k{}", w, i), 1s) != fmt::format("w{}-{}", w, i);
+    for (int i = 0; i < 300; ++i) {
+      const std::string v = s.get(fmt::format("shared/{}", i), 1s);
+      wrong += v != fmt::format("w0-{}", i) && v != fmt::format("w1-{}", i);
+    }
+    EXPECT_EQ(wrong, 0) << "keys holding another writer's value (namespaces " << namespaces << ")";
+    int left = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      left += e.path().filename().string().rfind("tmp-", 0) == 0;
+    EXPECT_EQ(left, 0) << "temporary files left behind";
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST(StoreLimits, AFileStoreOfAnEarlierRunIsStaleAndAnEarlierAttemptIsCleared) {
+  const std::string dir = fresh_dir();
+  const pid_t pid = ::fork();
+  if (pid == 0) {  // an earlier run, in another process, that did not end cleanly
+    hc::FileStore s(dir, true, "job");
+    s.set("hopwise/world/0/0", "old address");
+    ::_exit(0);
+  }
+  ::waitpid(pid, nullptr, 0);
+  std::string e = error_of([&] { hc::FileStore again(dir, true, "job"); });
+  EXPECT_NE(e.find("stale directory"), std::string::npos) << e;
+  EXPECT_NE(e.find(dir), std::string::npos) << e;
+  {
+    hc::FileStore restarted(dir, true, "job", 30s, 1);  // torchrun's next attempt
+    EXPECT_FALSE(restarted.check({"hopwise/world/0/0"})) << "the earlier attempt's keys were kept";
+    hc::FileStore other_rank(dir, false, "job", 30s, 1);
+    restarted.set("k", "v");
+    EXPECT_EQ(other_rank.get("k", 5s), "v");
+    // A clean exit: the last of the two ranks to leave removes the keys and the directory.
+    restarted.leave(2);
+    EXPECT_TRUE(std::filesystem::exists(dir));
+    other_rank.leave(2);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "the last rank to leave did not clean up";
+  hc::FileStore next_run(dir, true, "job");  // so the next run finds it clean
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
