@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes every reader of untrusted text with libFuzzer under AddressSanitizer + UndefinedBehaviorSanitizer:
-#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 300 s each, all eight targets: about 40 minutes)
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 300 s each, all ten targets: about 50 minutes)
 # Builds build-fuzz/ with clang, seeds each corpus from ../shared/topologies (the matching format; JSON seeds are
 # those files converted by hopwise-topo) and a few codec and averaging spec strings, then runs the targets one after another.
 # Corpora and crash artifacts stay under build-fuzz/. Exits non-zero when any target crashed, leaked, hung, ran out
@@ -11,7 +11,7 @@ repo=$(pwd)
 secs=${1:-300}
 shift || true
 all_targets=(fuzz_hwloc_xml fuzz_nccl_xml fuzz_nvidia_smi fuzz_json fuzz_topology fuzz_codec_spec fuzz_tuning_file
-             fuzz_averaging_spec fuzz_monitor_spec)
+             fuzz_averaging_spec fuzz_monitor_spec fuzz_store_server)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 shared=${HOPWISE_SHARED_TOPOLOGIES:-$repo/../shared/topologies}
@@ -29,7 +29,7 @@ cmake --build "$out" -j"$jobs" --target hopwise_fuzzers hopwise-topo
 # ---- seeds: the shared files are read where they lie; JSON seeds are them converted by hopwise-topo ----
 seeds=$out/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{json,codec,tuning,averaging,monitor,empty}
+mkdir -p "$seeds"/{json,codec,tuning,averaging,monitor,store,empty}
 if [ -d "$shared" ]; then
   for f in "$shared"/*/*.xml "$shared"/*/*.txt; do
     [ -f "$f" ] || continue
@@ -57,6 +57,12 @@ for s in interval=10s interval=500ms,every=4,alert_after=2 interval=2m every=1 0
   printf '%s' "$s" >"$seeds/monitor/seed$((i++))"
 done
 
+# Store server scripts (tests/fuzz/fuzz_store_server.cpp): a byte of flags, then steps of [client | step << 2][length]
+# [bytes]: a client that introduces itself, sets, gets, adds and reads; a stranger's 1 GiB length; an HTTP probe.
+printf '%b' '\x00\x00\x00\x08\x00\x08\x06\x00\x01k1v1\x08\x04\x01\x00kk\x08\x04\x03\x7fkk\x0c\x00' >"$seeds/store/seed0"
+printf '%b' '\x01\x01\x00\x05\x04\xff\xff\xff\x3f\x0d\x00\x1a\x07' >"$seeds/store/seed1"
+printf '%b' '\x00\x02\x00\x06\x12GET / HTTP/1.0\r\n\r\n\x0e\x00' >"$seeds/store/seed2"
+
 # A tuning file as hopwise-tune writes it, and one entry with every optional field.
 cat >"$seeds/tuning/seed0" <<'JSON'
 {
@@ -82,6 +88,7 @@ seed_dirs() {
     fuzz_tuning_file) echo "$seeds/tuning" ;;
     fuzz_averaging_spec) echo "$seeds/averaging" ;;
     fuzz_monitor_spec) echo "$seeds/monitor" ;;
+    fuzz_store_server) echo "$seeds/store" ;;
     *) echo "fuzz.sh: unknown target '$1'; use one of: ${all_targets[*]}" >&2; exit 2 ;;
   esac
 }
@@ -100,6 +107,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$art" "$out/logs"
   dict=()
   [ "$t" = fuzz_codec_spec ] || [ "$t" = fuzz_tuning_file ] || [ "$t" = fuzz_averaging_spec ] || [ "$t" = fuzz_monitor_spec ] ||
+    [ "$t" = fuzz_store_server ] ||
     dict=(-dict=tests/fuzz/topology.dict)
   echo "== $t: ${secs}s (log: $log)"
   start=$(date +%s)

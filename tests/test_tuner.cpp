@@ -380,6 +380,39 @@ TEST(TuningFile, ErrorsNameTheFileAndLine) {
   }
 }
 
+// HOPWISE_TUNING_FILE is read as untrusted: a device or a huge file is refused at once, naming the limit, and the
+// entries of a file made for another job are never parsed.
+TEST(TuningFile, OnlyARegularFileWithinTheLimitIsReadAndTheHeaderFirst) {
+  auto error_of = [](const std::string& path) {
+    try {
+      hc::read_tuning_file(path);
+    } catch (const hopwise::InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string e = error_of("/dev/zero");
+  EXPECT_NE(e.find("/dev/zero: not a regular file"), std::string::npos) << e;
+  const std::string big = temp_path("big.json");
+  std::ofstream(big).put('{');
+  std::filesystem::resize_file(big, hc::kMaxTuningFileBytes + 1);  // sparse: no disk, nothing read
+  e = error_of(big);
+  EXPECT_NE(e.find("past the limit of 16 MiB"), std::string::npos) << e;
+  std::remove(big.c_str());
+  // A valid file of another shape with many entries: its header alone is read.
+  hc::TuningFile f;
+  f.job = {4, 2, 2};
+  for (int i = 0; i < 20000; ++i)
+    f.entries.push_back({Collective::kAllreduce, "float", 10 + i % 20, {Algorithm::kRing}, 1e-5, {}});
+  const std::string path = temp_path("many.json");
+  hc::write_tuning_file(f, path);
+  const hc::TuningFile head = hc::read_tuning_file(path, true);
+  EXPECT_EQ(head.job, f.job);
+  EXPECT_TRUE(head.entries.empty());
+  EXPECT_EQ(hc::read_tuning_file(path).entries.size(), f.entries.size());
+  std::remove(path.c_str());
+}
+
 TEST(TuningFile, AnotherJobShapeIsIgnoredWithAWarning) {
   const std::string path = temp_path("shape.json");
   hc::TuningFile f;

@@ -57,7 +57,7 @@ std::string pack(const Request& r) {
   return b;
 }
 
-Request unpack(const std::string& b) {
+Request unpack(std::string_view b) {
   Request r;
   std::size_t at = 0;
   auto get = [&](void* p, std::size_t n) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hopwise::comm::store_protocol {
@@ -37,7 +38,7 @@ struct Request {
 void check_limits(const Request& r);
 std::string pack(const Request& r);
 // Throws Error for bytes that are not a request, or one past the limits.
-Request unpack(const std::string& bytes);
+Request unpack(std::string_view bytes);
 
 // The integer `text` holds ("-12"), or nothing when it holds anything else (spaces, a fraction, past int64).
 std::optional<std::int64_t> parse_integer(const std::string& text);

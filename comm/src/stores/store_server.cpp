@@ -23,7 +23,13 @@ bool same_secret(const std::string& a, const std::string& b) {
 
 }  // namespace
 
+RateLimitedWarning& RateLimitedWarning::process_wide() {
+  static auto* w = new RateLimitedWarning();  // never destroyed: a server thread may warn during exit
+  return *w;
+}
+
 void RateLimitedWarning::operator()(const std::string& kind, const std::string& message) {
+  std::unique_lock lock(mutex_);
   const auto now = Clock::now();
   auto [it, fresh] = seen_.try_emplace(kind);
   Seen& s = it->second;
@@ -33,11 +39,12 @@ void RateLimitedWarning::operator()(const std::string& kind, const std::string& 
   }
   const std::size_t held = s.held;
   s = {now, 0};
+  lock.unlock();
   log::warn("{}{}", message, held ? fmt::format(" ({} more like it since the last such warning)", held) : "");
 }
 
 Core::Core(std::string job, std::string token, Limits limits)
-    : job_(std::move(job)), token_(std::move(token)), limits_(limits) {}
+    : job_(std::move(job)), token_(std::move(token)), limits_(limits), warning_(RateLimitedWarning::process_wide()) {}
 
 void Core::open(int client, std::string peer, Clock::time_point now) {
   Client& c = clients_[client];
@@ -65,7 +72,7 @@ void Core::refuse(Client& c, std::int32_t request_id, const std::string& why) {
   c.closing = true;
 }
 
-void Core::on_frame(int id, Client& c, const std::string& frame) {
+void Core::on_frame(int id, Client& c, std::string_view frame) {
   store_protocol::Request r;
   try {
     r = store_protocol::unpack(frame);
@@ -125,12 +132,15 @@ void Core::receive(int client, const char* data, std::size_t n) {
         break;
       }
       if (c.in.size() - c.in_at < 4 + std::size_t{len}) break;
-      const std::string frame = c.in.substr(c.in_at + 4, len);
+      const std::string_view frame = std::string_view(c.in).substr(c.in_at + 4, len);
       c.in_at += 4 + std::size_t{len};
-      on_frame(client, c, frame);
+      on_frame(client, c, frame);  // `in` is not touched until it returns
     }
     if (c.closing || c.in_at == c.in.size()) {
-      c.in.clear();
+      if (c.in.capacity() > (1u << 20))
+        std::string().swap(c.in);  // a large request's buffer goes with it
+      else
+        c.in.clear();
       c.in_at = 0;
     } else if (c.in_at > (64u << 10) && c.in_at > c.in.size() / 2) {  // drop what was taken, rarely
       c.in.erase(0, c.in_at);

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,7 @@ struct Limits {
 // Warns at most once per `every` per kind of event, counting what it held back.
 class RateLimitedWarning {
  public:
+  static RateLimitedWarning& process_wide();
   explicit RateLimitedWarning(std::chrono::duration<double> every = std::chrono::seconds(10)) : every_(every) {}
   void operator()(const std::string& kind, const std::string& message);
 
@@ -37,6 +39,7 @@ class RateLimitedWarning {
     std::size_t held = 0;
   };
   std::chrono::duration<double> every_;
+  std::mutex mutex_;
   std::map<std::string, Seen> seen_;
 };
 
@@ -67,6 +70,7 @@ class Core {
   Clock::time_point next_deadline() const;
   // The connection that has waited longest without introducing itself, or -1: the first to go when room is short.
   int oldest_stranger() const;
+  Clock::time_point opened(int client) const { return clients_.at(client).opened; }
   std::size_t clients() const { return clients_.size(); }
   std::vector<int> client_ids() const;
   std::size_t strangers() const;
@@ -84,14 +88,14 @@ class Core {
     std::deque<std::pair<store_protocol::Value, std::size_t>> out;  // chunks owed, with the offset sent of the first
     std::size_t out_bytes = 0;
   };
-  void on_frame(int id, Client& c, const std::string& frame);
+  void on_frame(int id, Client& c, std::string_view frame);
   void push_reply(Client& c, std::int32_t request_id, bool ok, const store_protocol::Value& value);
   void refuse(Client& c, std::int32_t request_id, const std::string& why);
   std::string job_, token_;
   Limits limits_;
   std::map<int, Client> clients_;
   store_protocol::Table table_;
-  RateLimitedWarning warning_;
+  RateLimitedWarning& warning_;  // one for the process: a flood across servers still prints a line per 10 s
 };
 
 }  // namespace hopwise::comm::store_server

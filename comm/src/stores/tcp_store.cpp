@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -83,43 +84,63 @@ struct TcpStore::Server {
   std::thread thread;
   store_server::Core core;
   TcpStoreOptions options;
-  Clock::time_point accept_again{};  // accepting pauses after the process ran out of descriptors
+  Clock::time_point accept_again{};  // accepting pauses while strangers fill their share
+  std::size_t max_strangers = 0;
 
   Server(const std::string& job, TcpStoreOptions o)
-      : core(job, o.token, {1024, o.max_pending_output, o.hello_timeout}), options(std::move(o)) {}
+      : core(job, o.token, {1024, o.max_pending_output, o.hello_timeout}), options(std::move(o)) {
+    // Strangers may hold a quarter of the process's descriptors at most.
+    rlimit files{};
+    ::getrlimit(RLIMIT_NOFILE, &files);
+    const auto quarter = static_cast<std::size_t>(std::min<rlim_t>(files.rlim_cur, 1u << 20) / 4);
+    max_strangers = std::max<std::size_t>(2, std::min(options.max_strangers, quarter));
+  }
 
   void drop(int fd) {
     core.close(fd);
     ::close(fd);
   }
 
+  // A real client introduces itself within milliseconds of connecting: one silent for longer may make way.
+  static constexpr auto kGrace = std::chrono::seconds(1);
+
+  // Whether a stranger may be let in now: under the cap, or after closing one that has been silent for kGrace.
+  // Otherwise accepting pauses until the oldest's grace is over (the rest wait in the kernel's backlog, holding
+  // none of this process's descriptors, which its transports need too).
+  bool make_room(bool out_of_descriptors) {
+    if (!out_of_descriptors && core.strangers() < max_strangers) return true;
+    const int oldest = core.oldest_stranger();
+    const auto now = Clock::now();
+    if (oldest >= 0 && now - core.opened(oldest) >= kGrace) {
+      core.warn(
+          "room",
+          fmt::format("store: {}; closed the connection from {}, silent for {:.1f} s",
+                      out_of_descriptors
+                          ? fmt::format("out of descriptors ({} connections open; raise `ulimit -n`?)", core.clients())
+                          : fmt::format("{} connections have not introduced themselves", core.strangers()),
+                      core.peer(oldest), std::chrono::duration<double>(now - core.opened(oldest)).count()));
+      drop(oldest);
+      return true;
+    }
+    accept_again = oldest >= 0 ? core.opened(oldest) + kGrace : now + std::chrono::milliseconds(100);
+    return false;
+  }
+
   void accept_all() {
     for (int i = 0; i < 64; ++i) {
+      if (!make_room(false)) return;
       sockaddr_in a{};
       socklen_t len = sizeof a;
       const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&a), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          core.warn("accept", fmt::format("store: cannot accept a connection: {} ({} connections open; raise "
-                                          "`ulimit -n`?); closing the longest waiting stranger",
-                                          errno_text(), core.clients()));
-          // Make room by closing a connection that has not introduced itself; without one, wait a little.
-          if (const int oldest = core.oldest_stranger(); oldest >= 0)
-            drop(oldest);
-          else
-            accept_again = Clock::now() + std::chrono::milliseconds(100);
+          core.warn("accept", fmt::format("store: cannot accept a connection: {}", errno_text()));
+          if (make_room(true)) continue;
         }
         return;  // EAGAIN: none left; anything else: try again on the next wake
       }
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      if (core.strangers() >= options.max_strangers) {
-        const int oldest = core.oldest_stranger();
-        core.warn("strangers", fmt::format("store: {} connections have not introduced themselves; closed the one "
-                                           "from {}",
-                                           core.strangers(), core.peer(oldest)));
-        drop(oldest);
-      }
       core.open(fd, text_of(a), Clock::now());
     }
   }

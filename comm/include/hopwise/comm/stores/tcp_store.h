@@ -24,7 +24,8 @@ struct TcpStoreOptions {
   Store::Seconds hello_timeout{5.0};
   // Past this much of a client's replies unsent, the server stops reading that client until it catches up.
   std::size_t max_pending_output = 64u << 20;
-  // Connections that have not introduced themselves yet; past it the longest waiting one is closed.
+  // Connections that have not introduced themselves yet (and at most a quarter of the process's descriptors); past
+  // it one silent for a second is closed to make room, or accepting waits (the rest wait in the kernel's backlog).
   std::size_t max_strangers = 256;
   // The options above from HOPWISE_STORE_BIND and HOPWISE_STORE_TOKEN (the rest as they are).
   static TcpStoreOptions from_environment();
