@@ -37,7 +37,8 @@ echo "a restart met in the first attempt's directory and passed"
 run --no_python "$driver" --iters 5 --fault kill --rank 1 --at 2 > "$work/died.log" 2>&1 && fail "a run with a killed rank passed"
 [ -e "$dir/job" ] || fail "the run that died left no directory to find stale"
 run --no_python "$driver" --iters 5 > "$work/stale.log" 2>&1 && { cat "$work/stale.log"; fail "a stale directory was used"; }
-grep -q "store: directory '$dir' holds the keys of job .* (stale files of an earlier run?): remove it" "$work/stale.log" ||
+grep -q "store: directory '$dir' holds the keys of job .* (a stale directory of an earlier run?): remove it" \
+  "$work/stale.log" ||
   { cat "$work/stale.log"; fail "the stale directory was not named"; }
 echo "a directory left by a run that died was refused as stale"
 echo "file store runs ok"

@@ -114,8 +114,8 @@ FileStore::FileStore(std::string dir, bool claim, std::string job, Seconds timeo
       const Record old = parse_record(read_file(job_file));
       if (old.job != job)
         throw Error(
-            fmt::format("store: directory '{}' holds the keys of job '{}', not of this job '{}' (stale files "
-                        "of an earlier run?): remove it or use a new directory",
+            fmt::format("store: directory '{}' holds the keys of job '{}', not of this job '{}' (a stale "
+                        "directory of an earlier run?): remove it or use a new directory",
                         dir_, old.job, job));
       if (old.attempt == attempt && old.claim == claim_id()) return;  // this process claimed it already
       if (old.attempt >= attempt)
@@ -145,7 +145,7 @@ FileStore::FileStore(std::string dir, bool claim, std::string job, Seconds timeo
   if (ok) return;
   if (!seen.job.empty() && seen.job != job)
     throw Error(
-        fmt::format("store: directory '{}' belongs to job '{}', not to this job '{}' (stale files of an "
+        fmt::format("store: directory '{}' belongs to job '{}', not to this job '{}' (a stale directory of an "
                     "earlier run?): remove it or use a new directory",
                     dir_, seen.job, job));
   throw TimeoutError(fmt::format("store: directory '{}' was not claimed for attempt {} of job '{}' within {:.1f} s: "

@@ -149,7 +149,12 @@ void Core::receive(int client, const char* data, std::size_t n) {
   } catch (const std::exception& e) {  // bad_alloc, or anything else: this client goes, the server stays
     warning_("failed", fmt::format("store: closed the connection from {}: {}", c.peer, e.what()));
     c.closing = true;
-    c.in.clear();
+  } catch (...) {
+    warning_("failed", fmt::format("store: closed the connection from {}: an unknown error", c.peer));
+    c.closing = true;
+  }
+  if (c.closing) {
+    std::string().swap(c.in);
     c.in_at = 0;
   }
 }

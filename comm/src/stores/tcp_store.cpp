@@ -204,6 +204,9 @@ struct TcpStore::Server {
       } catch (const std::exception& e) {  // never ends the server: a round that failed is tried again
         core.warn("round", fmt::format("store: the server's round failed: {}", e.what()));
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      } catch (...) {
+        core.warn("round", "store: the server's round failed");
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     }
   }
