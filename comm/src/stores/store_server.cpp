@@ -67,6 +67,13 @@ void Core::push_reply(Client& c, std::int32_t request_id, bool ok, const Value& 
   c.out_bytes += 9 + body;
 }
 
+// A client that broke the protocol goes without the replies it was owed (it may never read them).
+void Core::abandon(Client& c) {
+  c.closing = true;
+  c.out.clear();
+  c.out_bytes = 0;
+}
+
 void Core::refuse(Client& c, std::int32_t request_id, const std::string& why) {
   push_reply(c, request_id, false, std::make_shared<const std::string>(why));
   c.closing = true;
@@ -78,7 +85,7 @@ void Core::on_frame(int id, Client& c, std::string_view frame) {
     r = store_protocol::unpack(frame);
   } catch (const Error& e) {
     warning_("malformed", fmt::format("store: closed the connection from {}: {}", c.peer, e.what()));
-    c.closing = true;
+    abandon(c);
     return;
   }
   if (!c.introduced) {
@@ -86,7 +93,7 @@ void Core::on_frame(int id, Client& c, std::string_view frame) {
       warning_("stranger", fmt::format("store: closed the connection from {}: it sent a request before introducing "
                                        "itself (not a hopwise store client?)",
                                        c.peer));
-      c.closing = true;
+      abandon(c);
       return;
     }
     const std::string sent_token = r.keys.empty() ? std::string() : r.keys.front();
@@ -107,7 +114,7 @@ void Core::on_frame(int id, Client& c, std::string_view frame) {
   }
   table_.handle(id, std::move(r), [this](int to, const store_protocol::Request& q, bool ok, Value v) {
     auto it = clients_.find(to);
-    if (it != clients_.end()) push_reply(it->second, q.id, ok, v);
+    if (it != clients_.end() && !it->second.closing) push_reply(it->second, q.id, ok, v);  // none to one going
   });
 }
 
@@ -128,7 +135,7 @@ void Core::receive(int client, const char* data, std::size_t n) {
             fmt::format("store: closed the connection from {}: a frame of {} bytes {} (limit {}; not a hopwise "
                         "store client?)",
                         c.peer, len, c.introduced ? "past the request limit" : "before it introduced itself", cap));
-        c.closing = true;
+        abandon(c);
         break;
       }
       if (c.in.size() - c.in_at < 4 + std::size_t{len}) break;
@@ -148,10 +155,10 @@ void Core::receive(int client, const char* data, std::size_t n) {
     }
   } catch (const std::exception& e) {  // bad_alloc, or anything else: this client goes, the server stays
     warning_("failed", fmt::format("store: closed the connection from {}: {}", c.peer, e.what()));
-    c.closing = true;
+    abandon(c);
   } catch (...) {
     warning_("failed", fmt::format("store: closed the connection from {}: an unknown error", c.peer));
-    c.closing = true;
+    abandon(c);
   }
   if (c.closing) {
     std::string().swap(c.in);

@@ -91,6 +91,7 @@ class Core {
   void on_frame(int id, Client& c, std::string_view frame);
   void push_reply(Client& c, std::int32_t request_id, bool ok, const store_protocol::Value& value);
   void refuse(Client& c, std::int32_t request_id, const std::string& why);
+  void abandon(Client& c);
   std::string job_, token_;
   Limits limits_;
   std::map<int, Client> clients_;
