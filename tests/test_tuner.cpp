@@ -140,7 +140,11 @@ TEST(TunerSchedule, ALargerClassSkipsWhatWasFarSlowerOneClassBelow) {
   for (int i = 0; i < 80; ++i) t.call(time_of);  // class 20 (1 MiB): direct measured 2.5x ring
   t.key.size_class = 21;
   std::map<Algorithm, int> runs;
-  for (int i = 0; i < 80; ++i) t.call([&](Algorithm a) { ++runs[a]; return 2 * time_of(a); });
+  for (int i = 0; i < 80; ++i)
+    t.call([&](Algorithm a) {
+      ++runs[a];
+      return 2 * time_of(a);
+    });
   EXPECT_EQ(runs[Algorithm::kDirect], 0) << "2.5x the winner at 1 MiB: not tried at 2 MiB";
   EXPECT_GT(runs[Algorithm::kTree], 0) << "1.5x: still tried";
   EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kRing);
@@ -186,8 +190,12 @@ Algorithm row(const std::string& name, std::size_t at_count, std::function<void(
 void sleep_us(int us) { std::this_thread::sleep_for(std::chrono::microseconds(us)); }
 
 Algorithm late_on(int rank) {
-  static const Algorithm a0 = row("test-late-on-0", kSkewCount, [](int r) { if (r == 0) sleep_us(3000); });
-  static const Algorithm a1 = row("test-late-on-1", kSkewCount, [](int r) { if (r == 1) sleep_us(3000); });
+  static const Algorithm a0 = row("test-late-on-0", kSkewCount, [](int r) {
+    if (r == 0) sleep_us(3000);
+  });
+  static const Algorithm a1 = row("test-late-on-1", kSkewCount, [](int r) {
+    if (r == 1) sleep_us(3000);
+  });
   return rank == 0 ? a0 : a1;
 }
 Algorithm slow_but_cheap_on_paper() {
@@ -350,19 +358,23 @@ TEST(TuningFile, ErrorsNameTheFileAndLine) {
       "\"time_us\": 10}";
   std::string e = error_of(head + good + ",\n" + good + "\n  ]\n}\n");
   EXPECT_EQ(e, "no error");
-  e = error_of(head + good + ",\n    {\"collective\": \"allreduce\", \"dtype\": \"float\", \"max_bytes\": 8192, "
-                             "\"algorithm\": \"warp\", \"time_us\": 3}\n  ]\n}\n");
+  e = error_of(head + good +
+               ",\n    {\"collective\": \"allreduce\", \"dtype\": \"float\", \"max_bytes\": 8192, "
+               "\"algorithm\": \"warp\", \"time_us\": 3}\n  ]\n}\n");
   EXPECT_NE(e.find(path), std::string::npos) << e;
   EXPECT_NE(e.find("line 6"), std::string::npos) << e;
   EXPECT_NE(e.find("unknown algorithm 'warp'"), std::string::npos) << e;
-  e = error_of(head + good + ",\n    {\"collective\": \"allreduce\", \"dtype\": \"float\", \"algorithm\": \"ring\"}\n]}");
+  e = error_of(head + good +
+               ",\n    {\"collective\": \"allreduce\", \"dtype\": \"float\", \"algorithm\": \"ring\"}\n]}");
   EXPECT_NE(e.find("line 6"), std::string::npos) << e;
   EXPECT_NE(e.find("max_bytes"), std::string::npos) << e;
-  e = error_of(head + good + ",\n    {\"collective\": \"allreduce\", \"dtype\": \"float\", \"max_bytes\": 5000, "
-                             "\"algorithm\": \"ring\", \"time_us\": 1}]}");
+  e = error_of(head + good +
+               ",\n    {\"collective\": \"allreduce\", \"dtype\": \"float\", \"max_bytes\": 5000, "
+               "\"algorithm\": \"ring\", \"time_us\": 1}]}");
   EXPECT_NE(e.find("power of two"), std::string::npos) << e;
-  e = error_of(head + good + ",\n    {\"collective\": \"broadcast\", \"dtype\": \"float\", \"max_bytes\": 64, "
-                             "\"algorithm\": \"shm\", \"time_us\": 1}]}");
+  e = error_of(head + good +
+               ",\n    {\"collective\": \"broadcast\", \"dtype\": \"float\", \"max_bytes\": 64, "
+               "\"algorithm\": \"shm\", \"time_us\": 1}]}");
   EXPECT_NE(e.find("does not implement broadcast"), std::string::npos) << e;
   e = error_of(head + good + "\n    oops\n]}");
   EXPECT_NE(e.find("line 6"), std::string::npos) << e;
@@ -469,7 +481,8 @@ TEST(TuningFile, RanksWithDifferentFilesAllIgnoreThem) {
   EXPECT_NE(err.find("different tuning files"), std::string::npos) << err;
   EXPECT_EQ(out[0], 2.0f);
   EXPECT_EQ(out[1], 2.0f);
-  const auto c0 = comms[0]->tuned_choice(Collective::kAllreduce, 12000), c1 = comms[1]->tuned_choice(Collective::kAllreduce, 12000);
+  const auto c0 = comms[0]->tuned_choice(Collective::kAllreduce, 12000),
+             c1 = comms[1]->tuned_choice(Collective::kAllreduce, 12000);
   ASSERT_TRUE(c0.has_value());
   EXPECT_EQ(c0, c1) << "tuned online alike instead";
   std::remove(p1.c_str());

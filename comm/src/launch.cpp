@@ -161,7 +161,8 @@ std::shared_ptr<Store> make_launch_store(const Launch& l, Store::Seconds timeout
   }
   if (port < 1 || port > 65535) throw InvalidArgument(fmt::format("store address {}: port out of range", l.store));
   TcpStoreOptions options = TcpStoreOptions::from_environment();
-  if (l.rank == 0 && options.bind.empty() && l.hosts_known_many && TcpStore::resolve(host).rfind("127.", 0) == 0) {
+  const std::string resolved = l.rank == 0 && options.bind.empty() && l.hosts_known_many ? TcpStore::resolve(host) : "";
+  if (resolved.rfind("127.", 0) == 0) {
     // The host's own name often resolves to a loopback address on itself (Debian's /etc/hosts), which the other
     // hosts cannot reach.
     log::warn(
