@@ -1,12 +1,12 @@
 # What `cmake --install build --prefix P` puts under P, by component:
 #   tools   bin/: hopwise-topo, hopwise-bench, hopwise-tune, codec-bench
 #   dev     lib/: the static libraries; include/hopwise/; lib/cmake/hopwise: find_package(hopwise) -> hopwise::comm
-#   python  the package `hopwise` (hopwise.torch) where Debian's Python finds it: lib/python3/dist-packages under
-#           /usr, lib/python3.X/dist-packages under /usr/local (and under any other P, for PYTHONPATH)
+#   python  the package `hopwise` (hopwise.torch) in lib/python3.X/site-packages (for PYTHONPATH); under
+#           `pip install .` (scikit-build-core, pyproject.toml) the wheel's root: the usual way to install it
 #   cuda    the CUDA and NCCL libraries and GPU tools (find_package(hopwise COMPONENTS cuda))
-# and what `cpack -G DEB` (run in build/) makes of them: hopwise, libhopwise-dev and python3-hopwise, each .deb
-# depending on Debian's packages by name (dpkg-shlibdeps reads them off the binaries). The cuda component is not
-# packaged: the CUDA toolkit and NCCL do not come from Debian.
+# and what `cpack -G DEB` (run in build/) makes of them: hopwise and libhopwise-dev, each .deb depending on
+# Debian's packages by name (dpkg-shlibdeps reads them off the binaries). Not packaged as .deb: the cuda component
+# (the CUDA toolkit and NCCL do not come from Debian) and the Python package (torch 2.x comes from PyPI: a wheel).
 include(CMakePackageConfigHelpers)
 set(hopwise_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/hopwise)
 install(EXPORT hopwiseTargets NAMESPACE hopwise:: DESTINATION ${hopwise_cmake_dir} COMPONENT dev)
@@ -20,17 +20,14 @@ install(FILES ${CMAKE_BINARY_DIR}/hopwiseConfig.cmake ${CMAKE_BINARY_DIR}/hopwis
         DESTINATION ${hopwise_cmake_dir} COMPONENT dev)
 
 if(HOPWISE_TORCH_ENABLED)
-  # The prefix is known only when installing (--prefix P, or /usr under cpack), hence the site directory is
-  # chosen then.
-  install(CODE "
-    if(CMAKE_INSTALL_PREFIX STREQUAL \"/usr\")
-      set(hopwise_site lib/python3/dist-packages)
-    else()
-      set(hopwise_site lib/python${HOPWISE_PYTHON_VERSION}/dist-packages)
-    endif()
-    file(INSTALL DESTINATION \"\${CMAKE_INSTALL_PREFIX}/\${hopwise_site}\" TYPE DIRECTORY
-         FILES \"${CMAKE_BINARY_DIR}/python/hopwise\" PATTERN __pycache__ EXCLUDE)
-  " COMPONENT python)
+  if(SKBUILD)
+    set(hopwise_site .)  # the wheel's root
+  else()
+    set(hopwise_site ${CMAKE_INSTALL_LIBDIR}/python${HOPWISE_PYTHON_VERSION}/site-packages)
+  endif()
+  install(DIRECTORY ${CMAKE_BINARY_DIR}/python/hopwise DESTINATION ${hopwise_site} COMPONENT python
+          PATTERN __pycache__ EXCLUDE PATTERN "*.so" EXCLUDE)
+  install(TARGETS hopwise_torch_c LIBRARY DESTINATION ${hopwise_site}/hopwise/torch COMPONENT python)
 endif()
 
 set(CPACK_PACKAGE_NAME hopwise)
@@ -47,12 +44,4 @@ set(CPACK_DEBIAN_DEV_PACKAGE_NAME libhopwise-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 # Static libraries: what they link must come as -dev packages for find_package(hopwise) to find it.
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libopenmpi-dev, libhwloc-dev, libfmt-dev, libucx-dev, pkg-config")
-if(HOPWISE_TORCH_ENABLED)
-  list(APPEND CPACK_COMPONENTS_ALL python)
-  set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-hopwise)
-  set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
-  # The extension module is built for this Python and this torch.
-  set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS
-      "python3 (>= ${HOPWISE_PYTHON_VERSION}), python3 (<< 3.${HOPWISE_PYTHON_NEXT_MINOR}), python3-torch")
-endif()
 include(CPack)

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Fewer synchronization points, measured: train_mnist under each --averaging method beside PyTorch DDP on gloo
 (examples/torch_ddp/train.py), on the emulated cluster as it is (scripts/local-cluster.sh up/shape), runs
 interleaved over rounds, medians quoted.

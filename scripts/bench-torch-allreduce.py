@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """dist.all_reduce through torch: the hopwise backend beside gloo, in the same processes, sizes interleaved and
 repeated, medians quoted.  torchrun --standalone --nproc_per_node 4 --redirects 1 --tee 1 \\
     scripts/bench-torch-allreduce.py [--min 4K] [--max 64M] [--rounds 5] [--json FILE]

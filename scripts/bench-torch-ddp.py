@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """DDP on hopwise beside DDP on gloo across emulated hosts: examples/torch_ddp/train.py under
 scripts/local-cluster.sh torchrun (one rank per host), configurations interleaved over rounds, medians quoted.
 

@@ -1,9 +1,10 @@
 """A torchrun job on the emulated cluster (scripts/local-cluster.sh torchrun) that writes a JSON summary: the
-benchmark scripts' shared way to run one. Debian's torchrun agents of a gloo job sometimes linger at exit, so a
+benchmark scripts' shared way to run one. torchrun agents of a gloo job sometimes linger at exit, so a
 run is over once its JSON is written (then the agents get 20 s, and are killed)."""
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,9 +12,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_torchrun(hosts, per_host, program_args, out, env=None, limit_s=3600):
-    """Runs `/usr/bin/python3 PROGRAM_ARGS...` on `hosts` x `per_host` ranks; returns the JSON it wrote to `out`."""
+    """Runs `python PROGRAM_ARGS...` (this interpreter: the torch environment's) on `hosts` x `per_host` ranks;
+    returns the JSON it wrote to `out`."""
     cmd = [str(ROOT / "scripts" / "local-cluster.sh"), "torchrun", "--nnodes", str(hosts), "--nproc_per_node",
-           str(per_host), "/usr/bin/python3", *program_args]
+           str(per_host), sys.executable, *program_args]
     e = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     p = subprocess.Popen(cmd, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + limit_s

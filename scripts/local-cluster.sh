@@ -247,11 +247,14 @@ cmd_run() {
 
 # torchrun's multi-node form, one agent per host, started inside each host's namespace under its name:
 # --nnodes N --node_rank i --master_addr <h0's address>. Each program rank then meets the others through
-# hopwise's TCP store (rank 0, in h0) and talks over UCX: shared memory within a host, TCP between hosts. Debian's
-# torchrun needs --redirects 1 --tee 1 (its defaults crash on Python 3.11); output lines start with the host.
+# hopwise's TCP store (rank 0, in h0) and talks over UCX: shared memory within a host, TCP between hosts. torchrun is
+# the torch environment's (scripts/venv.sh), run with --redirects 1 --tee 1; output lines start with the host.
 cmd_torchrun() {
   need_root torchrun
-  need_tools ip unshare torchrun
+  need_tools ip unshare
+  local torchrun
+  torchrun="$("$repo/scripts/venv.sh" --path)/bin/torchrun"
+  [ -x "$torchrun" ] || torchrun=$(command -v torchrun) || die "torchrun: no torch environment; run scripts/setup.sh"
   load_state
   local per_node=1 nodes=$N
   while [ $# -gt 0 ]; do
@@ -272,7 +275,7 @@ cmd_torchrun() {
   for ((i = 0; i < nodes; i++)); do
     (
       set -o pipefail
-      in_host "$i" torchrun --nnodes "$nodes" --node_rank "$i" --nproc_per_node "$per_node" \
+      in_host "$i" "$torchrun" --nnodes "$nodes" --node_rank "$i" --nproc_per_node "$per_node" \
         --master_addr "$(address 0)" --master_port "$port" --redirects 1 --tee 1 --no_python "$@" 2>&1 |
         sed -u "s/^/[$(host "$i")] /"
     ) &

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian package that hopwise's build, tests and examples need. Idempotent: when all are there
-# it only checks (well under a second).
+# Installs every Debian package that hopwise's build, tests and examples need, and the Python environment of
+# hopwise.torch: a virtual environment with torch 2.x from PyPI (frontends/torch/requirements.txt), made once per
+# machine at $HOPWISE_VENV (default ~/.cache/hopwise/venv) and reused. Idempotent: when all is there it only checks.
 set -euo pipefail
 
 packages=(
@@ -11,10 +12,7 @@ packages=(
   libhwloc-dev                       # discovery of the live machine: CPUs, NUMA, PCIe, NICs
   libgtest-dev                       # the test suite
   libucx-dev                         # UCX: the host-memory transport of jobs without MPI (torchrun)
-  python3-torch                      # torchrun (launches jobs without MPI), PyTorch DDP as the peer
-  libtorch-dev pybind11-dev python3-dev  # the PyTorch backend (a c10d ProcessGroup extension) is built against them
-  python3-pytest                     # the Python tests of that backend
-  libopenblas0-pthread               # torch's BLAS: without it Debian's torch multiplies with the reference BLAS
+  python3-venv python3-dev           # the virtual environment with torch (below); Python's headers for the extension
   libopenblas-dev                    # the same BLAS under the C++ training job's matrix products (Eigen calls it)
   libgloo-dev                        # Gloo: the second peer in hopwise-bench's allreduce tables
   libeigen3-dev                      # the training job's matrix products
@@ -33,13 +31,26 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "setup: Debian packages done"
 fi
-echo "setup: installing ${missing[*]}"
-sudo_cmd=()
-[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "setup: done"
+
+# The virtual environment: torchrun, torch's DDP and Gloo (the peers), and what hopwise.torch is built against.
+# Debian's Python underneath (its headers are python3-dev). Remade only when the requirements changed.
+here=$(cd "$(dirname "$0")/.." && pwd)
+venv=$("$here/scripts/venv.sh" --path)
+requirements="$here/frontends/torch/requirements.txt"
+stamp="$venv/.hopwise-requirements"
+if ! cmp -s "$requirements" "$stamp" || ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+  echo "setup: making the Python environment $venv (torch from PyPI: several GB, a few minutes, once per machine)"
+  [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements"
+  cp "$requirements" "$stamp"
+  echo "setup: $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)') in $venv"
+fi

@@ -2,12 +2,13 @@
 # hopwise installed as a user installs it, every step checked (ctest: install_and_package):
 #   1. cmake --install into a scratch prefix: the tools, headers, static libraries, CMake package, Python package
 #   2. examples/consumer configured and built against that prefix alone (find_package(hopwise)), run by mpirun
-#   3. import hopwise.torch from the prefix in a clean environment (env -i: no PYTHONPATH to the build tree), and a
-#      2-rank torchrun job allreducing through the installed backend
-#   4. cpack -G DEB: hopwise, libhopwise-dev, python3-hopwise; every dependency a Debian package this machine
-#      knows; dpkg --dry-run -i accepts them; unpacked into a scratch root, the tool runs, the consumer builds and
-#      hopwise.torch imports from there
-# usage: install_check.sh SOURCE_DIR BUILD_DIR TORCH   (TORCH: ON where the build has the PyTorch backend)
+#   3. import hopwise.torch from the prefix's site-packages in a clean environment (env -i: PYTHONPATH to the prefix
+#      alone), and a 2-rank torchrun job allreducing through the installed backend
+#   4. cpack -G DEB: hopwise, libhopwise-dev; every dependency a Debian package this machine knows; dpkg --dry-run
+#      -i accepts them; unpacked into a scratch root, the tool runs and the consumer builds
+#      (hopwise.torch is a wheel, not a .deb: tests/wheel_check.sh)
+# usage: install_check.sh SOURCE_DIR BUILD_DIR [PYTHON]   (PYTHON: the torch environment's, where the build has
+#        the PyTorch backend)
 set -euo pipefail
 src=$(cd "$1" && pwd)
 build=$(cd "$2" && pwd)
@@ -16,10 +17,9 @@ rm -rf "$work"
 mkdir -p "$work"
 step() { echo "== $*"; }
 fail() { echo "FAILED: $*" >&2; exit 1; }
-python=/usr/bin/python3
-pyver=$($python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+python=${3:-}
 clean_env=(env -i PATH=/usr/bin:/bin HOME="$work" LANG=C.UTF-8 OMP_NUM_THREADS=1)
-has_torch=$([ "${3:-OFF}" = ON ] && echo 1 || echo 0)
+has_torch=$([ -n "$python" ] && echo 1 || echo 0)
 
 step "1. cmake --install $build --prefix $work/prefix"
 cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
@@ -56,15 +56,14 @@ torch_job() {  # torch_job SITE_DIR: import and allreduce from SITE_DIR, nothing
   local site=$1
   (cd "$work" && "${clean_env[@]}" PYTHONPATH="$site" $python -c \
     "import hopwise.torch, sys; f = hopwise.torch.__file__; sys.exit(0 if f.startswith('$site/') else f'imported {f}')")
-  (cd "$work" && "${clean_env[@]}" PYTHONPATH="$site" /usr/bin/torchrun --standalone --nproc_per_node 2 --redirects 1 \
+  (cd "$work" && "${clean_env[@]}" PYTHONPATH="$site" $python -m torch.distributed.run --standalone --nproc_per_node 2 --redirects 1 \
      --tee 1 "$work/smoke.py" 2>&1 | tee "$work/torchrun.log" | grep "allreduce over 2 ranks ok") \
     || fail "the torchrun job with hopwise.torch from $site failed: $(tail -30 "$work/torchrun.log")"
 }
 if [ "$has_torch" = 1 ]; then
   step "3. import hopwise.torch from the prefix, clean environment"
-  # The same place under /usr/local is on Debian's Python's path: there no PYTHONPATH is needed.
-  $python -c "import site, sys; sys.exit(0 if '/usr/local/lib/python$pyver/dist-packages' in site.getsitepackages() else 'not on the path: /usr/local/lib/python$pyver/dist-packages')"
-  torch_job "$prefix/lib/python$pyver/dist-packages"
+  pyver=$($python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+  torch_job "$prefix/lib/python$pyver/site-packages"
 else
   step "3. skipped: this build has no PyTorch backend"
 fi
@@ -73,7 +72,6 @@ step "4. cpack -G DEB"
 (cd "$build" && cpack -G DEB -B "$work/debs" >"$work/cpack.log") || fail "cpack: $(tail -20 "$work/cpack.log")"
 debs=("$work"/debs/*.deb)
 wanted=(hopwise libhopwise-dev)
-[ "$has_torch" = 1 ] && wanted+=(python3-hopwise)
 for name in "${wanted[@]}"; do
   ls "$work"/debs/"${name}"_*.deb >/dev/null 2>&1 || fail "cpack made no $name package: ${debs[*]}"
 done
@@ -96,8 +94,4 @@ for deb in "${debs[@]}"; do dpkg-deb -x "$deb" "$root"; done
 cmake -S "$src/examples/consumer" -B "$work/consumer-deb" -DCMAKE_PREFIX_PATH="$root/usr" >"$work/consumer-deb.log"
 cmake --build "$work/consumer-deb" >>"$work/consumer-deb.log" || fail "the consumer did not build against the .deb's files"
 mpirun --allow-run-as-root --oversubscribe -np 2 "$work/consumer-deb/consumer"
-if [ "$has_torch" = 1 ]; then
-  [ -d "$root/usr/lib/python3/dist-packages/hopwise/torch" ] || fail "python3-hopwise lacks usr/lib/python3/dist-packages/hopwise"
-  torch_job "$root/usr/lib/python3/dist-packages"
-fi
 echo "install and packages ok: $(printf '%s ' "${debs[@]##*/}")"

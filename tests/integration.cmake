@@ -31,7 +31,7 @@ set_tests_properties(example_allreduce_np3 PROPERTIES LABELS mpi TIMEOUT 120 PRO
 # from the prefix in a clean environment, the .deb packages (tests/install_check.sh says what each step checks).
 add_test(NAME install_and_package
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/install_check.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}
-                 ${HOPWISE_TORCH_ENABLED})
+                 $<$<BOOL:${HOPWISE_TORCH_ENABLED}>:${HOPWISE_PYTHON}>)
 set_tests_properties(install_and_package PROPERTIES LABELS mpi TIMEOUT 600 PROCESSORS 2
                      PASS_REGULAR_EXPRESSION "install and packages ok")
 
@@ -86,3 +86,12 @@ set_tests_properties(bench_check_ucx_mpirun_np3 PROPERTIES LABELS "mpi;ucx" TIME
 hopwise_test(test_launch test_launch.cpp)
 target_link_libraries(test_launch PRIVATE hopwise::comm GTest::gtest_main)
 gtest_discover_tests(test_launch DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 60)
+
+# hopwise.torch as a wheel: pip wheel from the torch environment, installed into a fresh virtual environment,
+# imported and run there, refused under another torch (tests/wheel_check.sh says what each step checks).
+if(HOPWISE_TORCH_ENABLED)
+  add_test(NAME wheel_install COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/wheel_check.sh ${CMAKE_SOURCE_DIR}
+                                      ${CMAKE_BINARY_DIR}/wheel-check ${HOPWISE_PYTHON})
+  set_tests_properties(wheel_install PROPERTIES LABELS "python;torch" TIMEOUT 1200 PROCESSORS 2
+                       PASS_REGULAR_EXPRESSION "wheel ok: hopwise-")
+endif()

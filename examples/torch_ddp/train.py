@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """DDP on Fashion-MNIST with the backend and comm hook of your choice: hopwise beside gloo, same model and data.
 
     torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 examples/torch_ddp/train.py \\

@@ -2,8 +2,10 @@
 reduce op, on awkward sizes, against a reference computed here from every rank's (reproducible) input.
 
 Run under torchrun, mpirun or tests/spawn_ranks.sh; prints "rank R: N checks ok" or raises naming the case."""
+import math
 import os
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -96,6 +98,74 @@ class Checker:
         if not close(got, want, dtype):
             raise AssertionError(f"rank {self.rank}: {what} (dtype {dtype}): got {got.flatten()[:8].tolist()}, "
                                  f"want {want.flatten()[:8].tolist()}")
+
+
+def coalesced_and_sparse(c, rank, size):
+    """What torch 2.x hands a backend in one call: coalesced gathers and reduce-scatters (FSDP, _coalescing_manager),
+    batch_isend_irecv (a coalescing group of point-to-point calls), and sparse COO tensors (embedding gradients)."""
+    shapes = [(3,), (0,), (2, 5), (17,)]
+    dtypes = [torch.float32, torch.int64, torch.bfloat16, torch.bool]
+    mine = [data(rank, math.prod(s), dt, 40 + i).view(s) for i, (s, dt) in enumerate(zip(shapes, dtypes))]
+    every = [[data(r, math.prod(s), dt, 40 + i).view(s) for r in range(size)] for i, (s, dt) in enumerate(zip(shapes, dtypes))]
+    outs = [[torch.empty(s, dtype=dt) for _ in range(size)] for s, dt in zip(shapes, dtypes)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # all_gather_coalesced is deprecated in torch, yet still torch's API
+        dist.all_gather_coalesced(outs, mine)
+    for i, dt in enumerate(dtypes):
+        for r in range(size):
+            c.expect(outs[i][r], every[i][r], dt, f"all_gather_coalesced tensor {i} from {r}")
+    # The coalescing manager's fast paths: one backend call for all the tensors inside.
+    flats = [torch.empty(size * t.numel(), dtype=t.dtype) for t in mine]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for f, t in zip(flats, mine):
+            dist.all_gather_into_tensor(f, t.reshape(-1))
+    cm.wait()
+    for i, dt in enumerate(dtypes):
+        c.expect(flats[i], torch.cat([e.reshape(-1) for e in every[i]]), dt, f"all_gather_into_tensor coalesced {i}")
+    lengths = [5, 0, 1, 33]
+    for name, op in (("SUM", dist.ReduceOp.SUM), ("MAX", dist.ReduceOp.MAX), ("AVG", dist.ReduceOp.AVG)):
+        full = [[data(r, n * size, torch.float64, 60 + n) for n in lengths] for r in range(size)]
+        got = [torch.empty(n, dtype=torch.float64) for n in lengths]
+        with dist._coalescing_manager(async_ops=True) as cm:
+            for g, f in zip(got, full[rank]):
+                dist.reduce_scatter_tensor(g, f.clone(), op=op)
+        cm.wait()
+        for i, n in enumerate(lengths):
+            want = reference([full[r][i][rank * n:(rank + 1) * n] for r in range(size)], name, torch.float64)
+            c.expect(got[i], want, torch.float64, f"reduce_scatter_tensor coalesced {name} {i}")
+        ts = [full[rank][i].clone() for i in range(len(lengths))]
+        with dist._coalescing_manager(async_ops=True) as cm:
+            for t in ts:
+                dist.all_reduce(t, op=op)
+        cm.wait()
+        for i in range(len(lengths)):
+            c.expect(ts[i], reference([full[r][i] for r in range(size)], name, torch.float64), torch.float64,
+                     f"all_reduce coalesced {name} {i}")
+    if size > 1:
+        nxt, prv = (rank + 1) % size, (rank - 1) % size
+        got = [torch.empty(7), torch.empty(0, dtype=torch.int32)]
+        ops = [dist.P2POp(dist.isend, data(rank, 7, torch.float32, 80), nxt),
+               dist.P2POp(dist.irecv, got[0], prv),
+               dist.P2POp(dist.isend, data(rank, 0, torch.int32, 81), nxt),
+               dist.P2POp(dist.irecv, got[1], prv)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        c.expect(got[0], data(prv, 7, torch.float32, 80), torch.float32, "batch_isend_irecv")
+    # Sparse: each rank's own entries (some shared with others, some not, none at all on rank 1), 2-d values.
+    for name, op, dtype in (("SUM", dist.ReduceOp.SUM, torch.float32), ("AVG", dist.ReduceOp.AVG, torch.float64),
+                            ("SUM", dist.ReduceOp.SUM, torch.int64)):
+        def sparse(r):
+            g = torch.Generator().manual_seed(900 + r)
+            nnz = 0 if r == 1 else 3 + r
+            idx = torch.randint(0, 10, (1, nnz), generator=g)
+            val = torch.randint(-3, 4, (nnz, 4), generator=g).to(dtype)
+            return torch.sparse_coo_tensor(idx, val, (10, 4))
+        t = sparse(rank)
+        dist.all_reduce(t, op=op)
+        dense = [sparse(r).to_dense() for r in range(size)]
+        want = reference(dense, name, dtype)
+        assert t.is_sparse, f"rank {rank}: sparse all_reduce returned a {t.layout} tensor"
+        c.expect(t.to_dense(), want, dtype, f"sparse all_reduce {name} {dtype}")
 
 
 def main():
@@ -196,6 +266,7 @@ def main():
     dist.all_reduce_coalesced(ts)
     for t, w in zip(ts, wants):
         c.expect(t, w, torch.float32, "all_reduce_coalesced")
+    coalesced_and_sparse(c, rank, size)
     # Async: several in flight, waited on out of order; futures carry the result.
     works, tensors = [], []
     for i in range(6):

@@ -4,7 +4,10 @@
   mismatch  under HOPWISE_DEBUG=CHECK, rank 0 all-reduces 10 elements, the others 12: every rank says so
   bad       unsupported dtypes, ops and arguments: a ValueError naming what was wrong, and the group still works
   api       plan() and stats() of a hopwise group; plan() of a gloo group is refused by name
+  barrier   ranks 2 and 3 of 4 never come: barrier(timeout=) and monitored_barrier (first missing rank, and with
+            wait_all_ranks every one) fail within the timeout, naming them; then the group is destroyed
 """
+from datetime import timedelta
 import os
 import signal
 import sys
@@ -93,10 +96,35 @@ def api():
     say(f"api ok: ring {p['ring']}, transport {p['transport']}, bottleneck {p.get('bottleneck_gbps')} GB/s")
 
 
+def barrier():
+    if dist.get_rank() >= 2:
+        time.sleep(20)  # alive, just not at the barrier (the others are done by then)
+        say("stayed away")
+        os._exit(0)
+
+    def failing(what, fn):
+        start = time.monotonic()
+        try:
+            fn()
+        except RuntimeError as e:
+            say(f"{what} FAILED after {time.monotonic() - start:.1f} s: {str(e).splitlines()[0]}")
+            return
+        raise AssertionError(f"{what} passed without ranks 2 and 3")
+
+    two = timedelta(seconds=2)
+    failing("barrier", lambda: dist.barrier(timeout=two))
+    failing("monitored_barrier", lambda: dist.monitored_barrier(timeout=two))
+    failing("monitored_barrier(wait_all_ranks)", lambda: dist.monitored_barrier(timeout=two, wait_all_ranks=True))
+    start = time.monotonic()
+    dist.destroy_process_group()
+    say(f"destroyed the group in {time.monotonic() - start:.1f} s")
+    os._exit(0)
+
+
 def main():
     env_rank_and_size()
     dist.init_process_group("hopwise")
-    {"stopped": stopped, "mismatch": mismatch, "bad": bad, "api": api}[sys.argv[1]]()
+    {"stopped": stopped, "mismatch": mismatch, "bad": bad, "api": api, "barrier": barrier}[sys.argv[1]]()
     dist.barrier()
     dist.destroy_process_group()
 

@@ -5,6 +5,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 BUILD = Path(os.environ.get("HOPWISE_BUILD_DIR", ROOT / "build"))
-PYTHON = "/usr/bin/python3"  # Debian's, where torch is
+PYTHON = sys.executable  # the environment with torch (scripts/setup.sh's; ctest runs pytest from it)
+TORCHRUN = str(Path(PYTHON).parent / "torchrun")
 
 
 def free_port():
@@ -29,7 +31,7 @@ def launch(how, np, script, *args, env=None, timeout=300):
     e.update(env or {})
     path = str(HERE / script)
     if how == "torchrun":
-        cmd = ["torchrun", "--standalone", "--nproc_per_node", str(np), "--redirects", "1", "--tee", "1", path, *args]
+        cmd = [TORCHRUN, "--standalone", "--nproc_per_node", str(np), "--redirects", "1", "--tee", "1", path, *args]
     elif how == "mpirun":
         e.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         forwarded = ["PYTHONPATH", "OMP_NUM_THREADS", "HOPWISE_TIMEOUT_S", "MASTER_ADDR", "MASTER_PORT", *(env or {})]
@@ -104,6 +106,19 @@ def test_stopped_rank_is_named_within_the_timeout():
     # After the timeout, and long before a hang: the listening for the others and a loaded machine's scheduling
     # add seconds (scripts/test-stress.sh), so the bound is the timeout's next 10 s, as in tests/faults.cmake.
     assert all(float(s) < 5 + 10 for _, s in said), said
+
+
+def test_barrier_names_missing_ranks():
+    rc, out = launch("spawn", 4, "faults_worker.py", "barrier", timeout=120)
+    failed = {(r, what): (float(s), why) for r, what, s, why in
+              lines(out, r"rank (\d): (\S+) FAILED after (\d+\.\d) s: (.*?)$")}
+    assert rc == 0 and len(failed) == 6, out[-6000:]
+    for (r, what), (s, why) in failed.items():
+        first_only = what == "monitored_barrier" and r == "0"
+        named = "rank(s) 2 of 4" if first_only else "rank(s) 2, 3 of 4"
+        assert named in why and "did not arrive within 2.0 s" in why, (r, what, why)
+        assert 1.5 < s < 2 + 10, (r, what, s)  # the timeout, not the group's 60 s
+    assert len(lines(out, r"rank [01]: destroyed the group in")) == 2, out[-6000:]
 
 
 @pytest.mark.parametrize("how", ["torchrun", "mpirun"])

@@ -4,18 +4,19 @@
 #pragma once
 
 #include <memory>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <string>
 #include <vector>
 
 #include "hopwise/comm/averaging.h"
-#include "process_group.h"
+#include "backend.h"
 
 namespace hopwise::torch_backend {
 
 class TorchAverager {
  public:
   // `flat`: contiguous float32 CPU tensor holding every parameter (kept alive here). Collective over the group.
-  TorchAverager(c10::intrusive_ptr<c10d::ProcessGroup> keep, ProcessGroupHopwise& pg, const std::string& spec,
+  TorchAverager(c10::intrusive_ptr<c10d::ProcessGroup> keep, HopwiseBackend& pg, const std::string& spec,
                 at::Tensor flat);
   std::string spec() const { return averager_->spec().to_string(); }
   std::string gradient_scope() const { return comm::to_string(averager_->gradient_scope()); }
@@ -34,7 +35,7 @@ class TorchAverager {
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroup> keep_;  // the group outlives the averager
-  ProcessGroupHopwise* pg_;
+  HopwiseBackend* pg_;
   at::Tensor flat_;
   std::unique_ptr<comm::ModelAverager> averager_;
 };

@@ -78,7 +78,7 @@ CodecHookState::CodecHookState(const std::string& spec, int rank, int size)
 
 // The codec runs once over the whole bucket; its error-feedback residual is assembled from the parameters' own
 // before the call and handed back to them after it.
-c10::intrusive_ptr<c10d::Work> CodecHookState::allreduce(ProcessGroupHopwise& pg, const at::Tensor& buffer,
+c10::intrusive_ptr<c10d::Work> CodecHookState::allreduce(HopwiseBackend& pg, const at::Tensor& buffer,
                                                          const std::vector<at::Tensor>& gradients,
                                                          const std::vector<int64_t>& keys, int64_t bucket) {
   check_bucket(buffer, "compression_hook");
@@ -166,7 +166,7 @@ void CodecHookState::load(const std::string& bytes) {
 PowerSgdHookState::PowerSgdHookState(const std::string& spec)
     : ps_(translated([&] { return compression::PowerSgd::from_spec(spec); })) {}
 
-c10::intrusive_ptr<c10d::Work> PowerSgdHookState::allreduce(ProcessGroupHopwise& pg, const at::Tensor& buffer,
+c10::intrusive_ptr<c10d::Work> PowerSgdHookState::allreduce(HopwiseBackend& pg, const at::Tensor& buffer,
                                                             const std::vector<at::Tensor>& gradients,
                                                             const std::vector<int64_t>& keys) {
   check_bucket(buffer, "powersgd hook");

@@ -13,7 +13,7 @@
 
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/powersgd.h"
-#include "process_group.h"
+#include "backend.h"
 
 namespace hopwise::torch_backend {
 
@@ -23,7 +23,7 @@ class CodecHookState {
   std::string spec() const { return codec_->name(); }
   // Average of `buffer` (float32, contiguous: DDP's flat bucket, whose parameters' gradients are `gradients`,
   // keyed `keys`) over the group, in place, in one compressed call.
-  c10::intrusive_ptr<c10d::Work> allreduce(ProcessGroupHopwise& pg, const at::Tensor& buffer,
+  c10::intrusive_ptr<c10d::Work> allreduce(HopwiseBackend& pg, const at::Tensor& buffer,
                                            const std::vector<at::Tensor>& gradients, const std::vector<int64_t>& keys,
                                            int64_t bucket);
   std::string save() const;
@@ -43,7 +43,7 @@ class PowerSgdHookState {
   explicit PowerSgdHookState(const std::string& spec);
   std::string spec() const { return ps_.name(); }
   // Average of the bucket's gradients (views of its buffer) over the group, in place.
-  c10::intrusive_ptr<c10d::Work> allreduce(ProcessGroupHopwise& pg, const at::Tensor& buffer,
+  c10::intrusive_ptr<c10d::Work> allreduce(HopwiseBackend& pg, const at::Tensor& buffer,
                                            const std::vector<at::Tensor>& gradients, const std::vector<int64_t>& keys);
   std::string save() const;
   void load(const std::string& bytes);

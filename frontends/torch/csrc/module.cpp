@@ -10,27 +10,36 @@
 #include "hopwise/common/log.h"
 #include "hopwise/topology/planner.h"
 #include "monitor.h"
-#include "process_group.h"
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "backend.h"
 #include "translate.h"
 
 namespace py = pybind11;
 using hopwise::torch_backend::CodecHookState;
 using hopwise::torch_backend::PowerSgdHookState;
-using hopwise::torch_backend::ProcessGroupHopwise;
+using hopwise::torch_backend::HopwiseBackend;
 using hopwise::torch_backend::TorchAverager;
 using hopwise::torch_backend::TorchMonitor;
 
 namespace {
 
-ProcessGroupHopwise& hopwise_group(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
-  auto* h = dynamic_cast<ProcessGroupHopwise*>(pg.get());
-  TORCH_CHECK_VALUE(h != nullptr, "hopwise: this process group is '", pg->getBackendName(),
+HopwiseBackend& hopwise_group(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  // torch 2.x: the group holds a backend per device; hopwise's serves the CPU (and CUDA) tensors.
+  c10::intrusive_ptr<c10d::Backend> backend;
+  try {
+    backend = pg->getBackend(c10::DeviceType::CPU);
+  } catch (const std::exception&) {
+  }
+  auto* h = dynamic_cast<HopwiseBackend*>(backend.get());
+  TORCH_CHECK_VALUE(h != nullptr, "hopwise: this process group's CPU backend is '",
+                    backend ? backend->getBackendName() : std::string("none"),
                     "', not hopwise; init_process_group(\"hopwise\") (or new_group(backend=\"hopwise\")) first");
   return *h;
 }
 
 // The plan the group's collectives follow, for people and programs.
-py::dict plan_of(ProcessGroupHopwise& pg) {
+py::dict plan_of(HopwiseBackend& pg) {
   auto& c = pg.communicator();
   py::dict d;
   d["rank"] = c.rank();
@@ -71,10 +80,10 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "hopwise's c10d backend and DDP comm hook states (use the hopwise.torch package)";
   py::module::import("torch.distributed");  // torch's ProcessGroup, Store and Work bindings, which these extend
 
-  py::class_<ProcessGroupHopwise, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupHopwise>>(m, "ProcessGroupHopwise")
+  py::class_<HopwiseBackend, c10d::Backend, c10::intrusive_ptr<HopwiseBackend>>(m, "HopwiseBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::duration<float> timeout, std::string group_id, std::vector<int64_t> ranks) {
-             return c10::make_intrusive<ProcessGroupHopwise>(store, rank, size, timeout, std::move(group_id),
+             return c10::make_intrusive<HopwiseBackend>(store, rank, size, timeout, std::move(group_id),
                                                              std::move(ranks));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("group_id") = "",

@@ -9,7 +9,7 @@ using Clock = std::chrono::steady_clock;
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 }  // namespace
 
-TorchMonitor::TorchMonitor(c10::intrusive_ptr<c10d::ProcessGroup> keep, ProcessGroupHopwise& pg,
+TorchMonitor::TorchMonitor(c10::intrusive_ptr<c10d::ProcessGroup> keep, HopwiseBackend& pg,
                            comm::MonitorOptions options)
     : keep_(std::move(keep)), pg_(&pg), last_step_(Clock::now()) {
   options.on = true;

@@ -6,15 +6,16 @@
 
 #include <chrono>
 #include <memory>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "hopwise/comm/monitor.h"
-#include "process_group.h"
+#include "backend.h"
 
 namespace hopwise::torch_backend {
 
 class TorchMonitor {
  public:
-  TorchMonitor(c10::intrusive_ptr<c10d::ProcessGroup> keep, ProcessGroupHopwise& pg, comm::MonitorOptions options);
+  TorchMonitor(c10::intrusive_ptr<c10d::ProcessGroup> keep, HopwiseBackend& pg, comm::MonitorOptions options);
   ~TorchMonitor();
   // Every rank, after each optimizer step. Collective every `every` steps (a small background allgather).
   void step();
@@ -24,7 +25,7 @@ class TorchMonitor {
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroup> keep_;
-  ProcessGroupHopwise* pg_;
+  HopwiseBackend* pg_;
   std::unique_ptr<comm::Monitor> monitor_;
   std::chrono::steady_clock::time_point last_step_;
   comm::StepSample last_;

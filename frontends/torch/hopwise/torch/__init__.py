@@ -10,13 +10,31 @@
 Under mpirun the group runs over MPI; otherwise over UCX, meeting through the store init_process_group made.
 Every HOPWISE_* variable applies (HOPWISE_ALGO, HOPWISE_TIMEOUT_S, HOPWISE_DEBUG=CHECK, ...).
 """
-import torch.distributed as dist
+import torch
 
-from . import _C
+from ._build import HOPWISE_VERSION, TORCH_VERSION as BUILT_FOR_TORCH
+
+
+def _release(version):
+    return version.split("+")[0]
+
+
+# The extension speaks torch's C++ ABI, which changes between releases: refuse another torch in one line rather
+# than fail on a missing symbol (or worse, load).
+if _release(torch.__version__) != _release(BUILT_FOR_TORCH):
+    raise ImportError(f"hopwise.torch {HOPWISE_VERSION} was built for torch {BUILT_FOR_TORCH}, but this is torch "
+                      f"{torch.__version__}: install the hopwise wheel built for it, or rebuild (pip install . with "
+                      f"this torch)")
+
+import torch.distributed as dist  # noqa: E402  (after the check)
+
+from . import _C  # noqa: E402
 from .averaging import ModelAverager, parse_averaging
 from .hooks import HookState, compression_hook
 from .monitor import Monitor
 from ._C import set_console_line_open
+
+__version__ = HOPWISE_VERSION
 
 __all__ = ["compression_hook", "HookState", "ModelAverager", "Monitor", "parse_averaging", "plan", "set_console_line_open", "stats", "BACKEND"]
 
@@ -25,12 +43,14 @@ BACKEND = "hopwise"
 
 def _create(opts, pg_options=None):
     """torch's creator (extended API): only the group's members call it, with their global ranks."""
-    return _C.ProcessGroupHopwise(opts.store, opts.group_rank, opts.group_size, opts.timeout, str(opts.group_id),
+    return _C.HopwiseBackend(opts.store, opts.group_rank, opts.group_size, opts.timeout, str(opts.group_id),
                                   list(opts.global_ranks_in_group))
 
 
+# One backend serves the group's CPU tensors (and CUDA ones where the device communicator is built).
+DEVICES = ["cpu"]
 if not hasattr(dist.Backend, "HOPWISE"):
-    dist.Backend.register_backend(BACKEND, _create, extended_api=True)
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=DEVICES)
 
 
 def _group(group):

@@ -9,7 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include "hopwise/common/error.h"
-#include "process_group.h"
+#include "backend.h"
 #include "tensors.h"
 #include "translate.h"
 
@@ -23,7 +23,7 @@ std::vector<at::Tensor> as_list(const at::Tensor& t) { return {t}; }
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::gather(std::vector<std::vector<at::Tensor>>& outputs,
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                            std::vector<at::Tensor>& inputs,
                                                            const c10d::GatherOptions& opts) {
   const at::Tensor& in = single(inputs, "gather");
@@ -60,7 +60,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::gather(std::vector<std::vect
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::scatter(std::vector<at::Tensor>& outputs,
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::scatter(std::vector<at::Tensor>& outputs,
                                                             std::vector<std::vector<at::Tensor>>& inputs,
                                                             const c10d::ScatterOptions& opts) {
   const at::Tensor& out = single(outputs, "scatter");
@@ -95,7 +95,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::scatter(std::vector<at::Tens
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::alltoall_base(at::Tensor& output, at::Tensor& input,
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                                   std::vector<int64_t>& output_splits,
                                                                   std::vector<int64_t>& input_splits,
                                                                   const c10d::AllToAllOptions&) {
@@ -152,7 +152,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::alltoall_base(at::Tensor& ou
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::alltoall(std::vector<at::Tensor>& outputs,
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                              std::vector<at::Tensor>& inputs,
                                                              const c10d::AllToAllOptions&) {
   const int p = getSize(), me = getRank();
@@ -188,7 +188,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::alltoall(std::vector<at::Ten
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   const at::Tensor& t = single(tensors, "send");
   const Staged s = stage(t);
   auto work = make_work(c10d::OpType::SEND, "hopwise:send", tensors);
@@ -197,7 +197,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::send(std::vector<at::Tensor>
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   const at::Tensor& t = single(tensors, "recv");
   user_tag(tag, "recv");
   auto work = make_work(c10d::OpType::RECV, "hopwise:recv", tensors);
@@ -211,7 +211,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::recv(std::vector<at::Tensor>
 // Receives from whichever rank sends first: the transport is asked which rank's message with this tag has
 // arrived (nothing is received by that), then a receive from that rank takes it. No receive is ever posted and
 // withdrawn, which could lose a message it matched meanwhile.
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   const at::Tensor& t = single(tensors, "recvAnysource");
   user_tag(tag, "recvAnysource");
   TORCH_CHECK_VALUE(getSize() > 1, "hopwise: recvAnysource in a group of one rank would wait forever");

@@ -1,4 +1,4 @@
-#include "process_group.h"
+#include "backend.h"
 
 #include <fmt/core.h>
 #include <mpi.h>
@@ -82,17 +82,18 @@ std::vector<at::Tensor> as_list(const at::Tensor& t) { return {t}; }
 
 }  // namespace
 
-ProcessGroupHopwise::ProcessGroupHopwise(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+HopwiseBackend::HopwiseBackend(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                          std::chrono::duration<float> timeout, std::string group_id,
                                          std::vector<int64_t> global_ranks)
-    : c10d::ProcessGroup(rank, size) {
+    : c10d::Backend(rank, size) {
   comm::Options options = translated([] { return comm::Options::from_env(); });
   if (!std::getenv("HOPWISE_TIMEOUT_S")) options.timeout_s = timeout.count();  // torch's, unless hopwise's is set
+  timeout_ = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000));
   auto transport = make_transport(std::move(store), rank, size, options.timeout_s, group_id, global_ranks);
   comm_ = translated([&] { return std::make_unique<comm::Communicator>(std::move(transport), options); });
 }
 
-ProcessGroupHopwise::~ProcessGroupHopwise() {
+HopwiseBackend::~HopwiseBackend() {
   // Python may drop the group holding the GIL while a completion callback (a hook) waits for it.
   if (Py_IsInitialized() && PyGILState_Check()) {
     pybind11::gil_scoped_release release;
@@ -102,12 +103,18 @@ ProcessGroupHopwise::~ProcessGroupHopwise() {
   }
 }
 
-c10::intrusive_ptr<HopwiseWork> ProcessGroupHopwise::make_work(c10d::OpType type, const char* title,
-                                                                std::vector<at::Tensor> outputs) {
-  return c10::make_intrusive<HopwiseWork>(getRank(), type, title, std::move(outputs));
+c10::intrusive_ptr<HopwiseWork> HopwiseBackend::make_work(c10d::OpType type, const char* title,
+                                                           std::vector<at::Tensor> outputs) {
+  auto work = c10::make_intrusive<HopwiseWork>(getRank(), type, title, std::move(outputs));
+  std::lock_guard lock(works_mutex_);
+  ++sequence_;
+  std::erase_if(recent_, [](const auto& w) { return w->isCompleted(); });
+  recent_.push_back(work);
+  if (coalescing_) coalesced_.push_back(work);
+  return work;
 }
 
-int ProcessGroupHopwise::user_tag(int tag, const char* what) const {
+int HopwiseBackend::user_tag(int tag, const char* what) const {
   TORCH_CHECK_VALUE(tag >= 0 && tag < kFirstBackendTag, "hopwise: ", what, ": tag ", tag, " is out of range; use 0..",
                     kFirstBackendTag - 1, " (higher tags carry the backend's own gather, scatter and alltoall)");
   return tag;
@@ -134,8 +141,11 @@ std::vector<comm::Work> start_allreduce(comm::Communicator& c, const Staged& s, 
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::allreduce(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                               const c10d::AllreduceOptions& opts) {
+  TORCH_CHECK_VALUE(tensors.size() == 1, "hopwise: allreduce takes one tensor per rank (one device), got ",
+                    tensors.size());
+  if (tensors[0].defined() && tensors[0].is_sparse()) return allreduce_sparse(tensors, opts);
   const at::Tensor& t = single(tensors, "allreduce");
   const ReducePlan plan = plan_reduce(t.scalar_type(), opts.reduceOp, "allreduce");
   const Staged s = stage(t, plan.wide);
@@ -147,7 +157,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::allreduce(std::vector<at::Te
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                         const c10d::AllreduceCoalescedOptions& opts) {
   TORCH_CHECK_VALUE(!tensors.empty(), "hopwise: allreduce_coalesced needs at least one tensor");
   std::vector<at::Tensor> flat;
@@ -178,7 +188,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::allreduce_coalesced(std::vec
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::broadcast(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                               const c10d::BroadcastOptions& opts) {
   const at::Tensor& t = single(tensors, "broadcast");
   const int root = static_cast<int>(opts.rootRank);
@@ -193,7 +203,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::broadcast(std::vector<at::Te
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::reduce(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::reduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::ReduceOptions& opts) {
   const at::Tensor& t = single(tensors, "reduce");
   const int root = static_cast<int>(opts.rootRank);
@@ -234,7 +244,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::reduce(std::vector<at::Tenso
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                               std::vector<at::Tensor>& inputs,
                                                               const c10d::AllgatherOptions&) {
   const at::Tensor& in = single(inputs, "allgather");
@@ -259,7 +269,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::allgather(std::vector<std::v
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::_allgather_base(at::Tensor& output, at::Tensor& input,
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                     const c10d::AllgatherOptions&) {
   check_tensor(input, "_allgather_base");
   check_tensor(output, "_allgather_base");
@@ -278,7 +288,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::_allgather_base(at::Tensor& 
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::reduce_scatter(std::vector<at::Tensor>& outputs,
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                    std::vector<std::vector<at::Tensor>>& inputs,
                                                                    const c10d::ReduceScatterOptions& opts) {
   const at::Tensor& out = single(outputs, "reduce_scatter");
@@ -293,7 +303,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::reduce_scatter(std::vector<a
   return _reduce_scatter_base(outputs[0], joined, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                          const c10d::ReduceScatterOptions& opts) {
   check_tensor(input, "reduce_scatter");
   check_tensor(output, "reduce_scatter");
@@ -325,12 +335,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::_reduce_scatter_base(at::Ten
             [&] { return comm_->reduce_scatter_async(in.data(), out.data(), out.count(), plan.dtype, plan.op); })};
       },
       on_success([in, out] { out.finish(); }));
-  return work;
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupHopwise::barrier(const c10d::BarrierOptions&) {
-  auto work = make_work(c10d::OpType::BARRIER, "hopwise:barrier", {});
-  seq_.launch(work, [this] { return std::vector{translated([&] { return comm_->barrier_async(); })}; });
   return work;
 }
 
