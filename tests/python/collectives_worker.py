@@ -107,13 +107,15 @@ def coalesced_and_sparse(c, rank, size):
     dtypes = [torch.float32, torch.int64, torch.bfloat16, torch.bool]
     mine = [data(rank, math.prod(s), dt, 40 + i).view(s) for i, (s, dt) in enumerate(zip(shapes, dtypes))]
     every = [[data(r, math.prod(s), dt, 40 + i).view(s) for r in range(size)] for i, (s, dt) in enumerate(zip(shapes, dtypes))]
-    outs = [[torch.empty(s, dtype=dt) for _ in range(size)] for s, dt in zip(shapes, dtypes)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # all_gather_coalesced is deprecated in torch, yet still torch's API
-        dist.all_gather_coalesced(outs, mine)
-    for i, dt in enumerate(dtypes):
-        for r in range(size):
-            c.expect(outs[i][r], every[i][r], dt, f"all_gather_coalesced tensor {i} from {r}")
+    for dt in dtypes:  # torch asks for one dtype per call here; mixed shapes
+        ins = [data(rank, math.prod(s), dt, 50 + i).view(s) for i, s in enumerate(shapes)]
+        outs = [[torch.empty(s, dtype=dt) for _ in range(size)] for s in shapes]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # all_gather_coalesced is deprecated in torch, yet still torch's API
+            dist.all_gather_coalesced(outs, ins)
+        for i, s in enumerate(shapes):
+            for r in range(size):
+                c.expect(outs[i][r], data(r, math.prod(s), dt, 50 + i).view(s), dt, f"all_gather_coalesced {i} from {r}")
     # The coalescing manager's fast paths: one backend call for all the tensors inside.
     flats = [torch.empty(size * t.numel(), dtype=t.dtype) for t in mine]
     with dist._coalescing_manager(async_ops=True) as cm:
@@ -151,6 +153,18 @@ def coalesced_and_sparse(c, rank, size):
         for w in dist.batch_isend_irecv(ops):
             w.wait()
         c.expect(got[0], data(prv, 7, torch.float32, 80), torch.float32, "batch_isend_irecv")
+    # Complex: sums and averages as pairs of reals, contiguous or strided.
+    for dtype, op, name in ((torch.complex64, dist.ReduceOp.SUM, "SUM"), (torch.complex128, dist.ReduceOp.AVG, "AVG")):
+        parts = [torch.complex(data(r, 13, torch.float64, 70), data(r, 13, torch.float64, 71)).to(dtype) for r in range(size)]
+        want = torch.stack(parts).sum(0) / (size if name == "AVG" else 1)
+        t = parts[rank].clone()
+        dist.all_reduce(t, op=op)
+        c.expect(torch.view_as_real(t), torch.view_as_real(want), torch.float64, f"all_reduce {name} {dtype}")
+        big = torch.zeros(26, dtype=dtype)
+        big[::2] = parts[rank]
+        view = big[::2]
+        dist.all_reduce(view, op=op)
+        c.expect(torch.view_as_real(big[::2]), torch.view_as_real(want), torch.float64, f"all_reduce {name} {dtype} strided")
     # Sparse: each rank's own entries (some shared with others, some not, none at all on rank 1), 2-d values.
     for name, op, dtype in (("SUM", dist.ReduceOp.SUM, torch.float32), ("AVG", dist.ReduceOp.AVG, torch.float64),
                             ("SUM", dist.ReduceOp.SUM, torch.int64)):
@@ -159,7 +173,7 @@ def coalesced_and_sparse(c, rank, size):
             nnz = 0 if r == 1 else 3 + r
             idx = torch.randint(0, 10, (1, nnz), generator=g)
             val = torch.randint(-3, 4, (nnz, 4), generator=g).to(dtype)
-            return torch.sparse_coo_tensor(idx, val, (10, 4))
+            return torch.sparse_coo_tensor(idx, val, (10, 4), check_invariants=True)
         t = sparse(rank)
         dist.all_reduce(t, op=op)
         dense = [sparse(r).to_dense() for r in range(size)]
@@ -203,9 +217,9 @@ def main():
                     c.expect(mine, reference([parts[r][rank] for r in range(size)], name, dtype), dtype,
                              f"reduce_scatter {name} n={n}")
                     out = torch.empty(n, dtype=dtype)
-                    dist._reduce_scatter_base(out, full[rank].clone(), op=op)
+                    dist.reduce_scatter_tensor(out, full[rank].clone(), op=op)
                     c.expect(out, reference([parts[r][rank] for r in range(size)], name, dtype), dtype,
-                             f"_reduce_scatter_base {name} n={n}")
+                             f"reduce_scatter_tensor {name} n={n}")
         for n in SIZES:
             ins = c.inputs(n, dtype)
             for root in sorted({0, size - 1}):
@@ -217,8 +231,8 @@ def main():
             for r in range(size):
                 c.expect(outs[r], ins[r], dtype, f"all_gather n={n} from {r}")
             flat = torch.empty(n * size, dtype=dtype)
-            dist._all_gather_base(flat, ins[rank])
-            c.expect(flat, torch.cat(ins), dtype, f"_all_gather_base n={n}")
+            dist.all_gather_into_tensor(flat, ins[rank])
+            c.expect(flat, torch.cat(ins), dtype, f"all_gather_into_tensor n={n}")
             root = size - 1
             gathered = [torch.empty(n, dtype=dtype) for _ in range(size)] if rank == root else None
             dist.gather(ins[rank], gathered, dst=root)

@@ -89,7 +89,7 @@ def test_hook_state_checkpoint():
 def test_bad_input_is_refused_by_name():
     rc, out = launch("torchrun", 2, "faults_worker.py", "bad")
     assert rc == 0 and len(lines(out, r"bad input refused, group still works")) == 2, out[-6000:]
-    assert len(lines(out, r"ValueError: hopwise: allreduce: dtype QInt8 is not supported")) == 2, out[-6000:]
+    assert len(lines(out, r"ValueError: hopwise: allreduce: dtype UInt16 is not supported")) == 2, out[-6000:]
 
 
 def test_mismatched_shapes_under_check():

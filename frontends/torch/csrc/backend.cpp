@@ -91,6 +91,11 @@ HopwiseBackend::HopwiseBackend(c10::intrusive_ptr<c10d::Store> store, int rank, 
   timeout_ = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000));
   auto transport = make_transport(std::move(store), rank, size, options.timeout_s, group_id, global_ranks);
   comm_ = translated([&] { return std::make_unique<comm::Communicator>(std::move(transport), options); });
+  seq_.set_tracker([this](const c10::intrusive_ptr<HopwiseWork>& work) {
+    std::lock_guard lock(works_mutex_);
+    std::erase_if(recent_, [](const auto& w) { return w->isCompleted() || w->abandoned(); });
+    recent_.push_back(work);
+  });
 }
 
 HopwiseBackend::~HopwiseBackend() {
@@ -108,8 +113,6 @@ c10::intrusive_ptr<HopwiseWork> HopwiseBackend::make_work(c10d::OpType type, con
   auto work = c10::make_intrusive<HopwiseWork>(getRank(), type, title, std::move(outputs));
   std::lock_guard lock(works_mutex_);
   ++sequence_;
-  std::erase_if(recent_, [](const auto& w) { return w->isCompleted(); });
-  recent_.push_back(work);
   if (coalescing_) coalesced_.push_back(work);
   return work;
 }
@@ -146,9 +149,17 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::allreduce(std::vector<at::Tensor>
   TORCH_CHECK_VALUE(tensors.size() == 1, "hopwise: allreduce takes one tensor per rank (one device), got ",
                     tensors.size());
   if (tensors[0].defined() && tensors[0].is_sparse()) return allreduce_sparse(tensors, opts);
-  const at::Tensor& t = single(tensors, "allreduce");
+  const at::Tensor& user = single(tensors, "allreduce");
+  // Complex numbers sum and average as pairs of reals (as gloo and NCCL do); other ops have no order to use.
+  const bool complex = at::isComplexType(user.scalar_type());
+  const auto op = opts.reduceOp.op_;
+  TORCH_CHECK_VALUE(!complex || op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::AVG, "hopwise: allreduce: ",
+                    op_name(op), " of ", c10::toString(user.scalar_type()),
+                    " has no meaning (complex numbers are not ordered); use SUM or AVG");
+  const at::Tensor t = complex ? at::view_as_real(user.is_contiguous() ? user : user.contiguous()) : user;
   const ReducePlan plan = plan_reduce(t.scalar_type(), opts.reduceOp, "allreduce");
-  const Staged s = stage(t, plan.wide);
+  Staged s = stage(t, plan.wide);
+  if (complex) s.user = user;  // a contiguous copy's result goes back to the caller's tensor
   auto work = make_work(c10d::OpType::ALLREDUCE, "hopwise:all_reduce", tensors);
   auto after = std::make_shared<std::function<void()>>();
   seq_.launch(

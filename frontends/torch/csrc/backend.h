@@ -97,7 +97,8 @@ class HopwiseBackend final : public c10d::Backend {
   std::unique_ptr<comm::Communicator> comm_;
   std::chrono::milliseconds timeout_;
   std::mutex works_mutex_;
-  std::vector<c10::intrusive_ptr<HopwiseWork>> recent_;     // not yet seen complete: what a barrier waits for
+  std::vector<c10::intrusive_ptr<HopwiseWork>> recent_;     // collectives launched, not yet seen complete: what a
+                                                            // barrier waits for (not point-to-point, as in gloo)
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<HopwiseWork>> coalesced_;  // issued since startCoalescing
   uint64_t sequence_ = 0;

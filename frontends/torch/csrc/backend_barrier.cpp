@@ -129,9 +129,11 @@ void HopwiseBackend::run_barrier(std::chrono::milliseconds timeout, bool wait_al
       keep(answers.back(), answer);
     }
   if (!missing.empty()) {
-    const bool all_named = wait_all_ranks || missing.size() == 1;
-    fail(fmt::format("hopwise: {}: rank(s) {} of {} did not arrive within {}{}{}", what, fmt::join(missing, ", "), p,
-                     seconds(timeout), all_named ? "" : " (waiting stopped at the first; wait_all_ranks=True names all)",
+    // Fail-fast names the first rank that did not come; the ranks after it were not waited for.
+    const bool first_only = !wait_all_ranks && missing.size() > 1;
+    const std::vector<int> named = first_only ? std::vector<int>{missing[0]} : missing;
+    fail(fmt::format("hopwise: {}: rank(s) {} of {} did not arrive within {}{}{}", what, fmt::join(named, ", "), p,
+                     seconds(timeout), first_only ? " (the first; wait_all_ranks=True waits for and names all)" : "",
                      why.empty() ? "" : fmt::format(" ({})", fmt::join(why, "; "))));
   }
   for (auto& a : answers) {
@@ -148,7 +150,7 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::barrier(const c10d::BarrierOption
   {
     std::lock_guard lock(works_mutex_);
     for (const auto& w : recent_)
-      if (!w->isCompleted()) before.push_back(w);
+      if (!w->isCompleted() && !w->abandoned()) before.push_back(w);
   }
   auto work = make_work(c10d::OpType::BARRIER, "hopwise:barrier", {});
   const auto timeout = timeout_of(opts.timeout);
@@ -184,6 +186,7 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::endCoalescing() {
     coalescing_ = false;
     parts = std::exchange(coalesced_, {});
   }
+  std::erase_if(parts, [](const auto& w) { return w->abandoned(); });
   auto work = make_work(c10d::OpType::COALESCED, "hopwise:coalesced", {});
   if (parts.empty()) {
     run_detached([work] { work->complete(nullptr); });

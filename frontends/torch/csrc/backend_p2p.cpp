@@ -191,8 +191,9 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::alltoall(std::vector<at::Tensor>&
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   const at::Tensor& t = single(tensors, "send");
   const Staged s = stage(t);
+  const int checked_tag = user_tag(tag, "send");
+  auto w = translated([&] { return comm_->send_async(s.data(), s.bytes(), DataType::kUInt8, dst, checked_tag); });
   auto work = make_work(c10d::OpType::SEND, "hopwise:send", tensors);
-  auto w = translated([&] { return comm_->send_async(s.data(), s.bytes(), DataType::kUInt8, dst, user_tag(tag, "send")); });
   complete_after({w}, work, on_success([s] {}));
   return work;
 }
@@ -200,10 +201,10 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::send(std::vector<at::Tensor>& ten
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   const at::Tensor& t = single(tensors, "recv");
   user_tag(tag, "recv");
-  auto work = make_work(c10d::OpType::RECV, "hopwise:recv", tensors);
-  work->set_source_rank(src);
   const Staged s = stage(t, at::ScalarType::Undefined, false);
   auto w = translated([&] { return comm_->recv_async(s.data(), s.bytes(), DataType::kUInt8, src, tag); });
+  auto work = make_work(c10d::OpType::RECV, "hopwise:recv", tensors);
+  work->set_source_rank(src);
   complete_after({w}, work, on_success([s] { s.finish(); }));
   return work;
 }

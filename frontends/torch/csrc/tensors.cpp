@@ -89,7 +89,12 @@ ReducePlan plan_reduce(at::ScalarType dtype, const c10d::ReduceOp& reduce_op, co
 }
 
 void Staged::finish() const {
-  if (!buf.is_same(user)) user.copy_(buf);
+  if (buf.is_same(user)) return;
+  if (user.is_complex() && !buf.is_complex()) {  // reduced as pairs of reals
+    if (buf.data_ptr() != user.data_ptr()) user.copy_(at::view_as_complex(buf));
+    return;
+  }
+  user.copy_(buf);
 }
 
 Staged stage(const at::Tensor& t, at::ScalarType wide, bool copy_in) {

@@ -94,6 +94,7 @@ bool Sequencer::completing_here() const { return completing == this; }
 void Sequencer::launch(const c10::intrusive_ptr<HopwiseWork>& work, std::function<std::vector<comm::Work>()> start,
                        std::function<void(std::exception_ptr)> then) {
   work->set_sequencer(this);
+  if (tracker_) tracker_(work);
   const auto called = std::chrono::steady_clock::now();
   std::unique_lock lock(mutex_);
   if (!completing_here() && (open_ > 0 || !held_.empty())) {
@@ -116,6 +117,7 @@ void Sequencer::launch(const c10::intrusive_ptr<HopwiseWork>& work, std::functio
   try {
     works = start();
   } catch (...) {
+    work->abandon();
     done();
     throw;
   }

@@ -7,6 +7,7 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <deque>
@@ -33,9 +34,13 @@ class HopwiseWork final : public c10d::Work {
   void complete(std::exception_ptr e);
   void set_source_rank(int r) { source_rank_ = r; }
   void set_sequencer(Sequencer* s) { sequencer_ = s; }
+  // The call failed before it started (its error went to the caller): nothing is to wait for.
+  void abandon() { abandoned_ = true; }
+  bool abandoned() const { return abandoned_; }
 
  private:
   Sequencer* sequencer_ = nullptr;
+  std::atomic<bool> abandoned_ = false;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   int source_rank_ = -1;
@@ -53,6 +58,8 @@ class Sequencer {
   void launch(const c10::intrusive_ptr<HopwiseWork>& work, std::function<std::vector<comm::Work>()> start,
               std::function<void(std::exception_ptr)> then = {});
   void done();  // a launched work's completion has run
+  // Called with every work as it is launched (the backend keeps them for its barrier).
+  void set_tracker(std::function<void(const c10::intrusive_ptr<HopwiseWork>&)> fn) { tracker_ = std::move(fn); }
   bool completing_here() const;  // this thread is running one of this sequencer's completions
 
   // What the monitor reads (monitor.cpp): while logging, every call's hopwise works and when the caller made it.
@@ -68,6 +75,7 @@ class Sequencer {
   std::mutex log_mutex_;
   bool logging_ = false;
   std::vector<Logged> log_;
+  std::function<void(const c10::intrusive_ptr<HopwiseWork>&)> tracker_;
   std::mutex mutex_;
   int open_ = 0;  // launched works whose completion has not yet run
   std::deque<std::function<void()>> held_;

@@ -8,6 +8,7 @@ Specs: fp16, bf16, int8, qsgd, terngrad, sign, topk, randomk, none (each with it
 matrix (its first dimension the rows) and sends all of a bucket's P factors in one allreduce, all Q in a second.
 The hooks average (DDP does not divide gradients when a hook is registered).
 """
+import torch
 import torch.distributed as dist
 
 from . import _C
@@ -68,6 +69,11 @@ class HookState:
         self.process_group = None
         self._make()
         self._impl.load(saved["state"])
+
+
+# torch.load reads only allowed types by default since torch 2.6 (weights_only): a hook state is bytes and a spec
+# string, nothing that runs code, so a checkpoint holding one loads as it did.
+torch.serialization.add_safe_globals([HookState])
 
 
 def _first(fut):
