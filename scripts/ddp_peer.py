@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """PyTorch DDP (gloo) on the same model, data, global batch and ranks as train_mnist: the peer row for the
-reducer. Launch like the trainer:  mpirun -np 2 /usr/bin/python3 scripts/ddp_peer.py --steps 200
-Needs Debian's python3-torch (apt-get install python3-torch). Prints DDP's step time, its step time without
+reducer. Launch like the trainer:  mpirun -np 2 $(scripts/venv.sh --path)/bin/python scripts/ddp_peer.py --steps 200
+Needs the torch environment scripts/setup.sh makes. Prints DDP's step time, its step time without
 communication (no_sync), and the difference: the communication DDP left exposed."""
 import argparse
 import gzip
@@ -18,7 +18,7 @@ try:
     import torch.nn as nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 except ImportError:
-    sys.exit("ddp_peer.py needs PyTorch: apt-get install python3-torch (and run it with /usr/bin/python3)")
+    sys.exit("ddp_peer.py needs PyTorch: run scripts/setup.sh, then this with scripts/venv.sh python")
 
 
 def load_images(path):

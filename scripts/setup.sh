@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config   # compilers and the build
+  ccache                             # compiler cache: the wheel's build (tests/wheel_check.sh) reuses build/'s objects
   openmpi-bin libopenmpi-dev         # MPI: processes, host-memory transport, the peer we benchmark against
   libfmt-dev                         # formatting of messages and tables
   nlohmann-json3-dev                 # the topology JSON format

@@ -9,16 +9,18 @@
 # usage: wheel_check.sh SOURCE_DIR WORK_DIR PYTHON   (PYTHON: the torch environment's interpreter)
 set -euo pipefail
 src=$(cd "$1" && pwd)
-work=$2
+mkdir -p "$2"
+work=$(cd "$2" && pwd)
 python=$3
 rm -rf "$work/dist" "$work/env" "$work/other-torch"
-mkdir -p "$work"
 step() { echo "== $*"; }
 fail() { echo "FAILED: $*" >&2; exit 1; }
 
 step "1. pip wheel --no-build-isolation $src"
-# The build directory is kept (build/wheel: pyproject.toml), so a rerun compiles only what changed.
-"$python" -m pip wheel --no-build-isolation --no-deps --disable-pip-version-check -w "$work/dist" "$src" \
+# The build directory is kept (build/wheel: pyproject.toml), so a rerun compiles only what changed; on a fresh
+# checkout ccache gives it build/'s objects: the same generator and flags (HOPWISE_WERROR passes through), every core.
+CMAKE_GENERATOR="Unix Makefiles" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+  "$python" -m pip wheel --no-build-isolation --no-deps --disable-pip-version-check -w "$work/dist" "$src" \
   >"$work/wheel.log" 2>&1 || fail "pip wheel: $(tail -30 "$work/wheel.log")"
 wheels=("$work"/dist/hopwise-*.whl)
 [ ${#wheels[@]} -eq 1 ] && [ -f "${wheels[0]}" ] || fail "no single hopwise wheel in $work/dist: $(ls "$work/dist")"
@@ -42,13 +44,16 @@ print(f"metadata: {requires[0]}; {len(names)} files")
 PY
 
 step "2. a fresh virtual environment: pip install the wheel, import, a 2-rank job"
-/usr/bin/python3 -m venv "$work/env"
+# Without a pip of its own (whose older setuptools would shadow the one torch requires): the torch environment's
+# pip installs into it (pip --python).
+/usr/bin/python3 -m venv --without-pip "$work/env"
 env_site=$("$work/env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 torch_site=$("$python" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
 echo "$torch_site" >"$env_site/torch-environment.pth"
 # No index: the wheel's one dependency (torch==X) must be met by the torch that is there, or the install fails.
-"$work/env/bin/pip" install --no-index --disable-pip-version-check "$wheel" >"$work/install.log" 2>&1 ||
-  fail "pip install $wheel: $(tail -20 "$work/install.log")"
+"$python" -m pip --python "$work/env/bin/python" install --no-index --disable-pip-version-check "$wheel" \
+  >"$work/install.log" 2>&1 || fail "pip install $wheel: $(tail -20 "$work/install.log")"
+[ -d "$env_site/hopwise/torch" ] || fail "pip installed the wheel somewhere else than $env_site: $(cat "$work/install.log")"
 clean_env=(env -i PATH=/usr/bin:/bin HOME="$work" LANG=C.UTF-8 OMP_NUM_THREADS=1)
 (cd "$work" && "${clean_env[@]}" "$work/env/bin/python" -c "
 import hopwise.torch, sys
