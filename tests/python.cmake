@@ -17,3 +17,12 @@ if(HOPWISE_TORCH_ENABLED)
                                                   LABELS "python;torch" TIMEOUT 600 PROCESSORS 4)
   endforeach()
 endif()
+
+# ---- CUDA tensors through the backend (one rank: one GPU here at most); skipped (77) where there is no GPU, which
+# gpu-check.sh counts as a failure on its machine (label cuda) ----
+if(HOPWISE_TORCH_ENABLED)
+  add_test(NAME torch_cuda COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/spawn_ranks.sh 1 ${HOPWISE_PYTHON}
+                                   ${CMAKE_CURRENT_SOURCE_DIR}/python/cuda_worker.py)
+  set_tests_properties(torch_cuda PROPERTIES ENVIRONMENT "PYTHONPATH=${CMAKE_BINARY_DIR}/python"
+                       LABELS "python;torch;cuda" TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()

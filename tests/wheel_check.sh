@@ -18,8 +18,9 @@ fail() { echo "FAILED: $*" >&2; exit 1; }
 
 step "1. pip wheel --no-build-isolation $src"
 # The build directory is kept (build/wheel: pyproject.toml), so a rerun compiles only what changed; on a fresh
-# checkout ccache gives it build/'s objects: the same generator and flags (HOPWISE_WERROR passes through), every core.
-CMAKE_GENERATOR="Unix Makefiles" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+# checkout ccache gives it build/'s objects: the same generator, compiler names (pip would name Python's own, which
+# ccache hashes apart) and flags (HOPWISE_WERROR passes through), every core.
+CC=$(command -v cc) CXX=$(command -v c++) CMAKE_GENERATOR="Unix Makefiles" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
   "$python" -m pip wheel --no-build-isolation --no-deps --disable-pip-version-check -w "$work/dist" "$src" \
   >"$work/wheel.log" 2>&1 || fail "pip wheel: $(tail -30 "$work/wheel.log")"
 wheels=("$work"/dist/hopwise-*.whl)

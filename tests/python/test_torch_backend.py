@@ -108,8 +108,9 @@ def test_stopped_rank_is_named_within_the_timeout():
     assert all(float(s) < 5 + 10 for _, s in said), said
 
 
-def test_barrier_names_missing_ranks():
-    rc, out = launch("spawn", 4, "faults_worker.py", "barrier", timeout=120)
+def test_barrier_names_missing_ranks(tmp_path):
+    rc, out = launch("spawn", 4, "faults_worker.py", "barrier", env={"BARRIER_DONE": str(tmp_path / "done")},
+                     timeout=120)
     failed = {(r, what): (float(s), why) for r, what, s, why in
               lines(out, r"rank (\d): (\S+) FAILED after (\d+\.\d) s: (.*?)$")}
     assert rc == 0 and len(failed) == 6, out[-6000:]

@@ -85,7 +85,7 @@ std::vector<at::Tensor> as_list(const at::Tensor& t) { return {t}; }
 HopwiseBackend::HopwiseBackend(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                          std::chrono::duration<float> timeout, std::string group_id,
                                          std::vector<int64_t> global_ranks)
-    : c10d::Backend(rank, size) {
+    : c10d::Backend(rank, size), store_(store) {
   comm::Options options = translated([] { return comm::Options::from_env(); });
   if (!std::getenv("HOPWISE_TIMEOUT_S")) options.timeout_s = timeout.count();  // torch's, unless hopwise's is set
   timeout_ = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000));
@@ -109,8 +109,9 @@ HopwiseBackend::~HopwiseBackend() {
 }
 
 c10::intrusive_ptr<HopwiseWork> HopwiseBackend::make_work(c10d::OpType type, const char* title,
-                                                           std::vector<at::Tensor> outputs) {
-  auto work = c10::make_intrusive<HopwiseWork>(getRank(), type, title, std::move(outputs));
+                                                           std::vector<at::Tensor> outputs,
+                                                           std::vector<c10::Device> devices) {
+  auto work = c10::make_intrusive<HopwiseWork>(getRank(), type, title, std::move(outputs), std::move(devices));
   std::lock_guard lock(works_mutex_);
   ++sequence_;
   if (coalescing_) coalesced_.push_back(work);
@@ -149,6 +150,7 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::allreduce(std::vector<at::Tensor>
   TORCH_CHECK_VALUE(tensors.size() == 1, "hopwise: allreduce takes one tensor per rank (one device), got ",
                     tensors.size());
   if (tensors[0].defined() && tensors[0].is_sparse()) return allreduce_sparse(tensors, opts);
+  if (tensors[0].defined() && tensors[0].is_cuda()) return cuda_allreduce(tensors[0], opts);
   const at::Tensor& user = single(tensors, "allreduce");
   // Complex numbers sum and average as pairs of reals (as gloo and NCCL do); other ops have no order to use.
   const bool complex = at::isComplexType(user.scalar_type());
@@ -201,6 +203,7 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::allreduce_coalesced(std::vector<a
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                               const c10d::BroadcastOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_cuda()) return cuda_broadcast(tensors[0], opts);
   const at::Tensor& t = single(tensors, "broadcast");
   const int root = static_cast<int>(opts.rootRank);
   const Staged s = stage(t, at::ScalarType::Undefined, getRank() == root);
@@ -258,6 +261,8 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::reduce(std::vector<at::Tensor>& t
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                               std::vector<at::Tensor>& inputs,
                                                               const c10d::AllgatherOptions&) {
+  if (inputs.size() == 1 && outputs.size() == 1 && inputs[0].defined() && inputs[0].is_cuda())
+    return cuda_allgather(outputs[0], inputs[0]);
   const at::Tensor& in = single(inputs, "allgather");
   TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
                     "hopwise: allgather needs one list of ", getSize(), " output tensors (one per rank)");
@@ -282,6 +287,7 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::allgather(std::vector<std::vector
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                     const c10d::AllgatherOptions&) {
+  if (input.defined() && input.is_cuda()) return cuda_allgather_base(output, input);
   check_tensor(input, "_allgather_base");
   check_tensor(output, "_allgather_base");
   TORCH_CHECK_VALUE(output.scalar_type() == input.scalar_type() && output.numel() == input.numel() * getSize(),
@@ -316,6 +322,7 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::reduce_scatter(std::vector<at::Te
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                          const c10d::ReduceScatterOptions& opts) {
+  if (input.defined() && input.is_cuda()) return cuda_reduce_scatter_base(output, input, opts);
   check_tensor(input, "reduce_scatter");
   check_tensor(output, "reduce_scatter");
   TORCH_CHECK_VALUE(output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * getSize(),

@@ -86,7 +86,8 @@ class HopwiseBackend final : public c10d::Backend {
   uint64_t getSequenceNumberForGroup() override { return sequence_; }
 
   // A work that completes once `works` have (after `then`); what the codec hooks return too.
-  c10::intrusive_ptr<HopwiseWork> make_work(c10d::OpType type, const char* title, std::vector<at::Tensor> outputs);
+  c10::intrusive_ptr<HopwiseWork> make_work(c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
+                                            std::vector<c10::Device> devices = {});
 
  private:
   int user_tag(int tag, const char* what) const;
@@ -94,6 +95,20 @@ class HopwiseBackend final : public c10d::Backend {
   void run_barrier(std::chrono::milliseconds timeout, bool wait_all_ranks, const char* what);
   std::chrono::milliseconds timeout_of(std::chrono::milliseconds asked) const;
 
+  // CUDA tensors (backend_cuda.cpp, where built with CUDA): the NCCL device communicator, made at the group's
+  // first CUDA call, and the calls that use it. Each returns null for a CPU tensor (the host path then runs).
+  // A build without CUDA refuses them by name.
+  struct DeviceSide;
+  DeviceSide& device_side(const at::Tensor& t);  // made at the first call, on that tensor's device
+  c10::intrusive_ptr<c10d::Work> cuda_allreduce(const at::Tensor& t, const c10d::AllreduceOptions& opts);
+  c10::intrusive_ptr<c10d::Work> cuda_broadcast(const at::Tensor& t, const c10d::BroadcastOptions& opts);
+  c10::intrusive_ptr<c10d::Work> cuda_allgather(std::vector<at::Tensor>& outputs, const at::Tensor& input);
+  c10::intrusive_ptr<c10d::Work> cuda_allgather_base(const at::Tensor& output, const at::Tensor& input);
+  c10::intrusive_ptr<c10d::Work> cuda_reduce_scatter_base(const at::Tensor& output, const at::Tensor& input,
+                                                          const c10d::ReduceScatterOptions& opts);
+
+  c10::intrusive_ptr<c10d::Store> store_;  // torch's, for the device communicator's rendezvous
+  std::shared_ptr<DeviceSide> device_;     // shared: the type is complete only where CUDA is built
   std::unique_ptr<comm::Communicator> comm_;
   std::chrono::milliseconds timeout_;
   std::mutex works_mutex_;

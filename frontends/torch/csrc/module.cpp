@@ -79,6 +79,7 @@ py::dict plan_of(HopwiseBackend& pg) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "hopwise's c10d backend and DDP comm hook states (use the hopwise.torch package)";
   py::module::import("torch.distributed");  // torch's ProcessGroup, Store and Work bindings, which these extend
+  m.attr("HAS_CUDA") = static_cast<bool>(HOPWISE_TORCH_CUDA);  // CUDA tensors go through the device communicator
 
   py::class_<HopwiseBackend, c10d::Backend, c10::intrusive_ptr<HopwiseBackend>>(m, "HopwiseBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

@@ -110,7 +110,9 @@ Staged stage(const at::Tensor& t, at::ScalarType wide, bool copy_in) {
 void check_tensor(const at::Tensor& t, const char* what) {
   TORCH_CHECK_VALUE(t.defined(), "hopwise: ", what, ": the tensor is undefined");
   TORCH_CHECK_VALUE(t.device().is_cpu(), "hopwise: ", what, ": the tensor is on ", t.device().str(),
-                    "; this backend carries CPU tensors (use NCCL for CUDA ones)");
+                    "; hopwise carries CPU tensors in every collective and CUDA ones in allreduce, broadcast, "
+                    "allgather, all_gather_into_tensor and reduce_scatter_tensor (where built with CUDA): use "
+                    "backend \"nccl\" for this one");
   TORCH_CHECK_VALUE(t.layout() == at::kStrided, "hopwise: ", what, ": sparse tensors are not supported");
 }
 

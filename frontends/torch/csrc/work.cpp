@@ -62,10 +62,12 @@ Pool& pool() {
 
 void run_detached(std::function<void()> fn) { pool().run(std::move(fn)); }
 
-HopwiseWork::HopwiseWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs)
+HopwiseWork::HopwiseWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
+                         std::vector<c10::Device> devices)
     : c10d::Work(rank, type, title),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                       std::move(devices))) {}
 
 int HopwiseWork::sourceRank() const {
   TORCH_CHECK(source_rank_ >= 0, "hopwise: sourceRank() is known only for a completed recvAnysource");

@@ -26,7 +26,9 @@ void run_detached(std::function<void()> fn);
 
 class HopwiseWork final : public c10d::Work {
  public:
-  HopwiseWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs);
+  // `devices`: where the outputs live when not on the CPU (the future then records CUDA events for them).
+  HopwiseWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
+              std::vector<c10::Device> devices = {});
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
   int sourceRank() const override;

@@ -47,8 +47,8 @@ def _create(opts, pg_options=None):
                                   list(opts.global_ranks_in_group))
 
 
-# One backend serves the group's CPU tensors (and CUDA ones where the device communicator is built).
-DEVICES = ["cpu"]
+# One backend serves the group's CPU tensors, and its CUDA ones where the device communicator is built.
+DEVICES = ["cpu", "cuda"] if _C.HAS_CUDA else ["cpu"]
 if not hasattr(dist.Backend, "HOPWISE"):
     dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=DEVICES)
 
