@@ -119,7 +119,7 @@ def hooks():
                                                                             start_powerSGD_iter=2),
                                         powerSGD_hook.batched_powerSGD_hook),
     }
-    try:  # torch 1.13.1's batched hook hands _orthogonalize one matrix where it asserts a batch: broken everywhere
+    try:  # torch's batched hook hands _orthogonalize one matrix where it asserts a batch (1.13.1, 2.15.0)
         powerSGD_hook._orthogonalize(torch.zeros(4, 2))
     except AssertionError:
         del builtin["torch batched_powerSGD_hook"]

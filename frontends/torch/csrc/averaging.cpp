@@ -18,8 +18,8 @@ void check_float(const at::Tensor& t, const char* what) {
 
 }  // namespace
 
-TorchAverager::TorchAverager(c10::intrusive_ptr<c10d::ProcessGroup> keep, HopwiseBackend& pg,
-                             const std::string& spec, at::Tensor flat)
+TorchAverager::TorchAverager(c10::intrusive_ptr<c10d::ProcessGroup> keep, HopwiseBackend& pg, const std::string& spec,
+                             at::Tensor flat)
     : keep_(std::move(keep)), pg_(&pg), flat_(std::move(flat)) {
   check_float(flat_, "ModelAverager");
   averager_ = translated([&] {

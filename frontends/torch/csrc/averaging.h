@@ -4,12 +4,12 @@
 #pragma once
 
 #include <memory>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <vector>
 
-#include "hopwise/comm/averaging.h"
 #include "backend.h"
+#include "hopwise/comm/averaging.h"
 
 namespace hopwise::torch_backend {
 

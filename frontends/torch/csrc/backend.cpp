@@ -15,8 +15,8 @@
 #include "hopwise/comm/transports/ucx_transport.h"
 #include "hopwise/common/error.h"
 #include "tensors.h"
-#include "translate.h"
 #include "torch_store.h"
+#include "translate.h"
 
 namespace hopwise::torch_backend {
 
@@ -83,8 +83,8 @@ std::vector<at::Tensor> as_list(const at::Tensor& t) { return {t}; }
 }  // namespace
 
 HopwiseBackend::HopwiseBackend(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-                                         std::chrono::duration<float> timeout, std::string group_id,
-                                         std::vector<int64_t> global_ranks)
+                               std::chrono::duration<float> timeout, std::string group_id,
+                               std::vector<int64_t> global_ranks)
     : c10d::Backend(rank, size), store_(store) {
   comm::Options options = translated([] { return comm::Options::from_env(); });
   if (!std::getenv("HOPWISE_TIMEOUT_S")) options.timeout_s = timeout.count();  // torch's, unless hopwise's is set
@@ -109,8 +109,8 @@ HopwiseBackend::~HopwiseBackend() {
 }
 
 c10::intrusive_ptr<HopwiseWork> HopwiseBackend::make_work(c10d::OpType type, const char* title,
-                                                           std::vector<at::Tensor> outputs,
-                                                           std::vector<c10::Device> devices) {
+                                                          std::vector<at::Tensor> outputs,
+                                                          std::vector<c10::Device> devices) {
   auto work = c10::make_intrusive<HopwiseWork>(getRank(), type, title, std::move(outputs), std::move(devices));
   std::lock_guard lock(works_mutex_);
   ++sequence_;
@@ -146,7 +146,7 @@ std::vector<comm::Work> start_allreduce(comm::Communicator& c, const Staged& s, 
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::allreduce(std::vector<at::Tensor>& tensors,
-                                                              const c10d::AllreduceOptions& opts) {
+                                                         const c10d::AllreduceOptions& opts) {
   TORCH_CHECK_VALUE(tensors.size() == 1, "hopwise: allreduce takes one tensor per rank (one device), got ",
                     tensors.size());
   if (tensors[0].defined() && tensors[0].is_sparse()) return allreduce_sparse(tensors, opts);
@@ -155,8 +155,8 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::allreduce(std::vector<at::Tensor>
   // Complex numbers sum and average as pairs of reals (as gloo and NCCL do); other ops have no order to use.
   const bool complex = at::isComplexType(user.scalar_type());
   const auto op = opts.reduceOp.op_;
-  TORCH_CHECK_VALUE(!complex || op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::AVG, "hopwise: allreduce: ",
-                    op_name(op), " of ", c10::toString(user.scalar_type()),
+  TORCH_CHECK_VALUE(!complex || op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::AVG,
+                    "hopwise: allreduce: ", op_name(op), " of ", c10::toString(user.scalar_type()),
                     " has no meaning (complex numbers are not ordered); use SUM or AVG");
   const at::Tensor t = complex ? at::view_as_real(user.is_contiguous() ? user : user.contiguous()) : user;
   const ReducePlan plan = plan_reduce(t.scalar_type(), opts.reduceOp, "allreduce");
@@ -171,7 +171,7 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::allreduce(std::vector<at::Tensor>
 }
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
-                                                                        const c10d::AllreduceCoalescedOptions& opts) {
+                                                                   const c10d::AllreduceCoalescedOptions& opts) {
   TORCH_CHECK_VALUE(!tensors.empty(), "hopwise: allreduce_coalesced needs at least one tensor");
   std::vector<at::Tensor> flat;
   for (const auto& t : tensors) {
@@ -190,19 +190,19 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::allreduce_coalesced(std::vector<a
   seq_.launch(
       work, [this, s, plan, after] { return translated([&] { return start_allreduce(*comm_, s, plan, *after); }); },
       on_success([after, joined, tensors] {
-                   (*after)();
-                   int64_t offset = 0;
-                   for (const auto& t : tensors) {
-                     at::Tensor dst = t;
-                     dst.copy_(joined.narrow(0, offset, t.numel()).view(t.sizes()));
-                     offset += t.numel();
-                   }
-                 }));
+        (*after)();
+        int64_t offset = 0;
+        for (const auto& t : tensors) {
+          at::Tensor dst = t;
+          dst.copy_(joined.narrow(0, offset, t.numel()).view(t.sizes()));
+          offset += t.numel();
+        }
+      }));
   return work;
 }
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::broadcast(std::vector<at::Tensor>& tensors,
-                                                              const c10d::BroadcastOptions& opts) {
+                                                         const c10d::BroadcastOptions& opts) {
   if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_cuda()) return cuda_broadcast(tensors[0], opts);
   const at::Tensor& t = single(tensors, "broadcast");
   const int root = static_cast<int>(opts.rootRank);
@@ -211,14 +211,15 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::broadcast(std::vector<at::Tensor>
   seq_.launch(
       work,
       [this, s, root] {
-        return std::vector{translated([&] { return comm_->broadcast_async(s.data(), s.bytes(), DataType::kUInt8, root); })};
+        return std::vector{
+            translated([&] { return comm_->broadcast_async(s.data(), s.bytes(), DataType::kUInt8, root); })};
       },
       on_success([s] { s.finish(); }));
   return work;
 }
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::reduce(std::vector<at::Tensor>& tensors,
-                                                           const c10d::ReduceOptions& opts) {
+                                                      const c10d::ReduceOptions& opts) {
   const at::Tensor& t = single(tensors, "reduce");
   const int root = static_cast<int>(opts.rootRank);
   const ReducePlan plan = plan_reduce(t.scalar_type(), opts.reduceOp, "reduce");
@@ -259,8 +260,8 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::reduce(std::vector<at::Tensor>& t
 }
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                              std::vector<at::Tensor>& inputs,
-                                                              const c10d::AllgatherOptions&) {
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::AllgatherOptions&) {
   if (inputs.size() == 1 && outputs.size() == 1 && inputs[0].defined() && inputs[0].is_cuda())
     return cuda_allgather(outputs[0], inputs[0]);
   const at::Tensor& in = single(inputs, "allgather");
@@ -277,16 +278,16 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::allgather(std::vector<std::vector
             [&] { return comm_->allgather_async(s.data(), gathered.data_ptr(), s.bytes(), DataType::kUInt8); })};
       },
       on_success([s, gathered, outs = outputs[0]] {
-                   for (std::size_t r = 0; r < outs.size(); ++r) {
-                     at::Tensor o = outs[r];
-                     o.copy_(gathered[static_cast<int64_t>(r)].view(o.sizes()));
-                   }
-                 }));
+        for (std::size_t r = 0; r < outs.size(); ++r) {
+          at::Tensor o = outs[r];
+          o.copy_(gathered[static_cast<int64_t>(r)].view(o.sizes()));
+        }
+      }));
   return work;
 }
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
-                                                                    const c10d::AllgatherOptions&) {
+                                                               const c10d::AllgatherOptions&) {
   if (input.defined() && input.is_cuda()) return cuda_allgather_base(output, input);
   check_tensor(input, "_allgather_base");
   check_tensor(output, "_allgather_base");
@@ -306,8 +307,8 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::_allgather_base(at::Tensor& outpu
 }
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
-                                                                   std::vector<std::vector<at::Tensor>>& inputs,
-                                                                   const c10d::ReduceScatterOptions& opts) {
+                                                              std::vector<std::vector<at::Tensor>>& inputs,
+                                                              const c10d::ReduceScatterOptions& opts) {
   const at::Tensor& out = single(outputs, "reduce_scatter");
   TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
                     "hopwise: reduce_scatter needs one list of ", getSize(), " input tensors (one per rank)");
@@ -321,7 +322,7 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::reduce_scatter(std::vector<at::Te
 }
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
-                                                                         const c10d::ReduceScatterOptions& opts) {
+                                                                    const c10d::ReduceScatterOptions& opts) {
   if (input.defined() && input.is_cuda()) return cuda_reduce_scatter_base(output, input, opts);
   check_tensor(input, "reduce_scatter");
   check_tensor(output, "reduce_scatter");
@@ -340,10 +341,10 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::_reduce_scatter_base(at::Tensor& 
         work,
         [this, all, plan, after] { return translated([&] { return start_allreduce(*comm_, all, plan, *after); }); },
         on_success([after, all, out, n, me] {
-                     (*after)();
-                     out.buf.copy_(all.buf.reshape({-1}).narrow(0, me * n, n).view(out.buf.sizes()));
-                     out.finish();
-                   }));
+          (*after)();
+          out.buf.copy_(all.buf.reshape({-1}).narrow(0, me * n, n).view(out.buf.sizes()));
+          out.finish();
+        }));
     return work;
   }
   seq_.launch(

@@ -25,7 +25,7 @@ class HopwiseBackend final : public c10d::Backend {
   // Collective over the group's ranks. `global_ranks`: the group's members as ranks of the world (empty: the
   // world), as torch's extended creator API passes them.
   HopwiseBackend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::duration<float> timeout,
-                      std::string group_id, std::vector<int64_t> global_ranks);
+                 std::string group_id, std::vector<int64_t> global_ranks);
   ~HopwiseBackend() override;
 
   const std::string getBackendName() const override { return "hopwise"; }
@@ -41,8 +41,10 @@ class HopwiseBackend final : public c10d::Backend {
                                                   const c10d::AllreduceOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts = {}) override;
-  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts = {}) override;
-  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts = {}) override;
@@ -64,8 +66,8 @@ class HopwiseBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::ReduceScatterOptions& opts = {}) override;
-  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
-                                               std::vector<int64_t>& input_splits,
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
                                                const c10d::AllToAllOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts = {}) override;
@@ -112,8 +114,8 @@ class HopwiseBackend final : public c10d::Backend {
   std::unique_ptr<comm::Communicator> comm_;
   std::chrono::milliseconds timeout_;
   std::mutex works_mutex_;
-  std::vector<c10::intrusive_ptr<HopwiseWork>> recent_;     // collectives launched, not yet seen complete: what a
-                                                            // barrier waits for (not point-to-point, as in gloo)
+  std::vector<c10::intrusive_ptr<HopwiseWork>> recent_;  // collectives launched, not yet seen complete: what a
+                                                         // barrier waits for (not point-to-point, as in gloo)
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<HopwiseWork>> coalesced_;  // issued since startCoalescing
   uint64_t sequence_ = 0;

@@ -54,11 +54,10 @@ void HopwiseBackend::run_barrier(std::chrono::milliseconds timeout, bool wait_al
   if (me != 0) {
     auto report = std::make_shared<std::vector<int64_t>>(1, number);
     auto answer = std::make_shared<std::vector<int64_t>>(static_cast<std::size_t>(p) + 1, 0);
-    comm::Work sent = translated(
-        [&] { return comm_->send_async(report->data(), 1, DataType::kInt64, 0, kBarrierReportTag); });
-    comm::Work heard = translated([&] {
-      return comm_->recv_async(answer->data(), answer->size(), DataType::kInt64, 0, kBarrierAnswerTag);
-    });
+    comm::Work sent =
+        translated([&] { return comm_->send_async(report->data(), 1, DataType::kInt64, 0, kBarrierReportTag); });
+    comm::Work heard = translated(
+        [&] { return comm_->recv_async(answer->data(), answer->size(), DataType::kInt64, 0, kBarrierAnswerTag); });
     keep(sent, report);
     keep(heard, answer);
     // Rank 0 answers once it has heard from all or its own timeout passed: give its verdict time to arrive.
@@ -70,9 +69,10 @@ void HopwiseBackend::run_barrier(std::chrono::milliseconds timeout, bool wait_al
       fail(fmt::format("hopwise: {}: rank {} lost rank 0 while waiting for its answer: {}", what, me, e.what()));
     }
     if (!answered)
-      fail(fmt::format("hopwise: {}: rank {} had no answer from rank 0 within {} (rank 0 not at the barrier, or "
-                       "gone)",
-                       what, me, seconds(timeout + grace)));
+      fail(
+          fmt::format("hopwise: {}: rank {} had no answer from rank 0 within {} (rank 0 not at the barrier, or "
+                      "gone)",
+                      what, me, seconds(timeout + grace)));
     std::vector<int> missing;
     for (int q = 0; q < p; ++q)
       if ((*answer)[static_cast<std::size_t>(q) + 1] == 0) missing.push_back(q);
@@ -80,9 +80,10 @@ void HopwiseBackend::run_barrier(std::chrono::milliseconds timeout, bool wait_al
       fail(fmt::format("hopwise: {}: rank(s) {} of {} did not arrive within {} (rank 0 says; this is rank {})", what,
                        fmt::join(missing, ", "), p, seconds(timeout), me));
     if ((*answer)[0] != number)
-      fail(fmt::format("hopwise: {}: rank 0 is at barrier #{}, rank {} at #{}: the ranks called different "
-                       "collectives",
-                       what, (*answer)[0], me, number));
+      fail(
+          fmt::format("hopwise: {}: rank 0 is at barrier #{}, rank {} at #{}: the ranks called different "
+                      "collectives",
+                      what, (*answer)[0], me, number));
     return;
   }
   // Rank 0: hear from every rank by the deadline (with wait_all_ranks false, gloo's fail-fast: from the first
@@ -111,8 +112,8 @@ void HopwiseBackend::run_barrier(std::chrono::milliseconds timeout, bool wait_al
       }
     }
     if (arrived && (*reports[static_cast<std::size_t>(q)])[0] != number) {
-      why.push_back(fmt::format("rank {} is at barrier #{}, rank 0 at #{}", q, (*reports[static_cast<std::size_t>(q)])[0],
-                                number));
+      why.push_back(fmt::format("rank {} is at barrier #{}, rank 0 at #{}", q,
+                                (*reports[static_cast<std::size_t>(q)])[0], number));
       arrived = false;
     }
     came[static_cast<std::size_t>(q) + 1] = arrived ? 1 : 0;
@@ -123,9 +124,8 @@ void HopwiseBackend::run_barrier(std::chrono::milliseconds timeout, bool wait_al
   auto answer = std::make_shared<std::vector<int64_t>>(came);
   for (int q = 1; q < p; ++q)
     if (came[static_cast<std::size_t>(q) + 1]) {
-      answers.push_back(translated([&] {
-        return comm_->send_async(answer->data(), answer->size(), DataType::kInt64, q, kBarrierAnswerTag);
-      }));
+      answers.push_back(translated(
+          [&] { return comm_->send_async(answer->data(), answer->size(), DataType::kInt64, q, kBarrierAnswerTag); }));
       keep(answers.back(), answer);
     }
   if (!missing.empty()) {

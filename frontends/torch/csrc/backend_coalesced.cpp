@@ -87,10 +87,10 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::allgather_into_tensor_coalesced(s
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     check_tensor(inputs[i], "allgather_into_tensor_coalesced");
     check_tensor(outputs[i], "allgather_into_tensor_coalesced");
-    TORCH_CHECK_VALUE(outputs[i].scalar_type() == inputs[i].scalar_type() &&
-                          outputs[i].numel() == inputs[i].numel() * p,
-                      "hopwise: allgather_into_tensor_coalesced: output ", i, " needs input ", i, "'s dtype and ", p,
-                      " times its elements");
+    TORCH_CHECK_VALUE(
+        outputs[i].scalar_type() == inputs[i].scalar_type() && outputs[i].numel() == inputs[i].numel() * p,
+        "hopwise: allgather_into_tensor_coalesced: output ", i, " needs input ", i, "'s dtype and ", p,
+        " times its elements");
   }
   auto j = std::make_shared<JoinedGather>(join_for_gather(inputs, p));
   auto work = make_work(c10d::OpType::COALESCED, "hopwise:all_gather_into_tensor_coalesced", outputs);
@@ -118,8 +118,9 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::reduce_scatter_tensor_coalesced(s
                                                                                std::vector<at::Tensor>& inputs,
                                                                                const c10d::ReduceScatterOptions& opts) {
   const int p = getSize();
-  TORCH_CHECK_VALUE(!inputs.empty() && outputs.size() == inputs.size(), "hopwise: reduce_scatter_tensor_coalesced: ",
-                    inputs.size(), " inputs and ", outputs.size(), " outputs; give one output per input (at least one)");
+  TORCH_CHECK_VALUE(!inputs.empty() && outputs.size() == inputs.size(),
+                    "hopwise: reduce_scatter_tensor_coalesced: ", inputs.size(), " inputs and ", outputs.size(),
+                    " outputs; give one output per input (at least one)");
   // Joined rank-major: rank r's block holds its part of every input, so one reduce-scatter gives each rank its
   // parts of all of them.
   std::vector<at::Tensor> blocks;
@@ -127,9 +128,9 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::reduce_scatter_tensor_coalesced(s
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     check_tensor(inputs[i], "reduce_scatter_tensor_coalesced");
     check_tensor(outputs[i], "reduce_scatter_tensor_coalesced");
-    TORCH_CHECK_VALUE(inputs[i].scalar_type() == inputs[0].scalar_type() &&
-                          outputs[i].scalar_type() == inputs[0].scalar_type(),
-                      "hopwise: reduce_scatter_tensor_coalesced: tensors of several dtypes; coalesce one dtype");
+    TORCH_CHECK_VALUE(
+        inputs[i].scalar_type() == inputs[0].scalar_type() && outputs[i].scalar_type() == inputs[0].scalar_type(),
+        "hopwise: reduce_scatter_tensor_coalesced: tensors of several dtypes; coalesce one dtype");
     TORCH_CHECK_VALUE(inputs[i].numel() == outputs[i].numel() * p, "hopwise: reduce_scatter_tensor_coalesced: input ",
                       i, " needs ", p, " times output ", i, "'s elements");
     per_rank += outputs[i].numel();
@@ -170,8 +171,8 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::allreduce_sparse(std::vector<at::
   const auto op = opts.reduceOp.op_;
   TORCH_CHECK_VALUE(op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::AVG, "hopwise: allreduce of a sparse tensor ",
                     "with ", op_name(op), ": sparse tensors sum (SUM) or average (AVG); make it dense for other ops");
-  TORCH_CHECK_VALUE(op != c10d::ReduceOp::AVG || at::isFloatingType(t.scalar_type()),
-                    "hopwise: AVG of a sparse ", c10::toString(t.scalar_type()), " tensor would truncate; use SUM");
+  TORCH_CHECK_VALUE(op != c10d::ReduceOp::AVG || at::isFloatingType(t.scalar_type()), "hopwise: AVG of a sparse ",
+                    c10::toString(t.scalar_type()), " tensor would truncate; use SUM");
   const int p = getSize();
   const at::Tensor local = t.coalesce();
   struct Gathered {
@@ -202,10 +203,10 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::allreduce_sparse(std::vector<at::
       g->values = at::empty(val_shape, val.options());
       g->sent_indices = idx_out;
       g->sent_values = val_out;
-      auto w1 = comm_->allgather_async(idx_out.data_ptr(), g->indices.data_ptr(), static_cast<std::size_t>(byte_count(idx_out)),
-                                       DataType::kUInt8);
-      auto w2 = comm_->allgather_async(val_out.data_ptr(), g->values.data_ptr(), static_cast<std::size_t>(byte_count(val_out)),
-                                       DataType::kUInt8);
+      auto w1 = comm_->allgather_async(idx_out.data_ptr(), g->indices.data_ptr(),
+                                       static_cast<std::size_t>(byte_count(idx_out)), DataType::kUInt8);
+      auto w2 = comm_->allgather_async(val_out.data_ptr(), g->values.data_ptr(),
+                                       static_cast<std::size_t>(byte_count(val_out)), DataType::kUInt8);
       return std::vector{w1, w2};
     });
   };

@@ -72,11 +72,11 @@ HopwiseBackend::DeviceSide& HopwiseBackend::device_side(const at::Tensor& t) {
 
 // The side (made if need be), the tensor checked against its device, its mutex held, its device current, and the
 // caller's stream.
-#define HOPWISE_DEVICE_SIDE(t, what)            \
-  DeviceSide& side = device_side(t);            \
-  check_cuda(t, side.device, what);             \
-  std::lock_guard side_lock(side.mutex);        \
-  c10::cuda::CUDAGuard guard(side.device);      \
+#define HOPWISE_DEVICE_SIDE(t, what)       \
+  DeviceSide& side = device_side(t);       \
+  check_cuda(t, side.device, what);        \
+  std::lock_guard side_lock(side.mutex);   \
+  c10::cuda::CUDAGuard guard(side.device); \
   void* stream = at::cuda::getCurrentCUDAStream(side.device.index()).stream()
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::cuda_allreduce(const at::Tensor& t, const c10d::AllreduceOptions& opts) {
@@ -86,7 +86,8 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::cuda_allreduce(const at::Tensor& 
                     op_name(plan.torch_op), " is not supported; use SUM, AVG, PRODUCT, MIN or MAX");
   const Staged s = stage(t, plan.wide);  // torch's kernels, on the caller's stream
   auto work = make_work(c10d::OpType::ALLREDUCE, "hopwise:all_reduce", {t}, {side.device});
-  auto w = translated([&] { return side.comm->allreduce_async(s.data(), s.data(), s.count(), plan.dtype, plan.op, stream); });
+  auto w = translated(
+      [&] { return side.comm->allreduce_async(s.data(), s.data(), s.count(), plan.dtype, plan.op, stream); });
   return finish(w, work, stream, [s] { s.finish(); });
 }
 
@@ -107,11 +108,13 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::cuda_allgather_base(const at::Ten
                     " times its elements");
   const Staged in = stage(input), out = stage(output, at::ScalarType::Undefined, false);
   auto work = make_work(c10d::OpType::_ALLGATHER_BASE, "hopwise:_all_gather_base", {output}, {side.device});
-  auto w = translated([&] { return side.comm->allgather_async(in.data(), out.data(), in.bytes(), DataType::kUInt8, stream); });
+  auto w = translated(
+      [&] { return side.comm->allgather_async(in.data(), out.data(), in.bytes(), DataType::kUInt8, stream); });
   return finish(w, work, stream, [in, out] { out.finish(); });
 }
 
-c10::intrusive_ptr<c10d::Work> HopwiseBackend::cuda_allgather(std::vector<at::Tensor>& outputs, const at::Tensor& input) {
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::cuda_allgather(std::vector<at::Tensor>& outputs,
+                                                              const at::Tensor& input) {
   TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == getSize(), "hopwise: allgather needs ", getSize(),
                     " output tensors (one per rank)");
   at::Tensor flat = at::empty({getSize() * input.numel()}, input.options());
@@ -128,7 +131,8 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::cuda_allgather(std::vector<at::Te
   return part;
 }
 
-c10::intrusive_ptr<c10d::Work> HopwiseBackend::cuda_reduce_scatter_base(const at::Tensor& output, const at::Tensor& input,
+c10::intrusive_ptr<c10d::Work> HopwiseBackend::cuda_reduce_scatter_base(const at::Tensor& output,
+                                                                        const at::Tensor& input,
                                                                         const c10d::ReduceScatterOptions& opts) {
   HOPWISE_DEVICE_SIDE(input, "reduce_scatter_tensor");
   check_cuda(output, side.device, "reduce_scatter_tensor");

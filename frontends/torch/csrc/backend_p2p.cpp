@@ -8,8 +8,8 @@
 
 #include <c10/util/Exception.h>
 
-#include "hopwise/common/error.h"
 #include "backend.h"
+#include "hopwise/common/error.h"
 #include "tensors.h"
 #include "translate.h"
 
@@ -24,8 +24,8 @@ std::vector<at::Tensor> as_list(const at::Tensor& t) { return {t}; }
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                           std::vector<at::Tensor>& inputs,
-                                                           const c10d::GatherOptions& opts) {
+                                                      std::vector<at::Tensor>& inputs,
+                                                      const c10d::GatherOptions& opts) {
   const at::Tensor& in = single(inputs, "gather");
   const int root = static_cast<int>(opts.rootRank), me = getRank();
   std::vector<comm::Work> works;
@@ -49,8 +49,8 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::gather(std::vector<std::vector<at
     }
     for (int q = 0; q < getSize(); ++q)
       if (q != me)
-        works.push_back(comm_->recv_async(outs[static_cast<std::size_t>(q)].data(), s.bytes(), DataType::kUInt8, q,
-                                          kGatherTag));
+        works.push_back(
+            comm_->recv_async(outs[static_cast<std::size_t>(q)].data(), s.bytes(), DataType::kUInt8, q, kGatherTag));
     return 0;
   });
   auto work = make_work(c10d::OpType::GATHER, "hopwise:gather", me == root ? outputs[0] : std::vector<at::Tensor>{});
@@ -61,8 +61,8 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::gather(std::vector<std::vector<at
 }
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::scatter(std::vector<at::Tensor>& outputs,
-                                                            std::vector<std::vector<at::Tensor>>& inputs,
-                                                            const c10d::ScatterOptions& opts) {
+                                                       std::vector<std::vector<at::Tensor>>& inputs,
+                                                       const c10d::ScatterOptions& opts) {
   const at::Tensor& out = single(outputs, "scatter");
   const int root = static_cast<int>(opts.rootRank), me = getRank();
   std::vector<Staged> ins;
@@ -86,8 +86,8 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::scatter(std::vector<at::Tensor>& 
     o.buf.copy_(ins[static_cast<std::size_t>(me)].buf);
     for (int q = 0; q < getSize(); ++q)
       if (q != me)
-        works.push_back(comm_->send_async(ins[static_cast<std::size_t>(q)].data(), o.bytes(), DataType::kUInt8, q,
-                                          kScatterTag));
+        works.push_back(
+            comm_->send_async(ins[static_cast<std::size_t>(q)].data(), o.bytes(), DataType::kUInt8, q, kScatterTag));
     return 0;
   });
   auto work = make_work(c10d::OpType::SCATTER, "hopwise:scatter", outputs);
@@ -96,46 +96,54 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::scatter(std::vector<at::Tensor>& 
 }
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
-                                                                  std::vector<int64_t>& output_splits,
-                                                                  std::vector<int64_t>& input_splits,
-                                                                  const c10d::AllToAllOptions&) {
+                                                             std::vector<int64_t>& output_splits,
+                                                             std::vector<int64_t>& input_splits,
+                                                             const c10d::AllToAllOptions&) {
   check_tensor(input, "alltoall_base");
   check_tensor(output, "alltoall_base");
   const int p = getSize(), me = getRank();
-  TORCH_CHECK_VALUE(input.scalar_type() == output.scalar_type(), "hopwise: alltoall_base: input and output dtypes differ");
+  TORCH_CHECK_VALUE(input.scalar_type() == output.scalar_type(),
+                    "hopwise: alltoall_base: input and output dtypes differ");
   // Splits count rows (the first dimension); none given: equal parts.
   auto rows_of = [&](const at::Tensor& t, std::vector<int64_t> splits, const char* which) {
     const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
     if (splits.empty()) {
-      TORCH_CHECK_VALUE(rows % p == 0, "hopwise: alltoall_base: the ", which, " has ", rows, " rows, not a multiple of ",
-                        p, "; pass split sizes");
+      TORCH_CHECK_VALUE(rows % p == 0, "hopwise: alltoall_base: the ", which, " has ", rows,
+                        " rows, not a multiple of ", p, "; pass split sizes");
       splits.assign(static_cast<std::size_t>(p), rows / p);
     }
     TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == p, "hopwise: alltoall_base: ", splits.size(), " ", which,
                       " split sizes for ", p, " ranks");
-    TORCH_CHECK_VALUE(std::accumulate(splits.begin(), splits.end(), int64_t{0}) == rows,
-                      "hopwise: alltoall_base: the ", which, " split sizes do not add up to its ", rows, " rows");
+    TORCH_CHECK_VALUE(std::accumulate(splits.begin(), splits.end(), int64_t{0}) == rows, "hopwise: alltoall_base: the ",
+                      which, " split sizes do not add up to its ", rows, " rows");
     return splits;
   };
   const auto in_rows = rows_of(input, input_splits, "input"), out_rows = rows_of(output, output_splits, "output");
-  const int64_t row_bytes_in = input.dim() == 0 ? input.element_size() : input.numel() / std::max<int64_t>(1, input.size(0)) * input.element_size();
-  const int64_t row_bytes_out = output.dim() == 0 ? output.element_size() : output.numel() / std::max<int64_t>(1, output.size(0)) * output.element_size();
+  const int64_t row_bytes_in = input.dim() == 0
+                                   ? input.element_size()
+                                   : input.numel() / std::max<int64_t>(1, input.size(0)) * input.element_size();
+  const int64_t row_bytes_out = output.dim() == 0
+                                    ? output.element_size()
+                                    : output.numel() / std::max<int64_t>(1, output.size(0)) * output.element_size();
   TORCH_CHECK_VALUE(row_bytes_in == row_bytes_out, "hopwise: alltoall_base: input and output rows differ in size");
   const Staged in = stage(input), out = stage(output, at::ScalarType::Undefined, false);
   auto* src = static_cast<char*>(in.data());
   auto* dst = static_cast<char*>(out.data());
   std::vector<int64_t> in_off(static_cast<std::size_t>(p) + 1, 0), out_off(static_cast<std::size_t>(p) + 1, 0);
   for (int q = 0; q < p; ++q) {
-    in_off[static_cast<std::size_t>(q) + 1] = in_off[static_cast<std::size_t>(q)] + in_rows[static_cast<std::size_t>(q)];
-    out_off[static_cast<std::size_t>(q) + 1] = out_off[static_cast<std::size_t>(q)] + out_rows[static_cast<std::size_t>(q)];
+    in_off[static_cast<std::size_t>(q) + 1] =
+        in_off[static_cast<std::size_t>(q)] + in_rows[static_cast<std::size_t>(q)];
+    out_off[static_cast<std::size_t>(q) + 1] =
+        out_off[static_cast<std::size_t>(q)] + out_rows[static_cast<std::size_t>(q)];
   }
   std::vector<comm::Work> works;
   translated([&] {
     for (int d = 1; d < p; ++d) {
       const int to = (me + d) % p, from = (me - d + p) % p;
-      works.push_back(comm_->recv_async(dst + out_off[static_cast<std::size_t>(from)] * row_bytes_out,
-                                        static_cast<std::size_t>(out_rows[static_cast<std::size_t>(from)] * row_bytes_out),
-                                        DataType::kUInt8, from, kAlltoallTag));
+      works.push_back(
+          comm_->recv_async(dst + out_off[static_cast<std::size_t>(from)] * row_bytes_out,
+                            static_cast<std::size_t>(out_rows[static_cast<std::size_t>(from)] * row_bytes_out),
+                            DataType::kUInt8, from, kAlltoallTag));
       works.push_back(comm_->send_async(src + in_off[static_cast<std::size_t>(to)] * row_bytes_in,
                                         static_cast<std::size_t>(in_rows[static_cast<std::size_t>(to)] * row_bytes_in),
                                         DataType::kUInt8, to, kAlltoallTag));
@@ -145,7 +153,8 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::alltoall_base(at::Tensor& output,
   TORCH_CHECK_VALUE(in_rows[static_cast<std::size_t>(me)] == out_rows[static_cast<std::size_t>(me)],
                     "hopwise: alltoall_base: this rank sends itself ", in_rows[static_cast<std::size_t>(me)],
                     " rows but expects ", out_rows[static_cast<std::size_t>(me)]);
-  std::memcpy(dst + out_off[static_cast<std::size_t>(me)] * row_bytes_out, src + in_off[static_cast<std::size_t>(me)] * row_bytes_in,
+  std::memcpy(dst + out_off[static_cast<std::size_t>(me)] * row_bytes_out,
+              src + in_off[static_cast<std::size_t>(me)] * row_bytes_in,
               static_cast<std::size_t>(in_rows[static_cast<std::size_t>(me)] * row_bytes_in));
   auto work = make_work(c10d::OpType::ALLTOALL_BASE, "hopwise:all_to_all", as_list(output));
   complete_after(std::move(works), work, on_success([in, out] { out.finish(); }));
@@ -153,8 +162,7 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::alltoall_base(at::Tensor& output,
 }
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::alltoall(std::vector<at::Tensor>& outputs,
-                                                             std::vector<at::Tensor>& inputs,
-                                                             const c10d::AllToAllOptions&) {
+                                                        std::vector<at::Tensor>& inputs, const c10d::AllToAllOptions&) {
   const int p = getSize(), me = getRank();
   TORCH_CHECK_VALUE(static_cast<int>(inputs.size()) == p && static_cast<int>(outputs.size()) == p,
                     "hopwise: alltoall needs ", p, " input and ", p, " output tensors (one per rank)");
@@ -162,14 +170,16 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::alltoall(std::vector<at::Tensor>&
   for (int q = 0; q < p; ++q) {
     check_tensor(inputs[static_cast<std::size_t>(q)], "alltoall");
     check_tensor(outputs[static_cast<std::size_t>(q)], "alltoall");
-    TORCH_CHECK_VALUE(inputs[static_cast<std::size_t>(q)].scalar_type() == outputs[static_cast<std::size_t>(q)].scalar_type(),
-                      "hopwise: alltoall: input and output dtypes differ");
+    TORCH_CHECK_VALUE(
+        inputs[static_cast<std::size_t>(q)].scalar_type() == outputs[static_cast<std::size_t>(q)].scalar_type(),
+        "hopwise: alltoall: input and output dtypes differ");
     ins.push_back(stage(inputs[static_cast<std::size_t>(q)]));
     outs.push_back(stage(outputs[static_cast<std::size_t>(q)], at::ScalarType::Undefined, false));
   }
   TORCH_CHECK_VALUE(ins[static_cast<std::size_t>(me)].bytes() == outs[static_cast<std::size_t>(me)].bytes(),
                     "hopwise: alltoall: this rank's own input and output differ in size");
-  outs[static_cast<std::size_t>(me)].buf.copy_(ins[static_cast<std::size_t>(me)].buf.view(outs[static_cast<std::size_t>(me)].buf.sizes()));
+  outs[static_cast<std::size_t>(me)].buf.copy_(
+      ins[static_cast<std::size_t>(me)].buf.view(outs[static_cast<std::size_t>(me)].buf.sizes()));
   std::vector<comm::Work> works;
   translated([&] {
     for (int d = 1; d < p; ++d) {

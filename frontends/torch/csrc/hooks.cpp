@@ -82,11 +82,11 @@ c10::intrusive_ptr<c10d::Work> CodecHookState::allreduce(HopwiseBackend& pg, con
                                                          const std::vector<at::Tensor>& gradients,
                                                          const std::vector<int64_t>& keys, int64_t bucket) {
   check_bucket(buffer, "compression_hook");
-  TORCH_CHECK_VALUE(gradients.size() == keys.size(), "hopwise: compression_hook: ", gradients.size(),
-                    " gradients but ", keys.size(), " keys");
+  TORCH_CHECK_VALUE(gradients.size() == keys.size(), "hopwise: compression_hook: ", gradients.size(), " gradients but ",
+                    keys.size(), " keys");
   auto& c = pg.communicator();
-  TORCH_CHECK_VALUE(c.rank() == rank_ && c.size() == size_, "hopwise: this hook state was made for rank ", rank_, " of ",
-                    size_, ", not for this group's rank ", c.rank(), " of ", c.size());
+  TORCH_CHECK_VALUE(c.rank() == rank_ && c.size() == size_, "hopwise: this hook state was made for rank ", rank_,
+                    " of ", size_, ", not for this group's rank ", c.rank(), " of ", c.size());
   std::vector<std::size_t> sizes;
   for (const auto& g : gradients) sizes.push_back(static_cast<std::size_t>(g.numel()));
   const std::size_t n = static_cast<std::size_t>(buffer.numel());
@@ -95,7 +95,8 @@ c10::intrusive_ptr<c10d::Work> CodecHookState::allreduce(HopwiseBackend& pg, con
     std::lock_guard lock(mutex_);
     auto it = buckets_.find(bucket);
     if (it == buckets_.end())
-      it = buckets_.emplace(bucket, compression::CodecState(kSeed + static_cast<std::uint64_t>(bucket), rank_, size_)).first;
+      it = buckets_.emplace(bucket, compression::CodecState(kSeed + static_cast<std::uint64_t>(bucket), rank_, size_))
+               .first;
     state = &it->second;
     if (bucket == 0) ++step_;  // DDP launches its buckets in index order: bucket 0 begins a step
     state->step = step_ > 0 ? step_ - 1 : 0;
@@ -184,14 +185,16 @@ c10::intrusive_ptr<c10d::Work> PowerSgdHookState::allreduce(HopwiseBackend& pg, 
       const auto cols = rows == 0 ? 0 : static_cast<std::size_t>(g.numel()) / rows;
       auto it = states_.find(keys[i]);
       if (it == states_.end() || (it->second.rows && (it->second.rows != rows || it->second.cols != cols)))
-        it = states_.insert_or_assign(keys[i], compression::PowerSgdState(kSeed + static_cast<std::uint64_t>(keys[i]))).first;
+        it = states_.insert_or_assign(keys[i], compression::PowerSgdState(kSeed + static_cast<std::uint64_t>(keys[i])))
+                 .first;
       auto* d = g.data_ptr<float>();
       tensors.push_back({d, d, rows, cols, &it->second});
     }
   }
   auto work = pg.make_work(c10d::OpType::ALLREDUCE, "hopwise:powersgd_all_reduce", {buffer});
   auto start = [this, &pg, tensors, gradients] {
-    return std::vector{translated([&] { return pg.communicator().allreduce_powersgd_async(tensors, ps_, ReduceOp::kAvg); })};
+    return std::vector{
+        translated([&] { return pg.communicator().allreduce_powersgd_async(tensors, ps_, ReduceOp::kAvg); })};
   };
   pg.sequencer().launch(work, start);
   return work;

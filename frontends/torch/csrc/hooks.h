@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "backend.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/powersgd.h"
-#include "backend.h"
 
 namespace hopwise::torch_backend {
 

@@ -4,21 +4,21 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include "averaging.h"
 #include "hooks.h"
 #include "hopwise/comm/algorithm.h"
 #include "hopwise/common/log.h"
 #include "hopwise/topology/planner.h"
 #include "monitor.h"
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "backend.h"
 #include "translate.h"
 
 namespace py = pybind11;
 using hopwise::torch_backend::CodecHookState;
-using hopwise::torch_backend::PowerSgdHookState;
 using hopwise::torch_backend::HopwiseBackend;
+using hopwise::torch_backend::PowerSgdHookState;
 using hopwise::torch_backend::TorchAverager;
 using hopwise::torch_backend::TorchMonitor;
 
@@ -85,7 +85,7 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::duration<float> timeout, std::string group_id, std::vector<int64_t> ranks) {
              return c10::make_intrusive<HopwiseBackend>(store, rank, size, timeout, std::move(group_id),
-                                                             std::move(ranks));
+                                                        std::move(ranks));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("group_id") = "",
            py::arg("global_ranks") = std::vector<int64_t>{}, py::call_guard<py::gil_scoped_release>());

@@ -8,8 +8,8 @@
 #include <memory>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-#include "hopwise/comm/monitor.h"
 #include "backend.h"
+#include "hopwise/comm/monitor.h"
 
 namespace hopwise::torch_backend {
 

@@ -117,8 +117,7 @@ void check_tensor(const at::Tensor& t, const char* what) {
 }
 
 const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* what) {
-  TORCH_CHECK_VALUE(ts.size() == 1, "hopwise: ", what, " takes one tensor per rank (one CPU device), got ",
-                    ts.size());
+  TORCH_CHECK_VALUE(ts.size() == 1, "hopwise: ", what, " takes one tensor per rank (one CPU device), got ", ts.size());
   check_tensor(ts[0], what);
   return ts[0];
 }

@@ -9,8 +9,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <exception>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <vector>
