@@ -188,25 +188,7 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::endCoalescing() {
   }
   std::erase_if(parts, [](const auto& w) { return w->abandoned(); });
   auto work = make_work(c10d::OpType::COALESCED, "hopwise:coalesced", {});
-  if (parts.empty()) {
-    run_detached([work] { work->complete(nullptr); });
-    return work;
-  }
-  struct Join {
-    std::atomic<std::size_t> left;
-    std::mutex mutex;
-    std::exception_ptr error;
-  };
-  auto join = std::make_shared<Join>();
-  join->left = parts.size();
-  for (const auto& part : parts)
-    part->getFuture()->addCallback([join, work](c10::ivalue::Future& f) {
-      if (f.hasError()) {
-        std::lock_guard lock(join->mutex);
-        if (!join->error) join->error = f.exception_ptr();
-      }
-      if (--join->left == 0) run_detached([join, work] { work->complete(join->error); });
-    });
+  complete_after(std::vector<c10::intrusive_ptr<c10d::Work>>(parts.begin(), parts.end()), work);
   return work;
 }
 

@@ -39,6 +39,11 @@ JoinedGather join_for_gather(const std::vector<at::Tensor>& inputs, int p) {
   return j;
 }
 
+comm::Work start_gather(comm::Communicator& c, const JoinedGather& j) {
+  return c.allgather_async(j.joined.data_ptr(), j.gathered.data_ptr(), static_cast<std::size_t>(j.joined.numel()),
+                           DataType::kUInt8);
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
@@ -60,13 +65,7 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::allgather_coalesced(std::vector<s
   auto j = std::make_shared<JoinedGather>(join_for_gather(inputs, p));
   auto work = make_work(c10d::OpType::ALLGATHER_COALESCED, "hopwise:all_gather_coalesced", flat_outputs);
   seq_.launch(
-      work,
-      [this, j] {
-        return std::vector{translated([&] {
-          return comm_->allgather_async(j->joined.data_ptr(), j->gathered.data_ptr(),
-                                        static_cast<std::size_t>(j->joined.numel()), DataType::kUInt8);
-        })};
-      },
+      work, [this, j] { return std::vector{translated([&] { return start_gather(*comm_, *j); })}; },
       on_success([j, outputs] {
         for (std::size_t i = 0; i < outputs.size(); ++i)
           for (std::size_t r = 0; r < outputs[i].size(); ++r) {
@@ -95,13 +94,7 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::allgather_into_tensor_coalesced(s
   auto j = std::make_shared<JoinedGather>(join_for_gather(inputs, p));
   auto work = make_work(c10d::OpType::COALESCED, "hopwise:all_gather_into_tensor_coalesced", outputs);
   seq_.launch(
-      work,
-      [this, j] {
-        return std::vector{translated([&] {
-          return comm_->allgather_async(j->joined.data_ptr(), j->gathered.data_ptr(),
-                                        static_cast<std::size_t>(j->joined.numel()), DataType::kUInt8);
-        })};
-      },
+      work, [this, j] { return std::vector{translated([&] { return start_gather(*comm_, *j); })}; },
       on_success([j, outputs, p] {
         for (std::size_t i = 0; i < outputs.size(); ++i) {
           const int64_t n = byte_count(outputs[i]) / p;
@@ -142,22 +135,14 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::reduce_scatter_tensor_coalesced(s
   at::Tensor joined_out = at::empty({per_rank}, joined_in.options());
   auto part = _reduce_scatter_base(joined_out, joined_in, opts);
   auto work = make_work(c10d::OpType::COALESCED, "hopwise:reduce_scatter_tensor_coalesced", outputs);
-  part->getFuture()->addCallback([work, joined_out, outputs](c10::ivalue::Future& f) {
-    std::exception_ptr e = f.hasError() ? f.exception_ptr() : nullptr;
-    if (!e) {
-      try {
-        int64_t offset = 0;
-        for (const auto& o : outputs) {
-          at::Tensor dst = o;
-          dst.copy_(joined_out.narrow(0, offset, o.numel()).view(o.sizes()));
-          offset += o.numel();
-        }
-      } catch (...) {
-        e = std::current_exception();
-      }
-    }
-    run_detached([work, e] { work->complete(e); });
-  });
+  complete_after(std::vector<c10::intrusive_ptr<c10d::Work>>{part}, work, on_success([joined_out, outputs] {
+                   int64_t offset = 0;
+                   for (const auto& o : outputs) {
+                     at::Tensor dst = o;
+                     dst.copy_(joined_out.narrow(0, offset, o.numel()).view(o.sizes()));
+                     offset += o.numel();
+                   }
+                 }));
   return work;
 }
 

@@ -154,17 +154,18 @@ void Sequencer::done() {
   next();
 }
 
-void complete_after(std::vector<comm::Work> works, c10::intrusive_ptr<HopwiseWork> work,
-                    std::function<void(std::exception_ptr)> then) {
-  struct Join {
-    std::atomic<std::size_t> left;
-    std::mutex mutex;
-    std::exception_ptr error;
-  };
-  auto join = std::make_shared<Join>();
-  join->left = works.size();
-  auto done = [join, work, then = std::move(then)]() {
-    std::exception_ptr e = join->error;
+namespace {
+
+// Counts down the parts of a call; the last one to finish runs `then` and completes the torch work, on a pool thread.
+struct Join {
+  std::atomic<std::size_t> left;
+  std::mutex mutex;
+  std::exception_ptr error;
+  c10::intrusive_ptr<HopwiseWork> work;
+  std::function<void(std::exception_ptr)> then;
+
+  void finish() {
+    std::exception_ptr e = error;
     if (then) {
       try {
         then(e);
@@ -173,19 +174,40 @@ void complete_after(std::vector<comm::Work> works, c10::intrusive_ptr<HopwiseWor
       }
     }
     work->complete(e);
-  };
-  if (works.empty()) {
-    run_detached(std::move(done));
-    return;
   }
-  for (auto& w : works)
-    w.on_complete([join, done](std::exception_ptr e) {
-      if (e) {
-        std::lock_guard lock(join->mutex);
-        if (!join->error) join->error = e;
-      }
-      if (--join->left == 0) run_detached(done);
-    });
+  static void part_done(const std::shared_ptr<Join>& join, std::exception_ptr e) {
+    if (e) {
+      std::lock_guard lock(join->mutex);
+      if (!join->error) join->error = e;
+    }
+    if (--join->left == 0) run_detached([join] { join->finish(); });
+  }
+};
+
+std::shared_ptr<Join> make_join(std::size_t parts, c10::intrusive_ptr<HopwiseWork> work,
+                                std::function<void(std::exception_ptr)> then) {
+  auto join = std::make_shared<Join>();
+  join->left = parts;
+  join->work = std::move(work);
+  join->then = std::move(then);
+  if (parts == 0) run_detached([join] { join->finish(); });
+  return join;
+}
+
+}  // namespace
+
+void complete_after(std::vector<comm::Work> works, c10::intrusive_ptr<HopwiseWork> work,
+                    std::function<void(std::exception_ptr)> then) {
+  auto join = make_join(works.size(), std::move(work), std::move(then));
+  for (auto& w : works) w.on_complete([join](std::exception_ptr e) { Join::part_done(join, e); });
+}
+
+void complete_after(const std::vector<c10::intrusive_ptr<c10d::Work>>& parts, c10::intrusive_ptr<HopwiseWork> work,
+                    std::function<void(std::exception_ptr)> then) {
+  auto join = make_join(parts.size(), std::move(work), std::move(then));
+  for (const auto& part : parts)
+    part->getFuture()->addCallback(
+        [join](c10::ivalue::Future& f) { Join::part_done(join, f.hasError() ? f.exception_ptr() : nullptr); });
 }
 
 }  // namespace hopwise::torch_backend

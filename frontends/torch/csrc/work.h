@@ -87,5 +87,8 @@ class Sequencer {
 // results back), then `work` completes with the same error (or the one `then` throws).
 void complete_after(std::vector<comm::Work> works, c10::intrusive_ptr<HopwiseWork> work,
                     std::function<void(std::exception_ptr)> then = {});
+// The same once torch works (this backend's, via their futures) are complete: what coalesced calls return.
+void complete_after(const std::vector<c10::intrusive_ptr<c10d::Work>>& parts, c10::intrusive_ptr<HopwiseWork> work,
+                    std::function<void(std::exception_ptr)> then = {});
 
 }  // namespace hopwise::torch_backend
