@@ -115,20 +115,29 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::cuda_allgather_base(const at::Ten
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::cuda_allgather(std::vector<at::Tensor>& outputs,
                                                               const at::Tensor& input) {
+  HOPWISE_DEVICE_SIDE(input, "allgather");
   TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == getSize(), "hopwise: allgather needs ", getSize(),
                     " output tensors (one per rank)");
-  at::Tensor flat = at::empty({getSize() * input.numel()}, input.options());
-  auto part = cuda_allgather_base(flat, input.reshape({-1}));
-  // The copies into the outputs follow on the caller's stream, which already waits for the gather.
-  for (int r = 0; r < getSize(); ++r) {
-    at::Tensor o = outputs[static_cast<std::size_t>(r)];
-    TORCH_CHECK_VALUE(o.is_cuda() && o.scalar_type() == input.scalar_type() && o.numel() == input.numel(),
-                      "hopwise: allgather: output ", r, " is ", o.device().str(), " ", c10::toString(o.scalar_type()),
-                      " of ", o.numel(), " elements; each must be like the input (", input.device().str(), " ",
-                      c10::toString(input.scalar_type()), " of ", input.numel(), ")");
-    o.copy_(flat.narrow(0, r * input.numel(), input.numel()).view(o.sizes()));
+  for (int r = 0; r < getSize(); ++r) {  // all checked before the gather starts: a refusal leaves no peer waiting
+    const at::Tensor& o = outputs[static_cast<std::size_t>(r)];
+    TORCH_CHECK_VALUE(
+        o.device() == input.device() && o.scalar_type() == input.scalar_type() && o.numel() == input.numel(),
+        "hopwise: allgather: output ", r, " is ", o.device().str(), " ", c10::toString(o.scalar_type()), " of ",
+        o.numel(), " elements; each must be like the input (", input.device().str(), " ",
+        c10::toString(input.scalar_type()), " of ", input.numel(), ")");
   }
-  return part;
+  const Staged in = stage(input.reshape({-1}));
+  at::Tensor flat = at::empty({getSize() * input.numel()}, input.options());
+  auto work = make_work(c10d::OpType::ALLGATHER, "hopwise:all_gather", outputs, {side.device});
+  auto w = translated(
+      [&] { return side.comm->allgather_async(in.data(), flat.data_ptr(), in.bytes(), DataType::kUInt8, stream); });
+  // The copies into the outputs follow on the caller's stream, after its wait for the gather.
+  return finish(w, work, stream, [in, flat, outputs, n = input.numel()] {
+    for (std::size_t r = 0; r < outputs.size(); ++r) {
+      at::Tensor o = outputs[r];
+      o.copy_(flat.narrow(0, static_cast<int64_t>(r) * n, n).view(o.sizes()));
+    }
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::cuda_reduce_scatter_base(const at::Tensor& output,
