@@ -21,12 +21,13 @@ namespace hc = hopwise::comm;
 
 namespace hwtest::averaging {
 
-
-constexpr std::size_t kDim = 1009;  // a prime: no bucket or chunk divides it
+constexpr std::size_t kDim = 1009;   // a prime: no bucket or chunk divides it
 constexpr std::size_t kSplit = 600;  // two registered tensors
 constexpr float kLr = 0.1f, kMomentum = 0.9f;
 
-inline float curvature(int r, std::size_t i) { return 0.5f + static_cast<float>((i * 7 + static_cast<std::size_t>(r) * 3) % 10) / 10; }
+inline float curvature(int r, std::size_t i) {
+  return 0.5f + static_cast<float>((i * 7 + static_cast<std::size_t>(r) * 3) % 10) / 10;
+}
 inline float centre(int r, std::size_t i) { return std::sin(static_cast<float>(i) + static_cast<float>(r)); }
 inline float noise(int r, std::int64_t t, std::size_t i) {
   return 0.01f * std::sin(1.3f * static_cast<float>(i) + 0.7f * static_cast<float>(t) + 2.1f * static_cast<float>(r));
@@ -80,7 +81,8 @@ inline Models simulate(const Run& run, int n, const std::vector<int>& host_of, c
   };
   for (std::int64_t t = 1; t <= run.steps; ++t) {
     Models g(static_cast<std::size_t>(n), std::vector<float>(kDim));
-    for (int r = 0; r < n; ++r) gradient(r, t, x[static_cast<std::size_t>(r)].data(), g[static_cast<std::size_t>(r)].data());
+    for (int r = 0; r < n; ++r)
+      gradient(r, t, x[static_cast<std::size_t>(r)].data(), g[static_cast<std::size_t>(r)].data());
     const bool world = s.method == hc::AveragingMethod::kSync || t <= s.warmup;
     if (world) g = mean_of(g, all);
     if (s.method == hc::AveragingMethod::kHier && !world)
@@ -108,12 +110,14 @@ inline Models simulate(const Run& run, int n, const std::vector<int>& host_of, c
         const int r = ring[static_cast<std::size_t>(pos)];
         std::vector<int> partners;
         for (int j = 0; j < k; ++j)
-          if (int q = hc::gossip_partner(pos, n, (t - 2) * k + j); q >= 0) partners.push_back(ring[static_cast<std::size_t>(q)]);
+          if (int q = hc::gossip_partner(pos, n, (t - 2) * k + j); q >= 0)
+            partners.push_back(ring[static_cast<std::size_t>(q)]);
         auto& out = mixed[static_cast<std::size_t>(r)];
         const auto& me = x[static_cast<std::size_t>(r)];
         for (std::size_t i = 0; i < kDim; ++i) {
           if (codec) {
-            for (int q : partners) out[i] += w * (decoded[static_cast<std::size_t>(q)][i] - decoded[static_cast<std::size_t>(r)][i]);
+            for (int q : partners)
+              out[i] += w * (decoded[static_cast<std::size_t>(q)][i] - decoded[static_cast<std::size_t>(r)][i]);
           } else if (k == 1 && partners.size() == 1) {
             out[i] = 0.5f * (me[i] + x[static_cast<std::size_t>(partners[0])][i]);
           } else {
@@ -127,7 +131,8 @@ inline Models simulate(const Run& run, int n, const std::vector<int>& host_of, c
       gossip_pending = false;
     }
     for (int r = 0; r < n; ++r)
-      sgd(x[static_cast<std::size_t>(r)].data(), v[static_cast<std::size_t>(r)].data(), g[static_cast<std::size_t>(r)].data());
+      sgd(x[static_cast<std::size_t>(r)].data(), v[static_cast<std::size_t>(r)].data(),
+          g[static_cast<std::size_t>(r)].data());
     switch (s.method) {
       case hc::AveragingMethod::kLocal:
         if (t > s.warmup && (t - s.warmup) % s.period == 0) x = mean_of(x, all);
@@ -142,7 +147,8 @@ inline Models simulate(const Run& run, int n, const std::vector<int>& host_of, c
             const Models m = mean_of(snap, all);
             for (int r = 0; r < n; ++r)
               for (std::size_t i = 0; i < kDim; ++i)
-                x[static_cast<std::size_t>(r)][i] += m[static_cast<std::size_t>(r)][i] - snap[static_cast<std::size_t>(r)][i];
+                x[static_cast<std::size_t>(r)][i] +=
+                    m[static_cast<std::size_t>(r)][i] - snap[static_cast<std::size_t>(r)][i];
           }
           snap = x;
           async_pending = true;
@@ -195,9 +201,16 @@ inline std::string compare(const std::vector<float>& got, const std::vector<floa
   return fmt::format("[{}] = {}, simulation {}", at, got[at], want[at]);
 }
 
-inline const std::vector<std::string> kSpecs = {
-    "sync",           "local:period=4,warmup=3", "local:period=1", "hier:period=3", "hier:period=2,warmup=5",
-    "gossip:peers=1", "gossip:peers=2",          "async:period=4", "async:period=1", "async:period=3,warmup=4",
-    "gossip:peers=1,codec=fp16"};
+inline const std::vector<std::string> kSpecs = {"sync",
+                                                "local:period=4,warmup=3",
+                                                "local:period=1",
+                                                "hier:period=3",
+                                                "hier:period=2,warmup=5",
+                                                "gossip:peers=1",
+                                                "gossip:peers=2",
+                                                "async:period=4",
+                                                "async:period=1",
+                                                "async:period=3,warmup=4",
+                                                "gossip:peers=1,codec=fp16"};
 
 }  // namespace hwtest::averaging

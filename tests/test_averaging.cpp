@@ -11,13 +11,13 @@
 #include <filesystem>
 #include <set>
 
+#include "averaging_problem.h"
 #include "hopwise/comm/averaging.h"
 #include "hopwise/comm/reducer.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/topology/cluster.h"
 #include "hopwise/topology/formats.h"
-#include "averaging_problem.h"
 #include "inproc_group.h"
 
 namespace hc = hopwise::comm;
@@ -31,7 +31,8 @@ using namespace hwtest::averaging;
 // The run on in-process ranks. Returns every rank's final parameters.
 Models train(hwtest::Group& g, const Run& run) {
   Models out(static_cast<std::size_t>(g.size()));
-  const std::string err = g.run([&](int r, hc::Communicator& comm) { out[static_cast<std::size_t>(r)] = train_rank(r, comm, run); });
+  const std::string err =
+      g.run([&](int r, hc::Communicator& comm) { out[static_cast<std::size_t>(r)] = train_rank(r, comm, run); });
   EXPECT_EQ(err, "") << run.spec;
   return out;
 }
@@ -62,7 +63,8 @@ fs::path hosts_file(int hosts, int gpus) {
   std::vector<std::string> views;
   ht::Topology m;
   const int host = m.add_node({.kind = ht::NodeKind::Host, .name = "m"});
-  const int numa = m.add_node({.kind = ht::NodeKind::Numa, .name = "NUMA0", .numa = 0, .index = 0, .cpu_affinity = "0-7"});
+  const int numa =
+      m.add_node({.kind = ht::NodeKind::Numa, .name = "NUMA0", .numa = 0, .index = 0, .cpu_affinity = "0-7"});
   m.add_link({host, numa, ht::LinkKind::Internal});
   for (int g = 0; g < gpus; ++g) {
     const int gpu = m.add_node({.kind = ht::NodeKind::Gpu, .name = "GPU" + std::to_string(g), .index = g});
@@ -89,9 +91,9 @@ TEST(Averaging, HierarchicalAveragesGradientsWithinEachHost) {
     for (int r = 0; r < n; ++r) host_of.push_back(r / gpus);
     for (int r = 0; r < n; ++r)
       EXPECT_EQ(g.comm(r).host_ranks(), r / gpus == hosts - 1 ? n - (hosts - 1) * gpus : gpus) << "rank " << r;
-    for (const std::string& spec : {std::string("hier:period=3"), std::string("hier:period=1"),
-                                    std::string("hier:period=2,warmup=3"),
-                                    std::string("gossip:peers=1"), std::string("sync")}) {
+    for (const std::string& spec :
+         {std::string("hier:period=3"), std::string("hier:period=1"), std::string("hier:period=2,warmup=3"),
+          std::string("gossip:peers=1"), std::string("sync")}) {
       const std::string what = fmt::format("{} on {} hosts, {} ranks", spec, hosts, n);
       expect_matches(train(g, {spec}), simulate({spec}, n, host_of, g.comm(0).ring_order()), what);
     }
@@ -121,7 +123,8 @@ TEST(Averaging, WithinHostAllreduceMatchesAPlainSumPerHost) {
         comm.allreduce_within_host(v.data(), v.data(), n, hopwise::DataType::kFloat64, op);
         for (std::size_t i = 0; i < n; ++i)
           if (std::abs(v[i] - want[i]) > 1e-9)
-            throw std::runtime_error(fmt::format("n={} op={} [{}] = {}, want {}", n, hopwise::to_string(op), i, v[i], want[i]));
+            throw std::runtime_error(
+                fmt::format("n={} op={} [{}] = {}, want {}", n, hopwise::to_string(op), i, v[i], want[i]));
       }
     }
   });

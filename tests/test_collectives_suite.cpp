@@ -450,8 +450,8 @@ TEST(SharedSlots, AfterLargeMessagesBackToBack) {
     const float n = static_cast<float>(comm().size());
     std::vector<float> x(count, 1.0f), y(count);
     for (int it = 0; it < 2; ++it)
-      for (Algorithm a : {Algorithm::kSharedMemory, Algorithm::kRing, Algorithm::kSharedMemory,
-                          Algorithm::kHalvingDoubling}) {
+      for (Algorithm a :
+           {Algorithm::kSharedMemory, Algorithm::kRing, Algorithm::kSharedMemory, Algorithm::kHalvingDoubling}) {
         comm().set_algorithm(a);
         std::fill(y.begin(), y.end(), -1.0f);
         comm().allreduce(x.data(), y.data(), count, DataType::kFloat32, ReduceOp::kSum);

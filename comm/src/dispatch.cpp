@@ -78,8 +78,7 @@ detail::CommunicatorImpl::Selected detail::CommunicatorImpl::select(Collective c
   if (f != Algorithm::kAuto || !tuner || trivial) return {{choose(c, bytes, dt), 0, 0}};
   const detail::TuneKey key = key_of(c, bytes, dt);
   auto pick = tuner->next(
-      key, [&] { return candidates(c, bytes); }, [this](std::vector<double>& v) { agree_max(v); },
-      transport->rank());
+      key, [&] { return candidates(c, bytes); }, [this](std::vector<double>& v) { agree_max(v); }, transport->rank());
   if (!pick) return {{model_choice(c, bytes), 0, 0}};
   return {pick->choice, true, pick->trial, pick->step, key};
 }
@@ -103,8 +102,8 @@ void detail::CommunicatorImpl::run(Task& t, const TuningChoice& choice) {
     if (call.scale != 1.0 && t.kind != Collective::kAllgather) scale_by(t.dt, t.out, t.count, call.scale);
     return;
   }
-  AlgorithmContext ctx{*transport, choice.chunk_bytes ? choice.chunk_bytes : options.chunk_bytes, plan.ring,
-                       &workspace, &plan};
+  AlgorithmContext ctx{*transport, choice.chunk_bytes ? choice.chunk_bytes : options.chunk_bytes, plan.ring, &workspace,
+                       &plan};
   ctx.one_channel = choice.channels == 1;
   ctx.send_window = options.ring_window >= 0 ? static_cast<std::size_t>(options.ring_window) : plan.hosts() > 1 ? 1 : 0;
   algorithm_info(choice.algorithm).run(ctx, call);
@@ -118,9 +117,10 @@ void detail::CommunicatorImpl::run_selected(Task& t, const Selected& s) {
     std::vector<double> v{s.step, -s.step};
     agree_max(v);
     if (v[0] != -v[1])
-      throw Error(fmt::format("the ranks' tuning schedules differ (trial step {} here, {} to {} across the ranks); "
-                              "run with HOPWISE_TUNE=0 and report this",
-                              s.step, -v[1], v[0]));
+      throw Error(
+          fmt::format("the ranks' tuning schedules differ (trial step {} here, {} to {} across the ranks); "
+                      "run with HOPWISE_TUNE=0 and report this",
+                      s.step, -v[1], v[0]));
   }
   const auto t0 = std::chrono::steady_clock::now();
   run(t, s.choice);

@@ -39,8 +39,7 @@ void Communicator::allreduce_within_host(const void* in, void* out, std::size_t 
   impl_->run_sync(within_host_task(rank(), in, out, count, dt, op));
 }
 
-Work Communicator::allreduce_within_host_async(const void* in, void* out, std::size_t count, DataType dt,
-                                               ReduceOp op) {
+Work Communicator::allreduce_within_host_async(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) {
   return impl_->submit(within_host_task(rank(), in, out, count, dt, op));
 }
 

@@ -33,7 +33,7 @@ struct Summary {
   double bytes_per_step = 0, gradient_bytes_per_step = 0, averaging_bytes_per_step = 0;
   std::string compression, averaging;
   bool overlap = true;
-  double target_accuracy = 0;  // 0: none asked
+  double target_accuracy = 0;                            // 0: none asked
   double seconds_to_target = -1, epochs_to_target = -1;  // -1: not reached
   std::size_t steps_to_target = 0;
   std::vector<double> epoch_accuracy;  // after each epoch's full average

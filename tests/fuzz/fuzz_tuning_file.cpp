@@ -1,12 +1,12 @@
 // libFuzzer target: tuning files (parse_tuning_file), as hopwise-tune writes them and HOPWISE_TUNING_FILE reads
 // them. Refusals must be InvalidArgument; an accepted file must survive its own round trip: written by
 // write_tuning_file and read back, the same job shape and the same entries (class and choice).
+#include <unistd.h>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <unistd.h>
 
 #include "hopwise/comm/tuning.h"
 #include "hopwise/common/error.h"

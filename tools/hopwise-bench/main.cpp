@@ -90,7 +90,6 @@ double memcpy_gbs() {
   return kBytes / best / 1e9;
 }
 
-
 class Bench {
  public:
   Bench(const Options& o, comm::Communicator& c, Control& control, bool with_mpi, int hosts)
@@ -98,7 +97,8 @@ class Bench {
     // A row per algorithm that implements the collective (tree has no reduce_scatter, for one).
     for (Algorithm a : o.algorithms) {
       if (a != Algorithm::kAuto && comm::algorithm_info(a).needs_native && c.transport().native() == nullptr) {
-        if (rank_ == 0) fmt::print("# {}: {} has no native collectives: no row\n", comm::to_string(a), c.transport().name());
+        if (rank_ == 0)
+          fmt::print("# {}: {} has no native collectives: no row\n", comm::to_string(a), c.transport().name());
       } else if (comm::implements(a, o.collective))
         algorithms_.push_back(a);
       else if (rank_ == 0)
@@ -320,9 +320,10 @@ class Bench {
         r.algo = std::string(comm::to_string(a));
         if (a == Algorithm::kAuto) {
           const auto tuned = comm_.tuned_choice(o_.collective, call_bytes(count), o_.dtype);
-          r.algo = fmt::format("auto:{}", tuned ? comm::to_string(*tuned)
-                                                : std::string(comm::to_string(comm_.algorithm_for(
-                                                      o_.collective, call_bytes(count), o_.dtype))));
+          r.algo = fmt::format(
+              "auto:{}",
+              tuned ? comm::to_string(*tuned)
+                    : std::string(comm::to_string(comm_.algorithm_for(o_.collective, call_bytes(count), o_.dtype))));
         }
         r.check = o_.check ? (check(count) ? "ok" : "FAIL") : "-";
       }
@@ -719,9 +720,10 @@ int run(int argc, char** argv) {
       worst = std::min(worst, a.ratio);
     }
     const comm::CollectiveStats st = comm.stats();
-    fmt::print("# lowest auto/best {:.3f}; tuning: {} trial calls, {} agreements, {} re-tunes, {:.1f} ms beyond the "
-               "chosen algorithms (rank 0)\n",
-               worst, st.tuning_trials, st.tuning_agreements, st.retunes, st.tuning_excess_s * 1e3);
+    fmt::print(
+        "# lowest auto/best {:.3f}; tuning: {} trial calls, {} agreements, {} re-tunes, {:.1f} ms beyond the "
+        "chosen algorithms (rank 0)\n",
+        worst, st.tuning_trials, st.tuning_agreements, st.retunes, st.tuning_excess_s * 1e3);
   }
   if (o.overlap && o.collective == Collective::kAllreduce) bench.run_overlap();
   bool ok = true;

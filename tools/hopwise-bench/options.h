@@ -24,12 +24,12 @@ struct Options {
   DataType dtype = DataType::kFloat32;
   std::vector<comm::Algorithm> algorithms{comm::Algorithm::kAuto};
   int iters = 20, warmup = 5;
-  int burst = 1;                    // --burst N: each sample is N calls back to back (per-call time)
+  int burst = 1;  // --burst N: each sample is N calls back to back (per-call time)
   bool check = false;
   std::string csv_path;
   std::string metrics_file = env_or("HOPWISE_METRICS_FILE");  // --metrics-file: Prometheus text format
   std::string metrics_json = env_or("HOPWISE_METRICS_JSON");  // --metrics-json: a JSON line per row
-  bool overlap = false;             // add the async-overlap table
+  bool overlap = false;                                       // add the async-overlap table
   std::vector<std::string> codecs;  // -C SPEC (repeatable): a compressed-allreduce row per codec
   double wire_gbps = 0;             // --wire G: each host's link runs at G Gbit/s; rows get vs_wire
 };

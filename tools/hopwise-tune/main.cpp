@@ -97,8 +97,7 @@ Options parse(int argc, char** argv) {
       throw InvalidArgument(fmt::format("unknown flag {}; see -h", flag));
     }
   }
-  if (o.min_bytes < 4 || o.min_bytes > o.max_bytes)
-    throw InvalidArgument("-b must be at least 4 bytes and at most -e");
+  if (o.min_bytes < 4 || o.min_bytes > o.max_bytes) throw InvalidArgument("-b must be at least 4 bytes and at most -e");
   if (o.collectives.empty() || o.dtypes.empty()) throw InvalidArgument("--coll and -d need at least one entry");
   return o;
 }

@@ -25,15 +25,15 @@ inline constexpr int kTagTreeReduce = 16000;         // + tree index
 inline constexpr int kTagTreeBroadcast = 16100;      // + tree index
 inline constexpr int kTagBarrier = 16200;            // + round
 inline constexpr int kTagDirect = 16250;
-inline constexpr int kTagCheck = 16300;  // HOPWISE_DEBUG=CHECK fingerprints
-inline constexpr int kTagAlive = 16301;  // after a timeout: "I gave up too"
+inline constexpr int kTagCheck = 16300;   // HOPWISE_DEBUG=CHECK fingerprints
+inline constexpr int kTagAlive = 16301;   // after a timeout: "I gave up too"
 inline constexpr int kTagGossip = 16400;  // + partner index: the model averager's exchanges (averaging/)
 
 struct Context {
   Transport& transport;
   Workspace& workspace;
-  std::size_t chunk_bytes;  // largest message; also the pipelining grain
-  int tag_offset = 0;       // added to the ring's tags: channels running side by side keep their messages apart
+  std::size_t chunk_bytes;      // largest message; also the pipelining grain
+  int tag_offset = 0;           // added to the ring's tags: channels running side by side keep their messages apart
   std::size_t send_window = 0;  // the ring's sends in flight at most (0: no limit); see AlgorithmContext
 };
 
@@ -126,7 +126,7 @@ bool two_shot_allreduce(const Context& c, const void* in, void* out, std::size_t
 // host group's ranks, rooted at its rank 0 (the leader). Calls of at least two segments are pipelined: the
 // phases run side by side on three threads, segment by segment, the two extra ones on `workspaces`.
 struct HierarchicalPipeline {
-  std::size_t segment_bytes = 0;          // 0: one segment, the phases one after another
+  std::size_t segment_bytes = 0;           // 0: one segment, the phases one after another
   std::array<Workspace*, 2> workspaces{};  // the reduce's and the broadcast's scratch space
 };
 std::size_t hierarchical_segment_bytes(std::size_t bytes, std::size_t chunk_bytes);

@@ -24,8 +24,8 @@ std::size_t hierarchical_segment_bytes(std::size_t bytes, std::size_t chunk_byte
 namespace {
 
 // One segment's three phases, run one after another (small calls, or one segment).
-void hierarchical_segment(const Context& local, const Context* leaders, const topology::TreeShape& tree,
-                          const char* in, char* out, std::size_t count, DataType dt, ReduceOp op) {
+void hierarchical_segment(const Context& local, const Context* leaders, const topology::TreeShape& tree, const char* in,
+                          char* out, std::size_t count, DataType dt, ReduceOp op) {
   if (local.transport.size() > 1) {
     tree_reduce(local, in, out, count, dt, op, 1.0, tree);  // out written on the leader (local rank 0) only
   } else if (in != out && count > 0) {
@@ -144,8 +144,9 @@ AlgorithmInfo hierarchical_row() {
   r.name = "hier";
   r.aliases = {"hierarchical"};
   r.collectives = {Collective::kAllreduce};
-  r.summary = "tree reduce within each host, ring among the hosts' leaders, tree broadcast within each host; "
-              "pipelined segment by segment";
+  r.summary =
+      "tree reduce within each host, ring among the hosts' leaders, tree broadcast within each host; "
+      "pipelined segment by segment";
   r.estimate = [](const CostQuery& q) {
     // Three phases one after another. Within a host: a binary tree of depth d over ranks_per_host, whose
     // interior ranks receive two children (2n per byte up, 2n down); among the H leaders: a ring allreduce.

@@ -93,8 +93,9 @@ void GossipExchange::wait_all(const char* what) {
     std::string with;
     for (const Slot& s : slots_)
       if (s.rank >= 0) with += fmt::format("{}{}", with.empty() ? "" : ", ", s.rank);
-    const std::string text = fmt::format("hopwise: rank {}: gossip {} of step {} with rank(s) {} ({} bytes each) failed: {}",
-                                         comm_.rank(), what, step_ + 1, with, message_bytes_, e.what());
+    const std::string text =
+        fmt::format("hopwise: rank {}: gossip {} of step {} with rank(s) {} ({} bytes each) failed: {}", comm_.rank(),
+                    what, step_ + 1, with, message_bytes_, e.what());
     if (auto* te = dynamic_cast<const TimeoutError*>(&e)) throw TimeoutError(text, te->pending_ranks());
     throw Error(text);
   }

@@ -34,8 +34,8 @@ class GossipExchange {
 
  private:
   struct Slot {
-    int rank = -1;               // partner, -1: none this round
-    std::vector<std::byte> in;   // its message
+    int rank = -1;              // partner, -1: none this round
+    std::vector<std::byte> in;  // its message
   };
   void wait_all(const char* what);
 

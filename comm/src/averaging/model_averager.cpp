@@ -19,9 +19,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 }  // namespace
 
@@ -214,13 +212,15 @@ void ModelAverager::load(const std::string& saved) {
   std::int64_t steps = -1;
   in >> magic >> version >> spec >> steps;
   if (magic != "hopwise-averaging" || version != 1 || steps < 0)
-    throw InvalidArgument(fmt::format("ModelAverager::load: '{}' is not a saved averaging state (save() writes "
-                                      "'hopwise-averaging 1 SPEC STEPS')",
-                                      saved.substr(0, 80)));
+    throw InvalidArgument(
+        fmt::format("ModelAverager::load: '{}' is not a saved averaging state (save() writes "
+                    "'hopwise-averaging 1 SPEC STEPS')",
+                    saved.substr(0, 80)));
   if (spec != impl_->spec.to_string())
-    throw InvalidArgument(fmt::format("ModelAverager::load: the state was saved by '{}', this averager is '{}'; "
-                                      "resume with the same --averaging",
-                                      spec, impl_->spec.to_string()));
+    throw InvalidArgument(
+        fmt::format("ModelAverager::load: the state was saved by '{}', this averager is '{}'; "
+                    "resume with the same --averaging",
+                    spec, impl_->spec.to_string()));
   impl_->drain();
   impl_->steps = steps;
   if (impl_->gossip) impl_->gossip->set_reference();

@@ -44,8 +44,8 @@ int whole(const std::string& spec, const std::string& field, const std::string& 
   int v = 0;
   const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
   if (ec != std::errc() || end != value.data() + value.size() || v < lowest)
-    throw InvalidArgument(fmt::format("averaging '{}': {}={} must be a whole number >= {} ({})", spec, field, value,
-                                      lowest, what));
+    throw InvalidArgument(
+        fmt::format("averaging '{}': {}={} must be a whole number >= {} ({})", spec, field, value, lowest, what));
   return v;
 }
 
@@ -82,10 +82,10 @@ AveragingSpec AveragingSpec::parse(const std::string& text) {
     bool known = false;
     for (const char* f : row->fields) known = known || k == f;
     if (!known)
-      throw InvalidArgument(row->fields.empty()
-                                ? fmt::format("averaging '{}': {} takes no fields (got {})", text, row->name, k)
-                                : fmt::format("averaging '{}': {} takes {}, not {}", text, row->name,
-                                              fmt::join(row->fields, ", "), k));
+      throw InvalidArgument(
+          row->fields.empty()
+              ? fmt::format("averaging '{}': {} takes no fields (got {})", text, row->name, k)
+              : fmt::format("averaging '{}': {} takes {}, not {}", text, row->name, fmt::join(row->fields, ", "), k));
   }
   for (const char* f : row->required)
     if (!parsed.params.count(f))
@@ -102,9 +102,10 @@ AveragingSpec AveragingSpec::parse(const std::string& text) {
       s.peers = whole(text, k, v, 1, "partners per step");
     else if (k == "codec") {
       if (v != "none" && v != "fp16" && v != "bf16" && v != "int8")
-        throw InvalidArgument(fmt::format("averaging '{}': codec={} is not one {} sends; use none, fp16, bf16 or "
-                                          "int8 (model differences: a codec that keeps every element)",
-                                          text, v, row->name));
+        throw InvalidArgument(
+            fmt::format("averaging '{}': codec={} is not one {} sends; use none, fp16, bf16 or "
+                        "int8 (model differences: a codec that keeps every element)",
+                        text, v, row->name));
       s.codec = v;
     }
   }
@@ -118,7 +119,8 @@ std::string AveragingSpec::to_string() const {
     case AveragingMethod::kHier:
       return warmup ? fmt::format("hier:period={},warmup={}", period, warmup) : fmt::format("hier:period={}", period);
     case AveragingMethod::kGossip:
-      return codec == "none" ? fmt::format("gossip:peers={}", peers) : fmt::format("gossip:codec={},peers={}", codec, peers);
+      return codec == "none" ? fmt::format("gossip:peers={}", peers)
+                             : fmt::format("gossip:codec={},peers={}", codec, peers);
     case AveragingMethod::kAsync:
       return fmt::format("async:{}period={}{}", codec == "none" ? "" : "codec=" + codec + ",", period,
                          warmup ? fmt::format(",warmup={}", warmup) : "");

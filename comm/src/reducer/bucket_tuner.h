@@ -19,7 +19,7 @@ class BucketTuner {
 
   explicit BucketTuner(int steps_per_cap = 5) : steps_(steps_per_cap) {}
   bool active() const { return !done_; }
-  double cap() const { return kCaps[current_]; }  // the cap to run now (the chosen one once done)
+  double cap() const { return kCaps[current_]; }                   // the cap to run now (the chosen one once done)
   const std::vector<double>& medians() const { return medians_; }  // seconds per cap, agreed, once done
 
   // One step's span in seconds. Returns true when the cap to run changed (the caller assigns its buckets again).

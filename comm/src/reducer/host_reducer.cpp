@@ -15,9 +15,9 @@
 
 #include "bucket_plan.h"
 #include "bucket_tuner.h"
-#include "hopwise/common/log.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
+#include "hopwise/common/log.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/powersgd.h"
 
@@ -69,9 +69,9 @@ struct GradientReducer::Impl {
   ReducerOptions options;
   std::vector<Param> params;
   std::vector<Bucket> buckets;
-  std::vector<int> ready_order;  // this step's mark_ready order (for the rebuild after step 1)
-  std::vector<int> order;        // the order the buckets were assigned in
-  Clock::time_point first_ready;  // this step's first mark_ready
+  std::vector<int> ready_order;                     // this step's mark_ready order (for the rebuild after step 1)
+  std::vector<int> order;                           // the order the buckets were assigned in
+  Clock::time_point first_ready;                    // this step's first mark_ready
   std::optional<detail::BucketTuner> bucket_tuner;  // HOPWISE_BUCKET_MB=auto
   int next_launch = 0;
   GradientScope scope = GradientScope::kWorld;
@@ -89,9 +89,10 @@ struct GradientReducer::Impl {
       codec = compression::make_codec(spec);
     if (options.tune_bucket) {
       if (codec)
-        log::warn("HOPWISE_BUCKET_MB=auto with the codec {}: its error feedback lives per bucket, so the cap stays "
-                  "{} MB",
-                  options.compression, options.bucket_mb);
+        log::warn(
+            "HOPWISE_BUCKET_MB=auto with the codec {}: its error feedback lives per bucket, so the cap stays "
+            "{} MB",
+            options.compression, options.bucket_mb);
       else
         bucket_tuner.emplace();
     }
@@ -330,9 +331,10 @@ void GradientReducer::set_scope(GradientScope scope) {
   if (!m.ready_order.empty())
     throw InvalidArgument("set_scope() in the middle of a step; call it after finish(), before the next mark_ready()");
   if (scope == GradientScope::kHost && (m.codec || m.powersgd))
-    throw InvalidArgument(fmt::format("gradients averaged within the host go uncompressed (the codec's state, {}, "
-                                      "is the world's); leave compression none with hierarchical averaging",
-                                      m.options.compression));
+    throw InvalidArgument(
+        fmt::format("gradients averaged within the host go uncompressed (the codec's state, {}, "
+                    "is the world's); leave compression none with hierarchical averaging",
+                    m.options.compression));
   m.scope = scope;
 }
 

@@ -21,8 +21,8 @@ double median(std::vector<double> v) {
 std::string class_text(const TuneKey& k) {
   const std::size_t hi = size_class_max_bytes(k.size_class);
   const std::string size = hi >= (1u << 20) ? fmt::format("{} MiB", hi >> 20)
-                           : hi >= 1024    ? fmt::format("{} KiB", hi >> 10)
-                                           : fmt::format("{} B", hi);
+                           : hi >= 1024     ? fmt::format("{} KiB", hi >> 10)
+                                            : fmt::format("{} B", hi);
   return fmt::format("{} {} up to {}", to_string(k.collective), k.dtype_class, size);
 }
 
@@ -46,7 +46,8 @@ void Tuner::preset(const std::vector<TuningEntry>& entries, std::uint64_t finger
 
 // A fingerprint that differs between ranks shows as max(x) != -max(-x) for one of its two 24-bit halves.
 void Tuner::verify_preset(const Agree& agree, int rank) {
-  const double hi = static_cast<double>((fingerprint_ >> 24) & 0xFFFFFF), lo = static_cast<double>(fingerprint_ & 0xFFFFFF);
+  const double hi = static_cast<double>((fingerprint_ >> 24) & 0xFFFFFF),
+               lo = static_cast<double>(fingerprint_ & 0xFFFFFF);
   std::vector<double> v{hi, lo, -hi, -lo};
   agree(v);
   std::lock_guard lock(mu_);
@@ -55,8 +56,9 @@ void Tuner::verify_preset(const Agree& agree, int rank) {
   if (v[0] == -v[2] && v[1] == -v[3]) return;
   std::erase_if(classes_, [](const auto& kv) { return kv.second.from_file; });
   if (rank == 0)
-    log::warn("the ranks read different tuning files (HOPWISE_TUNING_FILE differs, or some ranks have "
-              "none): every rank ignores them and tunes online; give every rank the same file");
+    log::warn(
+        "the ranks read different tuning files (HOPWISE_TUNING_FILE differs, or some ranks have "
+        "none): every rank ignores them and tunes online; give every rank the same file");
 }
 
 void Tuner::start_round(Class& c) {
@@ -130,10 +132,12 @@ void Tuner::finish_round(const TuneKey& key, Class& c, const Agree& agree, int r
     if (c.measured[i].second <= s_.confirm_within * pick_s) c.finalists.push_back(i);
   std::stable_sort(c.finalists.begin(), c.finalists.end(),
                    [&](std::size_t a, std::size_t b) { return c.measured[a].second < c.measured[b].second; });
-  if (c.finalists.size() > static_cast<std::size_t>(s_.confirm_max)) c.finalists.resize(static_cast<std::size_t>(s_.confirm_max));
+  if (c.finalists.size() > static_cast<std::size_t>(s_.confirm_max))
+    c.finalists.resize(static_cast<std::size_t>(s_.confirm_max));
   if (rank == 0) {
     std::string row;
-    for (const auto& [name, m] : c.measured) row += fmt::format("{}{} {:.1f} us", row.empty() ? "" : ", ", name, m * 1e6);
+    for (const auto& [name, m] : c.measured)
+      row += fmt::format("{}{} {:.1f} us", row.empty() ? "" : ", ", name, m * 1e6);
     log::info("tuning {}: lined up, medians: {}", class_text(key), row);
   }
   c.block = pick_s > 0 ? static_cast<int>(std::min<double>(s_.confirm_calls, std::floor(s_.confirm_budget_s / pick_s)))
@@ -194,8 +198,8 @@ void Tuner::check_drift(const TuneKey& key, Class& c, const Agree& agree, int ra
   }
   if (!(v[0] > s_.drift * c.baseline_s) || !s_.online) return;
   if (rank == 0)
-    log::warn("{}: {} now takes {:.1f} us, {:.1f}x its steady {:.1f} us; tuning this size class again",
-              class_text(key), to_string(c.choice), v[0] * 1e6, v[0] / c.baseline_s, c.baseline_s * 1e6);
+    log::warn("{}: {} now takes {:.1f} us, {:.1f}x its steady {:.1f} us; tuning this size class again", class_text(key),
+              to_string(c.choice), v[0] * 1e6, v[0] / c.baseline_s, c.baseline_s * 1e6);
   ++stats_.retunes;
   // Every candidate again, the cost model's filter included (a preset class has only its own choice).
   c.alive.assign(c.candidates.size(), true);
@@ -229,8 +233,7 @@ void Tuner::inherit_prune(const TuneKey& key, std::vector<TuningChoice>& cands) 
   }
 }
 
-std::optional<Tuner::Pick> Tuner::next(const TuneKey& key, const Candidates& candidates, const Agree& agree,
-                                        int rank) {
+std::optional<Tuner::Pick> Tuner::next(const TuneKey& key, const Candidates& candidates, const Agree& agree, int rank) {
   if (!verified_) verify_preset(agree, rank);
   std::unique_lock lock(mu_);
   auto it = classes_.find(key);

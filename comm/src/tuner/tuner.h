@@ -29,20 +29,20 @@
 namespace hopwise::comm::detail {
 
 struct TunerSettings {
-  bool online = true;     // HOPWISE_TUNE: tune classes the file does not cover (else the cost model chooses)
-  int rounds = 3;         // HOPWISE_TUNE_ROUNDS: repetitions of each candidate (median)
-  double prune = 2.0;     // after round 2, drop a candidate whose best is above prune x the best's
-  double close = 1.1;     // after `rounds`, candidates within close x the best median race on...
-  int close_race_factor = 3;  // ...up to this many times `rounds` in all
-  double prior = 8.0;     // never try a candidate the cost model estimates above prior x its best estimate
-  int check_every = 64;   // calls of a tuned class between drift checks
-  int window = 16;        // recent calls whose median is checked
-  double drift = 1.5;     // re-tune when the chosen one takes drift x its steady time
-  double confirm_within = 1.5;    // finalists: trial medians within this of the best...
-  int confirm_max = 6;            // ...at most this many (lined up, six rows within 1.4x ranked tree 4th of 6
-                                  // where in a row it was the only fast one)...
-  int confirm_calls = 16;         // ...each run this many calls in a row (after one to settle)...
-  double confirm_budget_s = 0.25; // ...fewer where that would take longer; none where fewer than 4 would fit
+  bool online = true;              // HOPWISE_TUNE: tune classes the file does not cover (else the cost model chooses)
+  int rounds = 3;                  // HOPWISE_TUNE_ROUNDS: repetitions of each candidate (median)
+  double prune = 2.0;              // after round 2, drop a candidate whose best is above prune x the best's
+  double close = 1.1;              // after `rounds`, candidates within close x the best median race on...
+  int close_race_factor = 3;       // ...up to this many times `rounds` in all
+  double prior = 8.0;              // never try a candidate the cost model estimates above prior x its best estimate
+  int check_every = 64;            // calls of a tuned class between drift checks
+  int window = 16;                 // recent calls whose median is checked
+  double drift = 1.5;              // re-tune when the chosen one takes drift x its steady time
+  double confirm_within = 1.5;     // finalists: trial medians within this of the best...
+  int confirm_max = 6;             // ...at most this many (lined up, six rows within 1.4x ranked tree 4th of 6
+                                   // where in a row it was the only fast one)...
+  int confirm_calls = 16;          // ...each run this many calls in a row (after one to settle)...
+  double confirm_budget_s = 0.25;  // ...fewer where that would take longer; none where fewer than 4 would fit
 };
 
 struct TunerStats {
@@ -101,8 +101,8 @@ class Tuner {
     bool pending = false;  // the round is complete: agree at the next call
     bool decided = false;
     TuningChoice choice;
-    double tuned_s = 0;     // the choice's time in the trials (ranks lined up)
-    double baseline_s = 0;  // its steady time in the job (the first drift check's median; 0: not yet)
+    double tuned_s = 0;           // the choice's time in the trials (ranks lined up)
+    double baseline_s = 0;        // its steady time in the job (the first drift check's median; 0: not yet)
     std::vector<double> trial_s;  // this rank's trial times, for the excess figure
     std::deque<double> recent;
     int since_check = 0;

@@ -15,7 +15,7 @@
 namespace hopwise::comm {
 
 struct ReducerOptions {
-  double bucket_mb = 25;       // HOPWISE_BUCKET_MB: cap of a bucket
+  double bucket_mb = 25;  // HOPWISE_BUCKET_MB: cap of a bucket
   // HOPWISE_BUCKET_MB=auto: after the first step's rebuild, caps of 1, 2, 4, 8 and 25 MB run 5 steps each, and the
   // one whose steps (first ready gradient to the end of finish(), the slowest rank's median) were shortest stays.
   // Uncompressed or PowerSGD only (a codec's per-bucket error feedback would be lost with the buckets).
@@ -72,8 +72,8 @@ class GradientReducer {
   GradientScope scope() const;
 
   std::size_t bucket_count() const;
-  double bucket_mb() const;    // the cap in use (the tuned one once tuning is done)
-  bool tuning_bucket() const;  // still trying caps
+  double bucket_mb() const;                                    // the cap in use (the tuned one once tuning is done)
+  bool tuning_bucket() const;                                  // still trying caps
   std::vector<std::vector<std::string>> bucket_names() const;  // per bucket, in bucket order
   const std::vector<BucketTiming>& last_timings() const;
 

@@ -47,8 +47,8 @@ class Transport;
 // buffers of slot_bytes (alternate calls use alternate buffers).
 struct SharedSlots {
   std::size_t slot_bytes = 0;
-  std::vector<char*> base;  // base[r]: rank r's slot
-  std::uint64_t seq = 0;    // this rank's count of calls that used the slots
+  std::vector<char*> base;                 // base[r]: rank r's slot
+  std::uint64_t seq = 0;                   // this rank's count of calls that used the slots
   std::atomic<std::uint64_t> bytes_in{0};  // bytes this rank copied into its slot (the monitor's host-link bytes)
   static constexpr std::size_t kHeader = 64;
   static std::size_t slot_size(std::size_t slot_bytes) { return kHeader + 2 * slot_bytes; }
