@@ -223,6 +223,21 @@ TEST(Reducer, MarkedTwiceIsAnError) {
   }
 }
 
+TEST(Reducer, ANameRegisteredTwiceIsAnError) {
+  Group g(1, test_options());
+  std::vector<float> a(10), b(10);
+  hc::GradientReducer red(g.comm(0));
+  red.add_parameter("fc1.weight", a.data(), a.size());
+  try {
+    red.add_parameter("fc1.weight", b.data(), b.size());
+    FAIL() << "no error";
+  } catch (const hopwise::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0: add_parameter('fc1.weight'): a parameter of that name is already"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Reducer, FinishNamesGradientsNeverMarked) {
   Group g(1, test_options());
   std::vector<float> a(10), b(10), c(10);

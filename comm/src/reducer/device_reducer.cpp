@@ -1,7 +1,8 @@
-// The DeviceGradientReducer (device_reducer.h): buckets planned by bucket_plan.h (as the host reducer's) and laid
-// out back to back in one device buffer; gradients copied in on a copy stream after their producers, each bucket
-// averaged on the DeviceCommunicator's stream once complete, and copied back on finish()'s stream. Fingerprints
-// and the observed order travel through the communicator's store. Built into hopwise_comm_nccl.
+// The DeviceGradientReducer (device_reducer.h) over the reducers' schedule (schedule.h), as the host reducer:
+// what stays here is memory and launches. Buckets lie back to back in one device buffer; gradients are copied in
+// on a copy stream after their producers, each bucket averaged on the DeviceCommunicator's stream once complete,
+// and copied back on finish()'s stream. The schedule's fingerprints and observed order travel through the
+// communicator's store. Built into hopwise_comm_nccl.
 #include "hopwise/comm/device_reducer.h"
 
 #include <cuda_runtime.h>
@@ -12,15 +13,15 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <thread>
-#include <unordered_map>
 
-#include "bucket_plan.h"
 #include "hopwise/common/cuda_check.h"
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/device_codec.h"
 #include "hopwise/compression/spec.h"
+#include "schedule.h"
 
 namespace hopwise::comm {
 
@@ -31,22 +32,8 @@ namespace {
 
 constexpr std::size_t kAlignFloats = 64;  // buckets start 256-byte aligned inside the flat buffer
 
-struct Param {
-  std::string name;
-  float* grad = nullptr;
-  std::size_t count = 0;
-  int bucket = -1;
-  std::size_t offset = 0;  // elements from the start of its bucket
-  bool ready = false;
-  cudaEvent_t produced = nullptr;  // recorded on the producer's stream by mark_ready
-};
-
-struct Bucket {
-  std::vector<int> params;  // in the order they sit in the bucket
-  std::size_t count = 0;
+struct BucketMemory {
   std::size_t offset = 0;  // elements from the start of the flat buffer
-  int pending = 0;
-  bool launched = false;
   std::size_t wire_bytes = 0;
   DeviceWork work;
   std::unique_ptr<compression::DeviceCodecState> codec_state;  // per bucket: residual and step
@@ -58,30 +45,49 @@ struct DeviceGradientReducer::Impl {
   DeviceCommunicator& comm;
   ReducerOptions options;
   int rank = 0, size = 1, device = 0;
-  std::vector<Param> params;
-  std::unordered_map<std::string, int> by_name;
-  std::vector<Bucket> buckets;
-  DeviceBuffer flat;                   // every bucket, back to back
-  cudaStream_t copy_stream = nullptr;  // copies gradients into buckets, after their producers
-  cudaEvent_t copied_out = nullptr;    // finish()'s copy-out done: the next copy-in may overwrite the buckets
-  int next_launch = 0;
-  bool finalized = false;
-  int steps = 0;                                    // finish() calls that completed
-  std::vector<int> ready_order;                     // this step's mark_ready order (for the rebuild after step 1)
+  std::vector<float*> grads;                // per gradient, the caller's
+  std::vector<cudaEvent_t> produced;        // per gradient, recorded on the producer's stream by mark_ready
+  std::vector<BucketMemory> bucket_memory;  // per bucket
+  DeviceBuffer flat;                        // every bucket, back to back
+  cudaStream_t copy_stream = nullptr;       // copies gradients into buckets, after their producers
+  cudaEvent_t copied_out = nullptr;         // finish()'s copy-out done: the next copy-in may overwrite the buckets
   std::unique_ptr<compression::DeviceCodec> codec;  // null: plain average
   std::vector<DeviceWork> previous;                 // last step's buckets, host-waited at the next finish
+  std::optional<reducer::Schedule> schedule;
 
   Impl(DeviceCommunicator& c, ReducerOptions o)
       : comm(c), options(std::move(o)), rank(c.rank()), size(c.size()), device(c.device()) {
-    if (!(options.bucket_mb > 0) || !(options.first_bucket_mb > 0))
-      throw InvalidArgument(
-          "DeviceGradientReducer: bucket_mb and first_bucket_mb must be positive (HOPWISE_BUCKET_MB)");
     const auto spec = compression::parse_codec_spec(options.compression);
     if (spec.name == "powersgd")
       throw InvalidArgument(
           "DeviceGradientReducer: PowerSGD is not available on device gradients; use a codec "
           "(HOPWISE_COMPRESSION=fp16, int8, topk:ratio=..., ...) or none");
     if (spec.name != "none") codec = std::make_unique<compression::DeviceCodec>(options.compression);
+    reducer::Collectives collectives{
+        [this](std::uint64_t mine) {
+          const std::vector<std::string> got =
+              comm.host_allgather("reducer_layout", std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)));
+          std::vector<std::uint64_t> all(got.size(), 0);
+          for (std::size_t r = 0; r < got.size(); ++r)
+            if (got[r].size() == sizeof(std::uint64_t)) std::memcpy(&all[r], got[r].data(), sizeof(std::uint64_t));
+          return all;
+        },
+        [this](std::vector<std::int32_t>& order) {
+          const std::string got = comm.host_broadcast(
+              "reducer_order",
+              std::string(reinterpret_cast<const char*>(order.data()), order.size() * sizeof(std::int32_t)), 0);
+          if (got.size() != order.size() * sizeof(std::int32_t))
+            throw InvalidArgument(
+                fmt::format("rank {}: rank 0 observed {} gradients ready but this rank registered {}; "
+                            "every rank must register the same parameters",
+                            rank, got.size() / sizeof(std::int32_t), order.size()));
+          if (!order.empty()) std::memcpy(order.data(), got.data(), got.size());
+        },
+        [](std::vector<double>&) {}};  // no tuning here (below)
+    // The tuner measures a step up to the end of finish(), which on the device does not wait for the buckets.
+    schedule.emplace(
+        options, rank, "device gradient", std::move(collectives), [this] { lay_out(); }, false,
+        "the device reducer's finish() does not wait for its buckets, so no step span measures a cap");
     CurrentGuard guard(device);
     cuda::check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", rank);
     const cudaError_t e = cudaEventCreateWithFlags(&copied_out, cudaEventDisableTiming);
@@ -98,93 +104,47 @@ struct DeviceGradientReducer::Impl {
         w.wait();
       } catch (...) {
       }
-    for (Bucket& b : buckets)
-      if (b.launched && b.work.valid()) try {
-          b.work.wait();
+    for (BucketMemory& m : bucket_memory)
+      if (m.work.valid()) try {
+          m.work.wait();
         } catch (...) {
         }
     if (copy_stream) cudaStreamSynchronize(copy_stream);
-    for (Param& p : params)
-      if (p.produced) cudaEventDestroy(p.produced);
+    for (cudaEvent_t e : produced)
+      if (e) cudaEventDestroy(e);
     if (copied_out) cudaEventDestroy(copied_out);
     if (copy_stream) cudaStreamDestroy(copy_stream);
   }
 
-  float* bucket_data(const Bucket& b) const { return flat.as<float>() + b.offset; }
+  float* bucket_data(int k) const { return flat.as<float>() + bucket_memory[static_cast<std::size_t>(k)].offset; }
 
-  std::vector<bucket_plan::Gradient> gradients() const {
-    std::vector<bucket_plan::Gradient> g;
-    for (const Param& p : params) g.push_back({p.name, p.count, 1});
-    return g;
-  }
-
-  // Buckets in `order` (bucket_plan::assign), back to back in the flat buffer, each 256-byte aligned.
-  void assign(const std::vector<int>& order) {
-    buckets.clear();
-    for (bucket_plan::Planned& planned : bucket_plan::assign(gradients(), order, options)) {
-      Bucket& b = buckets.emplace_back();
-      b.params = std::move(planned.members);
-      b.count = planned.count;
-      std::size_t at = 0;
-      for (int i : b.params) {
-        Param& p = params[static_cast<std::size_t>(i)];
-        p.bucket = static_cast<int>(buckets.size()) - 1;
-        p.offset = at;
-        at += p.count;
-      }
-    }
+  // The buckets back to back in the flat buffer, each 256-byte aligned.
+  void lay_out() {
+    const auto& buckets = schedule->buckets();
+    bucket_memory.clear();
+    bucket_memory.resize(buckets.size());
     std::size_t total = 0;
     for (std::size_t k = 0; k < buckets.size(); ++k) {
-      Bucket& b = buckets[k];
-      b.offset = total;
-      total += (b.count + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
-      if (codec) b.codec_state = std::make_unique<compression::DeviceCodecState>(0x6e75 + k, rank, size);
+      bucket_memory[k].offset = total;
+      total += (buckets[k].count + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+      if (codec) bucket_memory[k].codec_state = std::make_unique<compression::DeviceCodecState>(0x6e75 + k, rank, size);
     }
     CurrentGuard guard(device);
     flat.reserve(std::max<std::size_t>(total, 1) * sizeof(float));
   }
 
-  // The layout's fingerprint, gathered through the communicator's store and compared with rank 0's.
-  void check_layout() {
-    std::vector<bucket_plan::Planned> planned;
-    for (const Bucket& b : buckets) planned.push_back({b.params, b.count});
-    const std::uint64_t mine = bucket_plan::fingerprint(gradients(), options.compression, planned);
-    const std::vector<std::string> got =
-        comm.host_allgather("reducer_layout", std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)));
-    std::vector<std::uint64_t> all(got.size(), 0);
-    for (std::size_t r = 0; r < got.size(); ++r)
-      if (got[r].size() == sizeof(std::uint64_t)) std::memcpy(&all[r], got[r].data(), sizeof(std::uint64_t));
-    bucket_plan::check_same_layout(all, rank, "device gradient");
-  }
-
-  void launch_ready() {
-    while (next_launch < static_cast<int>(buckets.size()) &&
-           buckets[static_cast<std::size_t>(next_launch)].pending == 0) {
-      Bucket& b = buckets[static_cast<std::size_t>(next_launch)];
-      float* data = bucket_data(b);
-      // The copy stream is the bucket's producer: the allreduce starts once its copy-ins are done.
-      if (codec) {
-        b.wire_bytes = codec->host().payload_bytes(b.count) + codec->host().scale_count(b.count) * sizeof(float);
-        b.work =
-            comm.allreduce_compressed_async(data, data, b.count, *codec, *b.codec_state, ReduceOp::kAvg, copy_stream);
-      } else {
-        b.wire_bytes = b.count * sizeof(float);
-        b.work = comm.allreduce_async(data, data, b.count, DataType::kFloat32, ReduceOp::kAvg, copy_stream);
-      }
-      b.launched = true;
-      ++next_launch;
+  // The copy stream is the bucket's producer: the allreduce starts once its copy-ins are done.
+  void launch(int k) {
+    const std::size_t count = schedule->buckets()[static_cast<std::size_t>(k)].count;
+    BucketMemory& m = bucket_memory[static_cast<std::size_t>(k)];
+    float* data = bucket_data(k);
+    if (codec) {
+      m.wire_bytes = codec->host().payload_bytes(count) + codec->host().scale_count(count) * sizeof(float);
+      m.work = comm.allreduce_compressed_async(data, data, count, *codec, *m.codec_state, ReduceOp::kAvg, copy_stream);
+    } else {
+      m.wire_bytes = count * sizeof(float);
+      m.work = comm.allreduce_async(data, data, count, DataType::kFloat32, ReduceOp::kAvg, copy_stream);
     }
-  }
-
-  void start_step() {
-    for (Bucket& b : buckets) {
-      b.pending = static_cast<int>(b.params.size());
-      b.launched = false;
-      b.work = DeviceWork();
-    }
-    for (Param& p : params) p.ready = false;
-    ready_order.clear();
-    next_launch = 0;
   }
 };
 
@@ -195,109 +155,69 @@ DeviceGradientReducer::~DeviceGradientReducer() = default;
 
 int DeviceGradientReducer::add_parameter(std::string name, float* grad, std::size_t count) {
   Impl& m = *impl_;
-  if (m.finalized)
-    throw InvalidArgument(
-        fmt::format("rank {}: add_parameter('{}') after finalize(); register every parameter first", m.rank, name));
-  if (m.by_name.count(name) != 0)
-    throw InvalidArgument(
-        fmt::format("rank {}: add_parameter('{}'): a parameter of that name is already registered; "
-                    "names must be unique",
-                    m.rank, name));
   cuda::check_device_pointer(grad, count, fmt::format("rank {}: add_parameter('{}')", m.rank, name), "gradient",
                              m.device, "GradientReducer");
-  Param p;
-  p.name = name;
-  p.grad = grad;
-  p.count = count;
-  m.params.push_back(std::move(p));
-  const int index = static_cast<int>(m.params.size()) - 1;
-  m.by_name.emplace(std::move(name), index);
+  const int index = m.schedule->add(std::move(name), 1, count);
+  m.grads.push_back(grad);
+  m.produced.push_back(nullptr);
   return index;
 }
 
 void DeviceGradientReducer::finalize() {
   Impl& m = *impl_;
-  if (m.finalized) return;
+  if (m.schedule->finalized()) return;
   {
     CurrentGuard guard(m.device);
-    for (Param& p : m.params)
-      if (!p.produced)
-        cuda::check(cudaEventCreateWithFlags(&p.produced, cudaEventDisableTiming), "cudaEventCreate", m.rank);
+    for (cudaEvent_t& e : m.produced)
+      if (!e) cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate", m.rank);
   }
-  m.assign(bucket_plan::reverse_order(m.params.size()));
-  m.check_layout();
-  m.finalized = true;
-  m.start_step();
+  m.schedule->finalize();
 }
 
 void DeviceGradientReducer::mark_ready(int index, void* stream) {
   Impl& m = *impl_;
-  if (!m.finalized) throw InvalidArgument("mark_ready() before finalize(); call finalize() once after add_parameter()");
-  if (index < 0 || index >= static_cast<int>(m.params.size()))
-    throw InvalidArgument(fmt::format("rank {}: mark_ready({}): no such parameter; indices run 0..{}", m.rank, index,
-                                      static_cast<long long>(m.params.size()) - 1));
-  Param& p = m.params[static_cast<std::size_t>(index)];
-  if (p.ready)
-    throw InvalidArgument(
-        fmt::format("rank {}: gradient '{}' was marked ready twice in one step; mark each "
-                    "parameter once per step, then call finish()",
-                    m.rank, p.name));
-  Bucket& b = m.buckets[static_cast<std::size_t>(p.bucket)];
+  const reducer::Gradient& g = m.schedule->mark_ready(index);
   {
     CurrentGuard guard(m.device);
-    cuda::check(cudaEventRecord(p.produced, static_cast<cudaStream_t>(stream)),
+    cudaEvent_t produced = m.produced[static_cast<std::size_t>(index)];
+    cuda::check(cudaEventRecord(produced, static_cast<cudaStream_t>(stream)),
                 fmt::format("cudaEventRecord on the stream that produced gradient '{}' (a valid stream of device {}?)",
-                            p.name, m.device),
+                            g.name, m.device),
                 m.rank);
-    cuda::check(cudaStreamWaitEvent(m.copy_stream, p.produced, 0), "cudaStreamWaitEvent", m.rank);
-    if (p.count > 0)
-      cuda::check(cudaMemcpyAsync(m.bucket_data(b) + p.offset, p.grad, p.count * sizeof(float),
-                                  cudaMemcpyDeviceToDevice, m.copy_stream),
-                  fmt::format("cudaMemcpyAsync (gradient '{}' into its bucket)", p.name), m.rank);
+    cuda::check(cudaStreamWaitEvent(m.copy_stream, produced, 0), "cudaStreamWaitEvent", m.rank);
+    if (g.count > 0)
+      cuda::check(cudaMemcpyAsync(m.bucket_data(g.bucket) + g.offset, m.grads[static_cast<std::size_t>(index)],
+                                  g.count * sizeof(float), cudaMemcpyDeviceToDevice, m.copy_stream),
+                  fmt::format("cudaMemcpyAsync (gradient '{}' into its bucket)", g.name), m.rank);
   }
-  p.ready = true;
-  m.ready_order.push_back(index);
-  --b.pending;
-  if (m.options.overlap) m.launch_ready();
+  if (m.schedule->overlaps()) m.schedule->launch_ready([&](int k) { m.launch(k); });
 }
 
 void DeviceGradientReducer::mark_ready(std::string_view name, void* stream) {
-  Impl& m = *impl_;
-  const auto it = m.by_name.find(std::string(name));
-  if (it == m.by_name.end())
-    throw InvalidArgument(
-        fmt::format("rank {}: mark_ready('{}'): no parameter of that name was registered", m.rank, name));
-  mark_ready(it->second, stream);
+  mark_ready(impl_->schedule->index_of(name), stream);
 }
 
 StepStats DeviceGradientReducer::finish(void* stream, bool synchronize) {
   Impl& m = *impl_;
-  if (!m.finalized) throw InvalidArgument("finish() before finalize()");
-  std::vector<std::string> missing;
-  for (const Param& p : m.params)
-    if (!p.ready) missing.push_back(p.name);
-  if (!missing.empty())
-    throw InvalidArgument(
-        fmt::format("rank {}: finish(): gradient(s) {} were never marked ready this step; call "
-                    "mark_ready() for every registered parameter in backward (or register only "
-                    "the parameters that get gradients)",
-                    m.rank, fmt::join(missing, ", ")));
+  m.schedule->begin_finish([&](int k) { m.launch(k); });
   // Last step's buckets are normally long done: waiting surfaces their errors and timeouts.
   for (DeviceWork& w : m.previous) w.wait();
   m.previous.clear();
-  m.launch_ready();
   StepStats s;
   auto st = static_cast<cudaStream_t>(stream);
+  const auto& buckets = m.schedule->buckets();
   {
     CurrentGuard guard(m.device);
-    for (Bucket& b : m.buckets) {
+    for (std::size_t k = 0; k < buckets.size(); ++k) {
+      BucketMemory& b = m.bucket_memory[k];
       b.work.wait_on_stream(stream);
-      for (int i : b.params) {
-        const Param& p = m.params[static_cast<std::size_t>(i)];
-        if (p.count > 0)
-          cuda::check(cudaMemcpyAsync(p.grad, m.bucket_data(b) + p.offset, p.count * sizeof(float),
-                                      cudaMemcpyDeviceToDevice, st),
-                      fmt::format("cudaMemcpyAsync (averaged gradient '{}' back)", p.name), m.rank);
+      for (int i : buckets[k].gradients) {
+        const reducer::Gradient& g = m.schedule->gradients()[static_cast<std::size_t>(i)];
+        if (g.count > 0)
+          cuda::check(
+              cudaMemcpyAsync(m.grads[static_cast<std::size_t>(i)], m.bucket_data(static_cast<int>(k)) + g.offset,
+                              g.count * sizeof(float), cudaMemcpyDeviceToDevice, st),
+              fmt::format("cudaMemcpyAsync (averaged gradient '{}' back)", g.name), m.rank);
       }
       s.bytes += b.wire_bytes;
     }
@@ -305,10 +225,10 @@ StepStats DeviceGradientReducer::finish(void* stream, bool synchronize) {
     cuda::check(cudaEventRecord(m.copied_out, st), "cudaEventRecord on finish()'s stream", m.rank);
     cuda::check(cudaStreamWaitEvent(m.copy_stream, m.copied_out, 0), "cudaStreamWaitEvent", m.rank);
   }
-  s.buckets = static_cast<int>(m.buckets.size());
+  s.buckets = static_cast<int>(buckets.size());
   if (synchronize) {
     const auto t0 = Clock::now();
-    for (Bucket& b : m.buckets) {
+    for (BucketMemory& b : m.bucket_memory) {
       b.work.wait();
       s.comm_ms += b.work.elapsed_ms();
     }
@@ -319,37 +239,21 @@ StepStats DeviceGradientReducer::finish(void* stream, bool synchronize) {
     s.exposed_comm_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     s.overlap_pct = s.comm_ms > 0 ? std::clamp(100.0 * (1.0 - s.exposed_comm_ms / s.comm_ms), 0.0, 100.0) : 100.0;
   } else {
-    for (Bucket& b : m.buckets) m.previous.push_back(b.work);
+    for (BucketMemory& b : m.bucket_memory) m.previous.push_back(b.work);
   }
-  // After the first step, rebuild the buckets from the order gradients really arrived in (rank 0's, so that every
-  // rank builds the same buckets). The old buffers go only after their work: assign()'s reserve may free the flat
-  // buffer, and cudaFree waits for the device.
-  if (++m.steps == 1 && m.options.rebuild) {
-    std::vector<std::int32_t> order(m.ready_order.begin(), m.ready_order.end());
-    const std::string got = m.comm.host_broadcast(
-        "reducer_order", std::string(reinterpret_cast<const char*>(order.data()), order.size() * sizeof(std::int32_t)),
-        0);
-    if (got.size() != order.size() * sizeof(std::int32_t))
-      throw InvalidArgument(
-          fmt::format("rank {}: rank 0 observed {} gradients ready but this rank registered {}; "
-                      "every rank must register the same parameters",
-                      m.rank, got.size() / sizeof(std::int32_t), order.size()));
-    if (!order.empty()) std::memcpy(order.data(), got.data(), got.size());
-    const std::vector<int> observed(order.begin(), order.end());
-    if (const auto rebuilt = bucket_plan::rebuild_order(observed, m.params.size())) {
-      for (DeviceWork& w : m.previous) w.wait();
-      m.previous.clear();
-      m.assign(*rebuilt);
-    }
-  }
-  m.start_step();
+  // The old buffers go only after their work: lay_out()'s reserve may free the flat buffer, and cudaFree waits for
+  // the device.
+  m.schedule->end_step([&] {
+    for (DeviceWork& w : m.previous) w.wait();
+    m.previous.clear();
+  });
   return s;
 }
 
-std::size_t DeviceGradientReducer::bucket_count() const { return impl_->buckets.size(); }
+std::size_t DeviceGradientReducer::bucket_count() const { return impl_->schedule->buckets().size(); }
 
 std::vector<std::vector<std::string>> DeviceGradientReducer::bucket_names() const {
-  return bucket_plan::names_of(impl_->buckets, impl_->params);
+  return impl_->schedule->bucket_names();
 }
 
 }  // namespace hopwise::comm
