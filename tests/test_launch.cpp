@@ -74,7 +74,7 @@ std::map<std::string, std::string> torchrun_with(std::map<std::string, std::stri
 TEST(Launch, MpirunMeansMpi) {
   Env env({{"OMPI_COMM_WORLD_SIZE", "3"}, {"OMPI_COMM_WORLD_RANK", "2"}});
   const hc::Launch l = hc::detect_launch();
-  EXPECT_EQ(l.way, hc::Launch::Way::kMpi);
+  EXPECT_EQ(l.transport, "mpi");
   EXPECT_EQ(l.launcher, "mpirun");
   EXPECT_EQ(l.rank, 2);
   EXPECT_EQ(l.size, 3);
@@ -86,28 +86,28 @@ TEST(Launch, MpirunAcrossHostsMeansUcxThroughMpi) {
   {
     Env env({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
     const hc::Launch l = hc::detect_launch();
-    EXPECT_EQ(l.way, hc::Launch::Way::kUcx);
+    EXPECT_EQ(l.transport, "ucx");
     EXPECT_EQ(l.store, "mpi");
     EXPECT_TRUE(l.spans_hosts);
     EXPECT_NE(l.why.find("spans hosts"), std::string::npos) << l.why;
   }
   {
     Env env({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}});
-    EXPECT_EQ(hc::detect_launch().way, hc::Launch::Way::kMpi);
+    EXPECT_EQ(hc::detect_launch().transport, "mpi");
   }
   {
     Env env({{"OMPI_COMM_WORLD_SIZE", "4"},
              {"OMPI_COMM_WORLD_RANK", "1"},
              {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
              {"HOPWISE_TRANSPORT", "mpi"}});
-    EXPECT_EQ(hc::detect_launch().way, hc::Launch::Way::kMpi);
+    EXPECT_EQ(hc::detect_launch().transport, "mpi");
   }
 }
 
 TEST(Launch, TorchrunMeansUcxOverTheTcpStoreAtMaster) {
   Env env(kTorchrun);
   const hc::Launch l = hc::detect_launch();
-  EXPECT_EQ(l.way, hc::Launch::Way::kUcx);
+  EXPECT_EQ(l.transport, "ucx");
   EXPECT_EQ(l.launcher, "torchrun");
   EXPECT_EQ(l.rank, 1);
   EXPECT_EQ(l.size, 4);
@@ -147,7 +147,7 @@ TEST(Launch, ForcedAndAddressedByHopwiseVariables) {
   {
     Env env({{"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "0"}, {"HOPWISE_TRANSPORT", "ucx"}});
     const hc::Launch l = hc::detect_launch();
-    EXPECT_EQ(l.way, hc::Launch::Way::kUcx);
+    EXPECT_EQ(l.transport, "ucx");
     EXPECT_EQ(l.store, "mpi");  // under mpirun UCX's ranks meet through MPI
   }
   {
@@ -175,7 +175,7 @@ TEST(Launch, BadVariablesAreNamed) {
 
 TEST(Launch, StoreAddressesAreParsed) {
   hc::Launch l;
-  l.way = hc::Launch::Way::kUcx;
+  l.transport = "ucx";
   l.rank = 1;  // a client: nothing is served
   l.size = 2;
   l.job = "test";

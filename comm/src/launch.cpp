@@ -1,21 +1,16 @@
+// Which launcher started this process and which transport and store go with it (launch.h); the rows are in
+// launch_table.cpp.
 #include "hopwise/comm/launch.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
-#include <atomic>
-#include <cctype>
-#include <cstdlib>
-#include <mutex>
-#include <vector>
+#include <algorithm>
+#include <string>
 
-#include "hopwise/comm/stores/file_store.h"
-#include "hopwise/comm/stores/tcp_store.h"
-#include "hopwise/comm/transports/mpi_store.h"
-#include "hopwise/comm/transports/mpi_transport.h"
-#include "hopwise/comm/transports/ucx_transport.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
-#include "hopwise/common/log.h"
+#include "launch_table.h"
 
 namespace hopwise::comm {
 
@@ -59,12 +54,15 @@ bool launched_as_job() {
   return env::get_int("WORLD_SIZE", 1) > 1;
 }
 
-Launch detect_launch() {
+Launch detect_launch(bool own_store) {
   Launch l;
   const std::string forced = env::get_or("HOPWISE_TRANSPORT", "");
-  if (!forced.empty() && forced != "mpi" && forced != "ucx")
-    throw InvalidArgument(
-        fmt::format("HOPWISE_TRANSPORT={} is not a transport; use mpi or ucx (or leave it unset)", forced));
+  if (!forced.empty()) {
+    const auto names = transport_names();
+    if (std::find(names.begin(), names.end(), forced) == names.end())
+      throw InvalidArgument(fmt::format("HOPWISE_TRANSPORT={} is not a transport; use {} (or leave it unset)", forced,
+                                        fmt::join(names, " or ")));
+  }
   const bool mpirun = under_mpirun();
   const int rank = required_int("RANK", 0), size = required_int("WORLD_SIZE", 1);
   const bool ranked_env = rank >= 0 && size >= 1;
@@ -89,15 +87,18 @@ Launch detect_launch() {
   // than all.
   const long local = mpirun ? env::get_int("OMPI_COMM_WORLD_LOCAL_SIZE", 0) : 0;
   l.spans_hosts = mpirun && local > 0 && local < l.size;
-  l.way = forced == "ucx" || (forced.empty() && ((!mpirun && ranked_env) || l.spans_hosts)) ? Launch::Way::kUcx
-                                                                                            : Launch::Way::kMpi;
-  if (l.way == Launch::Way::kMpi && forced == "mpi" && !mpirun && ranked_env && size > 1)
-    throw InvalidArgument(
-        fmt::format("HOPWISE_TRANSPORT=mpi, but this process was started by {} (RANK={}, "
-                    "WORLD_SIZE={}), not mpirun; launch with mpirun or use HOPWISE_TRANSPORT=ucx",
-                    l.launcher, rank, size));
-  if (l.way == Launch::Way::kUcx) {
-    if (auto s = env::get("HOPWISE_STORE")) {
+  const bool over_store = (!mpirun && (ranked_env || own_store)) || l.spans_hosts;
+  l.transport = !forced.empty() ? forced : over_store ? "ucx" : "mpi";
+  const TransportRow row = transport_row(l.transport);
+  if (!row.launcher.empty() && row.launcher != l.launcher && l.size > 1)
+    throw InvalidArgument(fmt::format(
+        "HOPWISE_TRANSPORT={}, but this process was started by {} (RANK={}, WORLD_SIZE={}), not {}; launch with {} "
+        "or use another transport ({})",
+        l.transport, l.launcher, l.rank, l.size, row.launcher, row.launcher, fmt::join(transport_names(), ", ")));
+  if (row.needs_store) {
+    if (own_store) {
+      l.store = "";  // the caller's
+    } else if (auto s = env::get("HOPWISE_STORE")) {
       l.store = *s;
     } else if (mpirun) {
       l.store = "mpi";
@@ -107,99 +108,20 @@ Launch detect_launch() {
       l.store = torchrun_store_address(
           fmt::format("{} started this rank (RANK={}, WORLD_SIZE={})", l.launcher, l.rank, l.size));
     }
-    if (l.store != "mpi" && l.store != "inproc" && l.store.rfind("tcp://", 0) != 0 && l.store.rfind("file://", 0) != 0)
-      throw InvalidArgument(
-          fmt::format("HOPWISE_STORE={} is not a store address; use tcp://HOST:PORT or file:///DIR", l.store));
+    if (!own_store) store_scheme_of(l.store, "HOPWISE_STORE=" + l.store);  // throws for an unknown scheme
     l.job = env::get_or("TORCHELASTIC_RUN_ID", fmt::format("hopwise:{}:{}", l.store, l.size));
     if (env::get("TORCHELASTIC_RESTART_COUNT")) l.attempt = required_int("TORCHELASTIC_RESTART_COUNT", 0);
     const long local_size = env::get_int("LOCAL_WORLD_SIZE", 0);
     l.hosts_known_many = !mpirun && local_size > 0 && local_size < l.size;
   }
-  l.why = fmt::format("{} (rank {} of {}): {}{}", l.launcher, l.rank, l.size,
-                      l.way == Launch::Way::kMpi ? "MPI" : "UCX, meeting through " + l.store,
-                      !forced.empty() ? " (HOPWISE_TRANSPORT=" + forced + ")"
-                      : l.spans_hosts ? " (the job spans hosts; HOPWISE_TRANSPORT=mpi keeps MPI)"
-                                      : "");
+  l.why = fmt::format(
+      "{} (rank {} of {}): {}{}", l.launcher, l.rank, l.size,
+      !row.needs_store ? l.transport
+                       : fmt::format("{}, meeting through {}", l.transport, own_store ? "the caller's store" : l.store),
+      !forced.empty() ? " (HOPWISE_TRANSPORT=" + forced + ")"
+      : l.spans_hosts ? " (the job spans hosts; HOPWISE_TRANSPORT=mpi keeps MPI)"
+                      : "");
   return l;
-}
-
-namespace {
-
-std::shared_ptr<Store> make_launch_store(const Launch& l, Store::Seconds timeout) {
-  if (l.store == "mpi") return std::make_shared<MpiStore>();
-  if (l.store == "inproc" || (l.store.empty() && l.size == 1)) return std::make_shared<InProcessStore>();
-  if (l.store.empty())
-    throw InvalidArgument(
-        fmt::format("this job meets over MPI ({}): it has no store of its own; set HOPWISE_STORE "
-                    "or HOPWISE_TRANSPORT=ucx for one",
-                    l.why));
-  if (l.store.rfind("file://", 0) == 0) {
-    auto store = std::make_shared<FileStore>(l.store.substr(7), l.rank == 0, l.job, timeout, l.attempt);
-    static std::vector<std::pair<std::shared_ptr<FileStore>, int>> leaving;  // left at a clean exit
-    if (leaving.empty())
-      std::atexit([] {
-        for (auto& [s, size] : leaving) try {
-            s->leave(size);
-          } catch (const std::exception&) {  // a store that cannot be cleaned is reported stale by the next run
-          }
-      });
-    leaving.emplace_back(store, l.size);
-    return store;
-  }
-  const std::string hostport = l.store.substr(6);
-  const auto colon = hostport.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == hostport.size())
-    throw InvalidArgument(fmt::format("store address {} lacks HOST:PORT", l.store));
-  std::string host = hostport.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  int port = 0;
-  for (char c : hostport.substr(colon + 1)) {
-    if (!std::isdigit(static_cast<unsigned char>(c)) || port > 65535)
-      throw InvalidArgument(
-          fmt::format("store address {}: '{}' is not a port number", l.store, hostport.substr(colon + 1)));
-    port = port * 10 + (c - '0');
-  }
-  if (port < 1 || port > 65535) throw InvalidArgument(fmt::format("store address {}: port out of range", l.store));
-  TcpStoreOptions options = TcpStoreOptions::from_environment();
-  const std::string resolved = l.rank == 0 && options.bind.empty() && l.hosts_known_many ? TcpStore::resolve(host) : "";
-  if (resolved.rfind("127.", 0) == 0) {
-    // The host's own name often resolves to a loopback address on itself (Debian's /etc/hosts), which the other
-    // hosts cannot reach.
-    log::warn(
-        "store: {} resolves to {} here, but the job spans hosts: listening on every interface (set "
-        "HOPWISE_STORE_BIND to the address the other hosts reach)",
-        host, TcpStore::resolve(host));
-    options.bind = "0.0.0.0";
-  }
-  const std::string job = l.attempt ? fmt::format("{} (attempt {})", l.job, l.attempt) : l.job;
-  return std::make_shared<TcpStore>(host, port, l.rank == 0, job, timeout, options);
-}
-
-}  // namespace
-
-// The TCP store is kept until exit (a later communicator meets through it again); the MPI one goes with the last
-// transport holding it, before MPI_Finalize.
-std::shared_ptr<Store> launch_store(const Launch& l, Store::Seconds timeout) {
-  static std::mutex m;
-  static std::weak_ptr<Store> cached;
-  static std::string cached_address;
-  std::lock_guard lock(m);
-  if (auto s = cached.lock(); s && cached_address == l.store) return s;
-  auto s = make_launch_store(l, timeout);
-  cached = s;
-  cached_address = l.store;
-  // Kept until exit and never destroyed there (a server thread stopped during exit could wait on a client).
-  static auto* kept = new std::vector<std::shared_ptr<Store>>();
-  if (l.store.rfind("tcp://", 0) == 0) kept->push_back(s);
-  return s;
-}
-
-std::unique_ptr<Transport> make_world_transport(const Launch& l, Store::Seconds timeout) {
-  if (l.way == Launch::Way::kMpi) return std::make_unique<MpiTransport>();
-  static std::atomic<int> worlds{0};  // every rank makes its world transports in the same order
-  auto store = launch_store(l, timeout);
-  return std::make_unique<UcxTransport>(std::move(store), l.rank, l.size, fmt::format("hopwise/world/{}", worlds++),
-                                        timeout);
 }
 
 }  // namespace hopwise::comm

@@ -1,7 +1,6 @@
 #include "backend.h"
 
 #include <fmt/core.h>
-#include <mpi.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdlib>
@@ -11,8 +10,6 @@
 #include <c10/util/Exception.h>
 
 #include "hopwise/comm/launch.h"
-#include "hopwise/comm/transports/mpi_transport.h"
-#include "hopwise/comm/transports/ucx_transport.h"
 #include "hopwise/common/error.h"
 #include "tensors.h"
 #include "torch_store.h"
@@ -22,60 +19,19 @@ namespace hopwise::torch_backend {
 
 namespace {
 
-bool use_mpi() {
-  const char* forced = std::getenv("HOPWISE_TRANSPORT");
-  if (forced && *forced) {
-    const std::string f = forced;
-    TORCH_CHECK_VALUE(f == "mpi" || f == "ucx", "hopwise: HOPWISE_TRANSPORT=", f, " is not known; use mpi or ucx");
-    return f == "mpi";
-  }
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;  // under mpirun
-}
-
-// The world group (empty `global_ranks`, or all of them in order) or a subgroup of it.
-bool is_world(const std::vector<int64_t>& global_ranks, int size) {
-  if (global_ranks.empty()) return true;
-  for (int i = 0; i < static_cast<int>(global_ranks.size()); ++i)
-    if (global_ranks[static_cast<std::size_t>(i)] != i) return false;
-  return static_cast<int>(global_ranks.size()) == size && std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr &&
-         std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")) == size;
-}
-
+// comm chooses the transport (launch.h): under mpirun MPI (the world's, or a group of its ranks), else one that
+// meets through torch's store (UCX).
 std::unique_ptr<comm::Transport> make_transport(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                                 double timeout_s, const std::string& group_id,
                                                 const std::vector<int64_t>& global_ranks) {
-  if (use_mpi()) {
-    if (is_world(global_ranks, size)) {
-      const comm::Launch launch = translated([] { return comm::detect_launch(); });
-      TORCH_CHECK_VALUE(launch.rank == rank && launch.size == size, "hopwise: torch says this is rank ", rank, " of ",
-                        size, " but ", launch.launcher, " started rank ", launch.rank, " of ", launch.size,
-                        "; pass init_process_group the launcher's RANK and WORLD_SIZE (or none: env:// reads them)");
-      return translated([&] { return comm::make_world_transport(launch, comm::Store::Seconds(timeout_s)); });
-    }
-    // A subgroup: collective over its members only (the other ranks never call torch's creator).
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    TORCH_CHECK(initialized, "hopwise: a subgroup over MPI needs the world group first (init_process_group)");
-    MPI_Group world_group, group;
-    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
-    std::vector<int> members(global_ranks.begin(), global_ranks.end());
-    MPI_Group_incl(world_group, static_cast<int>(members.size()), members.data(), &group);
-    MPI_Comm sub = MPI_COMM_NULL;
-    // torch names groups by a counter that is the same on every rank: a tag no other group's creation uses.
-    const int tag = static_cast<int>(std::hash<std::string>{}(group_id) % 30000);
-    const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &sub);
-    MPI_Group_free(&group);
-    MPI_Group_free(&world_group);
-    TORCH_CHECK(rc == MPI_SUCCESS && sub != MPI_COMM_NULL, "hopwise: MPI_Comm_create_group failed for group ",
-                group_id);
-    auto t = translated([&] { return std::make_unique<comm::MpiTransport>(sub); });
-    MPI_Comm_free(&sub);  // the transport keeps a duplicate
-    return t;
-  }
-  return translated([&]() -> std::unique_ptr<comm::Transport> {
-    return std::make_unique<comm::UcxTransport>(std::make_shared<TorchStore>(std::move(store)), rank, size,
-                                                "hopwise/group/" + group_id, comm::Store::Seconds(timeout_s));
-  });
+  comm::GroupRequest request;
+  request.rank = rank;
+  request.size = size;
+  request.members.assign(global_ranks.begin(), global_ranks.end());
+  request.store = std::make_shared<TorchStore>(std::move(store));
+  request.key = "hopwise/group/" + group_id;
+  request.timeout = comm::Store::Seconds(timeout_s);
+  return translated([&] { return comm::make_group_transport(request); });
 }
 
 std::vector<at::Tensor> as_list(const at::Tensor& t) { return {t}; }

@@ -209,6 +209,33 @@ MPI_Op mpi_op(DataType dt, ReduceOp op) {
   throw InvalidArgument("unknown reduce op for MPI");
 }
 
+std::unique_ptr<MpiTransport> MpiTransport::of_members(std::span<const int> members, std::string_view key) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) throw InvalidArgument("a group over MPI needs the job's world first (its world transport)");
+  MPI_Group world_group, group;
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  const int rc_incl = MPI_Group_incl(world_group, static_cast<int>(members.size()), members.data(), &group);
+  MPI_Group_free(&world_group);
+  check_mpi(rc_incl, "MPI_Group_incl (the group's members)");
+  MPI_Comm sub = MPI_COMM_NULL;
+  // A tag from the key: no other group's creation at the same time uses it.
+  const int tag = static_cast<int>(std::hash<std::string_view>{}(key) % 30000);
+  const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &sub);
+  MPI_Group_free(&group);
+  check_mpi(rc, "MPI_Comm_create_group");
+  if (sub == MPI_COMM_NULL) throw InvalidArgument("MPI_Comm_create_group: this rank is not one of the group's members");
+  std::unique_ptr<MpiTransport> t;
+  try {
+    t = std::make_unique<MpiTransport>(sub);
+  } catch (...) {
+    MPI_Comm_free(&sub);
+    throw;
+  }
+  MPI_Comm_free(&sub);  // the transport keeps a duplicate
+  return t;
+}
+
 MpiTransport::MpiTransport(MPI_Comm comm) {
   ensure_mpi_initialized();
   check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");

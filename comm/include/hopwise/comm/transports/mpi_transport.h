@@ -4,6 +4,8 @@
 #include <mpi.h>
 
 #include <memory>
+#include <span>
+#include <string_view>
 
 #include "hopwise/comm/transport.h"
 
@@ -23,6 +25,9 @@ class MpiTransport final : public Transport {
  public:
   // Duplicates `comm` (so hopwise traffic never matches the caller's) and sets MPI_ERRORS_RETURN on the copy.
   explicit MpiTransport(MPI_Comm comm = MPI_COMM_WORLD);
+  // A group of MPI_COMM_WORLD's ranks (`members`, in group-rank order), collective over the members only
+  // (MPI_Comm_create_group); `key`, alike on the members, tells it from other groups made at the same time.
+  static std::unique_ptr<MpiTransport> of_members(std::span<const int> members, std::string_view key);
   ~MpiTransport() override;
   MpiTransport(const MpiTransport&) = delete;
   MpiTransport& operator=(const MpiTransport&) = delete;
