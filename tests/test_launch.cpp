@@ -1,12 +1,21 @@
 // The way a job is chosen from its launcher's variables (launch.h): mpirun's, torchrun's, HOPWISE_TRANSPORT and
-// HOPWISE_STORE, and the errors that name a bad or missing variable.
+// HOPWISE_STORE, and the errors that name a bad or missing variable; and a transport and a store scheme registered
+// from outside the library, chosen by those variables like the built-in ones.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <string>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "hopwise/comm/communicator.h"
 #include "hopwise/comm/launch.h"
+#include "hopwise/comm/transports/inproc_transport.h"
 #include "hopwise/common/error.h"
 
 namespace {
@@ -183,6 +192,85 @@ TEST(Launch, StoreAddressesAreParsed) {
     l.store = bad;
     EXPECT_THROW(hc::launch_store(l, hc::Store::Seconds(0.1)), hopwise::InvalidArgument) << bad;
   }
+}
+
+// ---- the tables from outside: one row each, no library file touched ----
+
+std::atomic<int> g_mem_stores{0};
+
+// A store scheme: mem://NAME, one InProcessStore per name for the whole process.
+void register_mem_scheme() {
+  hc::register_store_scheme({"mem://", "mem://NAME", [](const hc::Launch&, const std::string&, hc::Store::Seconds) {
+                               ++g_mem_stores;
+                               return std::make_shared<hc::InProcessStore>();
+                             }});
+}
+
+// A transport: ranks as threads of this process, one in-process world per group key.
+void register_threads_transport() {
+  hc::register_transport({"test-threads", "", true, [](const hc::Launch&, const hc::GroupRequest& g) {
+                            static std::mutex m;
+                            static std::map<std::string, std::shared_ptr<hc::InProcessWorld>> worlds;
+                            std::lock_guard lock(m);
+                            auto& w = worlds[g.key];
+                            if (!w) w = hc::make_inprocess_world(g.size);
+                            return std::unique_ptr<hc::Transport>(std::make_unique<hc::InProcessTransport>(w, g.rank));
+                          }});
+}
+
+TEST(LaunchTables, ARegisteredTransportIsChosenByNameAndCarriesAGroupsCollectives) {
+  register_threads_transport();
+  Env env(std::map<std::string, std::string>{{"HOPWISE_TRANSPORT", "test-threads"}});
+  const auto names = hc::transport_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "test-threads"), names.end());
+  EXPECT_EQ(hc::detect_launch(true).transport, "test-threads");
+  // Three ranks of a group, as a framework makes one: each asks comm for its transport.
+  constexpr int kRanks = 3;
+  std::vector<float> sums(kRanks);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kRanks; ++r)
+    ranks.emplace_back([r, &sums] {
+      hc::GroupRequest g;
+      g.rank = r;
+      g.size = kRanks;
+      g.store = std::make_shared<hc::InProcessStore>();
+      g.key = "group/threads";
+      hc::Options o;
+      o.timeout_s = 30;
+      hc::Communicator c(hc::make_group_transport(g), o);
+      EXPECT_EQ(c.transport().name(), "inproc");
+      float x = static_cast<float>(r + 1);
+      c.allreduce(&x, &x, 1, hopwise::DataType::kFloat32, hopwise::ReduceOp::kSum);
+      sums[static_cast<std::size_t>(r)] = x;
+    });
+  for (auto& t : ranks) t.join();
+  for (float s : sums) EXPECT_EQ(s, 6.0f);
+}
+
+TEST(LaunchTables, ARegisteredStoreSchemeIsTakenByHopwiseStoreAndNamedInErrors) {
+  register_mem_scheme();
+  {
+    Env env({{"HOPWISE_TRANSPORT", "ucx"}, {"HOPWISE_STORE", "mem://job"}});
+    const hc::Launch l = hc::detect_launch();
+    EXPECT_EQ(l.store, "mem://job");
+    const int before = g_mem_stores.load();
+    auto store = hc::launch_store(l, hc::Store::Seconds(5));
+    EXPECT_EQ(g_mem_stores.load(), before + 1);
+    store->set("k", "v");
+    EXPECT_EQ(store->get("k", hc::Store::Seconds(1)), "v");
+  }
+  const std::string e = error_of(torchrun_with({{"HOPWISE_STORE", "redis://x"}}));
+  EXPECT_NE(e.find("mem://NAME"), std::string::npos) << e;
+  EXPECT_NE(e.find("tcp://HOST:PORT"), std::string::npos) << e;
+}
+
+TEST(LaunchTables, ATransportThatNeedsItsLauncherIsRefusedElsewhere) {
+  hc::register_transport({"test-needs-srun", "srun", false,
+                          [](const hc::Launch&, const hc::GroupRequest&) { return std::unique_ptr<hc::Transport>(); }});
+  const std::string e = error_of(torchrun_with({{"HOPWISE_TRANSPORT", "test-needs-srun"}}));
+  EXPECT_NE(e.find("started by torchrun"), std::string::npos) << e;
+  EXPECT_NE(e.find("not srun"), std::string::npos) << e;
+  EXPECT_THROW(hc::register_transport({"", "", false, {}}), hopwise::InvalidArgument);
 }
 
 }  // namespace
