@@ -74,7 +74,7 @@ inline Models simulate(const Run& run, int n, const std::vector<int>& host_of, c
   if (s.codec != "none") codec = hopwise::compression::make_codec(s.codec);
   std::vector<float> reference = x[0];
   auto full_average = [&] {
-    if (s.method == hc::AveragingMethod::kSync) return;
+    if (s.method == "sync") return;
     async_pending = gossip_pending = false;
     x = mean_of(x, all);
     reference = x[0];
@@ -83,16 +83,16 @@ inline Models simulate(const Run& run, int n, const std::vector<int>& host_of, c
     Models g(static_cast<std::size_t>(n), std::vector<float>(kDim));
     for (int r = 0; r < n; ++r)
       gradient(r, t, x[static_cast<std::size_t>(r)].data(), g[static_cast<std::size_t>(r)].data());
-    const bool world = s.method == hc::AveragingMethod::kSync || t <= s.warmup;
+    const bool world = s.method == "sync" || t <= s.warmup;
     if (world) g = mean_of(g, all);
-    if (s.method == hc::AveragingMethod::kHier && !world)
+    if (s.method == "hier" && !world)
       for (int h : std::set<int>(host_of.begin(), host_of.end())) {
         std::vector<int> members;
         for (int r = 0; r < n; ++r)
           if (host_of[static_cast<std::size_t>(r)] == h) members.push_back(r);
         g = mean_of(g, members);
       }
-    if (s.method == hc::AveragingMethod::kGossip && gossip_pending) {
+    if (s.method == "gossip" && gossip_pending) {
       // Mix the models sent after step t-1: rounds (t-2)K .. (t-2)K+K-1 of the pairing over ring positions.
       Models mixed(x);
       const float w = 1.0f / static_cast<float>(k + 1);
@@ -133,28 +133,19 @@ inline Models simulate(const Run& run, int n, const std::vector<int>& host_of, c
     for (int r = 0; r < n; ++r)
       sgd(x[static_cast<std::size_t>(r)].data(), v[static_cast<std::size_t>(r)].data(),
           g[static_cast<std::size_t>(r)].data());
-    switch (s.method) {
-      case hc::AveragingMethod::kLocal:
-        if (t > s.warmup && (t - s.warmup) % s.period == 0) x = mean_of(x, all);
-        break;
-      case hc::AveragingMethod::kHier:
-        if (t > s.warmup && (t - s.warmup) % s.period == 0) x = mean_of(x, all);
-        break;
-      case hc::AveragingMethod::kGossip: gossip_pending = n > 1; break;
-      case hc::AveragingMethod::kAsync:
-        if (t > s.warmup && (t - s.warmup) % s.period == 0) {
-          if (async_pending) {
-            const Models m = mean_of(snap, all);
-            for (int r = 0; r < n; ++r)
-              for (std::size_t i = 0; i < kDim; ++i)
-                x[static_cast<std::size_t>(r)][i] +=
-                    m[static_cast<std::size_t>(r)][i] - snap[static_cast<std::size_t>(r)][i];
-          }
-          snap = x;
-          async_pending = true;
-        }
-        break;
-      default: break;
+    if ((s.method == "local" || s.method == "hier") && t > s.warmup && (t - s.warmup) % s.period == 0)
+      x = mean_of(x, all);
+    if (s.method == "gossip") gossip_pending = n > 1;
+    if (s.method == "async" && t > s.warmup && (t - s.warmup) % s.period == 0) {
+      if (async_pending) {
+        const Models m = mean_of(snap, all);
+        for (int r = 0; r < n; ++r)
+          for (std::size_t i = 0; i < kDim; ++i)
+            x[static_cast<std::size_t>(r)][i] +=
+                m[static_cast<std::size_t>(r)][i] - snap[static_cast<std::size_t>(r)][i];
+      }
+      snap = x;
+      async_pending = true;
     }
     if (t % run.eval_every == 0) full_average();
   }

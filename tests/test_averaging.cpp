@@ -13,6 +13,7 @@
 
 #include "averaging_problem.h"
 #include "hopwise/comm/averaging.h"
+#include "hopwise/comm/averaging_method.h"
 #include "hopwise/comm/reducer.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
@@ -234,7 +235,7 @@ TEST(AveragingSpec, ParsesEveryMethodAndNamesWhatIsWrong) {
   EXPECT_EQ(hc::AveragingSpec::parse("hier:period=8").period, 8);
   EXPECT_EQ(hc::AveragingSpec::parse("gossip").peers, 1);
   EXPECT_EQ(hc::AveragingSpec::parse("gossip:peers=2,codec=int8").to_string(), "gossip:codec=int8,peers=2");
-  EXPECT_EQ(hc::AveragingSpec::parse("async:period=16").method, hc::AveragingMethod::kAsync);
+  EXPECT_EQ(hc::AveragingSpec::parse("async:period=16").method, "async");
   auto error_of = [](const std::string& s) {
     try {
       hc::AveragingSpec::parse(s);
@@ -274,6 +275,81 @@ TEST(Averaging, HostScopeRefusesACodec) {
   reducer.set_scope(hc::GradientScope::kNone);
   reducer.mark_ready(0);
   EXPECT_EQ(reducer.finish().bytes, 0u);
+}
+
+// ---- an averaging method from outside the library: one row, no library file touched ----
+
+// "test-halves:period=H": every H steps each rank moves halfway to the world's mean (the gradients stay local).
+class Halves final : public hc::AveragingMethodBase {
+ public:
+  explicit Halves(hc::AveragingContext& ctx) : ctx_(ctx), mean_(ctx.count) {}
+  hc::GradientScope gradient_scope(std::int64_t) const override { return hc::GradientScope::kNone; }
+  void after_step(std::int64_t t) override {
+    if (t % ctx_.spec.period != 0) return;
+    ctx_.comm.allreduce(ctx_.params, mean_.data(), ctx_.count, hopwise::DataType::kFloat32, hopwise::ReduceOp::kAvg);
+    for (std::size_t i = 0; i < ctx_.count; ++i) ctx_.params[i] = 0.5f * (ctx_.params[i] + mean_[i]);
+    ++ctx_.stats.averages;
+  }
+
+ private:
+  hc::AveragingContext& ctx_;
+  std::vector<float> mean_;
+};
+
+void register_halves() {
+  hc::register_averaging_method({"test-halves",
+                                 {"period"},
+                                 {"period"},
+                                 {"period"},
+                                 false,
+                                 "halfway to the mean every H steps (registered by a test)",
+                                 [](hc::AveragingContext& ctx) { return std::make_unique<Halves>(ctx); }});
+}
+
+TEST(AveragingTable, ARegisteredMethodIsParsedNamedAndRunByTheAverager) {
+  register_halves();
+  const hc::AveragingSpec s = hc::AveragingSpec::parse("test-halves:period=2");
+  EXPECT_EQ(s.method, "test-halves");
+  EXPECT_EQ(s.to_string(), "test-halves:period=2");
+  try {
+    hc::AveragingSpec::parse("test-halves:peers=2");
+    FAIL() << "no error";
+  } catch (const hopwise::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("test-halves takes period, not peers"), std::string::npos) << e.what();
+  }
+  try {
+    hc::AveragingSpec::parse("nonesuch");
+    FAIL() << "no error";
+  } catch (const hopwise::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("test-halves"), std::string::npos) << "the methods listed: " << e.what();
+  }
+  // Three ranks, each its own parameters r + 1 (the averager broadcasts rank 0's first, so they are set after);
+  // two steps: at step 2 each moves halfway to the mean 2.
+  constexpr int kRanks = 3;
+  hwtest::Group g(kRanks, hwtest::test_options());
+  std::vector<float> got(kRanks);
+  const std::string err = g.run([&](int r, hc::Communicator& comm) {
+    std::vector<float> x(5, 0.0f);
+    hc::ModelAverager avg(comm, s, x.data(), x.size());
+    std::fill(x.begin(), x.end(), static_cast<float>(r + 1));
+    if (avg.gradient_scope() != hc::GradientScope::kNone) throw std::runtime_error("scope is not the row's");
+    avg.after_step();
+    if (x[0] != static_cast<float>(r + 1)) throw std::runtime_error("averaged at step 1");
+    avg.after_step();
+    got[static_cast<std::size_t>(r)] = x[4];
+    avg.full_average();
+    if (x[0] != 2.0f) throw std::runtime_error("full_average did not give the mean");
+  });
+  EXPECT_EQ(err, "");
+  for (int r = 0; r < kRanks; ++r) EXPECT_FLOAT_EQ(got[static_cast<std::size_t>(r)], 0.5f * (r + 1 + 2.0f));
+  EXPECT_THROW(hc::register_averaging_method({"test-bad",
+                                              {"rate"},
+                                              {},
+                                              {},
+                                              false,
+                                              "",
+                                              [](hc::AveragingContext& ctx) { return std::make_unique<Halves>(ctx); }}),
+               hopwise::InvalidArgument);
 }
 
 }  // namespace

@@ -146,6 +146,16 @@ const std::vector<std::string>& known_codecs() {
   return names;
 }
 
+const std::vector<std::string>& codecs_for_models() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const detail::CodecRow* row : detail::codec_rows())
+      if (row->for_models) v.emplace_back(row->name);
+    return v;
+  }();
+  return names;
+}
+
 std::unique_ptr<Codec> make_codec(const CodecSpec& spec) {
   if (const detail::CodecRow* row = detail::find_codec_row(spec.name)) {
     const detail::ParamValues v = detail::check_params(*row, spec);

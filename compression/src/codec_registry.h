@@ -104,6 +104,9 @@ struct CodecRow {
   Pattern pattern;
   HostFactory make;
   DeviceHooks device;
+  // Sends model differences (gossip, async averaging): keeps every element, deterministically, at a bounded
+  // relative error; sparsifying and stochastic codecs do not.
+  bool for_models;
 };
 
 // The table, in the order the errors list the codecs.

@@ -174,7 +174,7 @@ Flags parse(int argc, char** argv) {
   if (f.batch < 1 || f.hidden < 1 || f.bucket_mb <= 0 || f.chunks < 1 || f.eval_every < 1)
     throw InvalidArgument("--batch, --hidden, --chunks, --eval-every and --bucket-mb must be positive");
   const auto method = hc::AveragingSpec::parse(f.averaging);  // a bad spec fails here, naming the field
-  if (method.method == hc::AveragingMethod::kHier && f.compression != "none")
+  if (method.method == "hier" && f.compression != "none")
     throw InvalidArgument("--averaging hier averages gradients within each host uncompressed; drop --compression");
   // A bad spec fails here, with the codec's own message.
   if (const auto spec = hopwise::compression::parse_codec_spec(f.compression); spec.name == "powersgd")
@@ -435,7 +435,7 @@ int run(int argc, char** argv) {
         100 * acc, f.epochs, static_cast<double>(steps) * f.batch / wall_s, step_ms / n_steps, compute_ms / n_steps,
         step_ms > 0 ? 100 * compute_ms / step_ms : 0.0, comm_ms / n_steps, gradient_exposed_ms / n_steps, overlap_pct,
         averaging_ms / n_steps, (static_cast<double>(gradient_bytes) / n_steps + avg_bytes) / 1e6);
-    if (averager.spec().method != hc::AveragingMethod::kSync)
+    if (averager.spec().method != "sync")
       fmt::print("averaging {}: {} averagings, {:.2f} MB of parameters per step, {:.2f} ms a step waiting on them\n",
                  averager.spec().to_string(), averager.stats().averages, avg_bytes / 1e6, averaging_ms / n_steps);
     if (f.target > 0)

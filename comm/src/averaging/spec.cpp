@@ -1,44 +1,21 @@
-// Averaging specs ("local:period=8,warmup=100") and gossip's pairing schedule: pure functions, shared by the
-// C++ averager, train_mnist and the PyTorch frontend's averagers.
+// Averaging specs ("local:period=8,warmup=100"), read and written by the methods' rows, and gossip's pairing
+// schedule: pure functions, shared by the C++ averager, train_mnist and the PyTorch frontend's averagers.
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
-#include <map>
 #include <vector>
 
 #include "hopwise/comm/averaging.h"
+#include "hopwise/comm/averaging_method.h"
 #include "hopwise/common/error.h"
+#include "hopwise/compression/codec.h"
 #include "hopwise/compression/spec.h"
 
 namespace hopwise::comm {
 
 namespace {
-
-struct MethodRow {
-  AveragingMethod method;
-  const char* name;
-  std::vector<const char*> fields;    // the fields it takes
-  std::vector<const char*> required;  // of which these have no default
-};
-
-// One row per method: what parse accepts and the errors list.
-const std::vector<MethodRow>& methods() {
-  static const std::vector<MethodRow> rows = {
-      {AveragingMethod::kSync, "sync", {}, {}},
-      {AveragingMethod::kLocal, "local", {"period", "warmup"}, {"period"}},
-      {AveragingMethod::kHier, "hier", {"period", "warmup"}, {"period"}},
-      {AveragingMethod::kGossip, "gossip", {"peers", "codec"}, {}},
-      {AveragingMethod::kAsync, "async", {"period", "warmup", "codec"}, {"period"}},
-  };
-  return rows;
-}
-
-const MethodRow& row_of(AveragingMethod m) {
-  for (const auto& r : methods())
-    if (r.method == m) return r;
-  throw Error("internal: averaging method without a row");
-}
 
 int whole(const std::string& spec, const std::string& field, const std::string& value, int lowest, const char* what) {
   int v = 0;
@@ -49,9 +26,11 @@ int whole(const std::string& spec, const std::string& field, const std::string& 
   return v;
 }
 
-}  // namespace
+bool has(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 
-const char* to_string(AveragingMethod m) { return row_of(m).name; }
+}  // namespace
 
 const char* to_string(GradientScope s) {
   switch (s) {
@@ -69,30 +48,22 @@ AveragingSpec AveragingSpec::parse(const std::string& text) {
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(fmt::format("averaging '{}': {}; write e.g. local:period=8,warmup=100", text, e.what()));
   }
-  const MethodRow* row = nullptr;
-  std::vector<std::string> names;
-  for (const auto& r : methods()) {
-    names.push_back(r.name);
-    if (parsed.name == r.name) row = &r;
-  }
+  const auto row = find_averaging_method(parsed.name);
   if (!row)
     throw InvalidArgument(fmt::format("averaging method '{}' is unknown; methods: {} (e.g. local:period=8)",
-                                      parsed.name, fmt::join(names, ", ")));
-  for (const auto& [k, v] : parsed.params) {
-    bool known = false;
-    for (const char* f : row->fields) known = known || k == f;
-    if (!known)
+                                      parsed.name, fmt::join(averaging_method_names(), ", ")));
+  for (const auto& [k, v] : parsed.params)
+    if (!has(row->fields, k))
       throw InvalidArgument(
           row->fields.empty()
               ? fmt::format("averaging '{}': {} takes no fields (got {})", text, row->name, k)
               : fmt::format("averaging '{}': {} takes {}, not {}", text, row->name, fmt::join(row->fields, ", "), k));
-  }
-  for (const char* f : row->required)
+  for (const std::string& f : row->required)
     if (!parsed.params.count(f))
       throw InvalidArgument(fmt::format("averaging '{}': {} needs {}=H, the steps between averagings (e.g. {}:{}=8)",
                                         text, row->name, f, row->name, f));
   AveragingSpec s;
-  s.method = row->method;
+  s.method = row->name;
   for (const auto& [k, v] : parsed.params) {
     if (k == "period")
       s.period = whole(text, k, v, 1, "steps between averagings");
@@ -101,31 +72,33 @@ AveragingSpec AveragingSpec::parse(const std::string& text) {
     else if (k == "peers")
       s.peers = whole(text, k, v, 1, "partners per step");
     else if (k == "codec") {
-      if (v != "none" && v != "fp16" && v != "bf16" && v != "int8")
+      const auto& fit = compression::codecs_for_models();
+      if (!has(fit, v))
         throw InvalidArgument(
-            fmt::format("averaging '{}': codec={} is not one {} sends; use none, fp16, bf16 or "
-                        "int8 (model differences: a codec that keeps every element)",
-                        text, v, row->name));
+            fmt::format("averaging '{}': codec={} is not one {} sends; use {} (model differences: a codec that keeps "
+                        "every element)",
+                        text, v, row->name, fmt::join(fit, ", ")));
       s.codec = v;
     }
   }
   return s;
 }
 
+// The name, then in name order every field the row shows always or that differs from its default.
 std::string AveragingSpec::to_string() const {
-  switch (method) {
-    case AveragingMethod::kSync: return "sync";
-    case AveragingMethod::kLocal: return fmt::format("local:period={},warmup={}", period, warmup);
-    case AveragingMethod::kHier:
-      return warmup ? fmt::format("hier:period={},warmup={}", period, warmup) : fmt::format("hier:period={}", period);
-    case AveragingMethod::kGossip:
-      return codec == "none" ? fmt::format("gossip:peers={}", peers)
-                             : fmt::format("gossip:codec={},peers={}", codec, peers);
-    case AveragingMethod::kAsync:
-      return fmt::format("async:{}period={}{}", codec == "none" ? "" : "codec=" + codec + ",", period,
-                         warmup ? fmt::format(",warmup={}", warmup) : "");
-  }
-  return "?";
+  const auto row = find_averaging_method(method);
+  if (!row) return method;
+  const AveragingSpec defaults;
+  std::vector<std::string> parts;
+  auto add = [&](const char* field, bool differs, const std::string& value) {
+    if (has(row->fields, field) && (differs || has(row->shown, field)))
+      parts.push_back(fmt::format("{}={}", field, value));
+  };
+  add("codec", codec != defaults.codec, codec);
+  add("peers", peers != defaults.peers, std::to_string(peers));
+  add("period", period != defaults.period, std::to_string(period));
+  add("warmup", warmup != defaults.warmup, std::to_string(warmup));
+  return parts.empty() ? method : fmt::format("{}:{}", method, fmt::join(parts, ","));
 }
 
 int gossip_partner(int position, int n, std::int64_t round) {

@@ -113,17 +113,14 @@ struct GradientReducer::Impl {
         const reducer::Gradient& g = schedule->gradients()[static_cast<std::size_t>(i)];
         std::memcpy(m.flat.data() + g.offset, memory[i].grad, g.count * sizeof(float));
       }
-    if (scope == GradientScope::kHost) {
-      m.wire_bytes = comm.host_ranks() > 1 ? b.count * sizeof(float) : 0;
-      m.work = comm.allreduce_within_host_async(m.data(), m.data(), b.count, DataType::kFloat32, ReduceOp::kAvg);
-    } else if (powersgd) {
+    if (powersgd && scope == GradientScope::kWorld) {
       m.work = launch_powersgd(b, m);
-    } else {
-      m.wire_bytes =
-          codec ? codec->payload_bytes(b.count) + codec->scale_count(b.count) * sizeof(float) : b.count * sizeof(float);
-      m.work = codec
-                   ? comm.allreduce_compressed_async(m.data(), m.data(), b.count, *codec, m.codec_state, ReduceOp::kAvg)
-                   : comm.allreduce_async(m.data(), m.data(), b.count, DataType::kFloat32, ReduceOp::kAvg);
+    } else if (codec && scope == GradientScope::kWorld) {
+      m.wire_bytes = codec->payload_bytes(b.count) + codec->scale_count(b.count) * sizeof(float);
+      m.work = comm.allreduce_compressed_async(m.data(), m.data(), b.count, *codec, m.codec_state, ReduceOp::kAvg);
+    } else {  // uncompressed, over the world or the host (set_scope keeps codecs to the world)
+      m.wire_bytes = scope == GradientScope::kWorld || comm.host_ranks() > 1 ? b.count * sizeof(float) : 0;
+      m.work = *average_in_scope_async(comm, scope, m.data(), b.count);
     }
   }
 

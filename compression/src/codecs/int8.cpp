@@ -98,6 +98,6 @@ constexpr ParamDef kParams[] = {
 }  // namespace
 
 extern constinit const CodecRow kInt8Row{
-    "int8", kParams, std::size(kParams), Pattern::kAggregatable, &make, {DeviceKernel::kInt8, 0x1e78, false}};
+    "int8", kParams, std::size(kParams), Pattern::kAggregatable, &make, {DeviceKernel::kInt8, 0x1e78, false}, true};
 
 }  // namespace hopwise::compression::detail

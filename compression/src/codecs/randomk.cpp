@@ -62,6 +62,6 @@ constexpr ParamDef kParams[] = {
 }  // namespace
 
 extern constinit const CodecRow kRandomKRow{
-    "randomk", kParams, std::size(kParams), Pattern::kAggregatable, &make, {DeviceKernel::kRandomK, 0, false}};
+    "randomk", kParams, std::size(kParams), Pattern::kAggregatable, &make, {DeviceKernel::kRandomK, 0, false}, false};
 
 }  // namespace hopwise::compression::detail

@@ -48,10 +48,7 @@ c10::intrusive_ptr<c10d::Work> TorchAverager::average_bucket(const at::Tensor& b
   pg_->sequencer().launch(work, [&c, scope, data, n] {
     return translated([&] {
       std::vector<comm::Work> w;
-      if (scope == comm::GradientScope::kWorld)
-        w.push_back(c.allreduce_async(data, data, n, DataType::kFloat32, ReduceOp::kAvg));
-      else if (scope == comm::GradientScope::kHost)
-        w.push_back(c.allreduce_within_host_async(data, data, n, DataType::kFloat32, ReduceOp::kAvg));
+      if (auto started = comm::average_in_scope_async(c, scope, data, n)) w.push_back(std::move(*started));
       return w;  // none: a local step, the bucket stays as backward left it
     });
   });
@@ -66,12 +63,7 @@ void TorchAverager::average_gradients(const std::vector<at::Tensor>& grads) {
     check_float(g, "ModelAverager.average_gradients");
     float* d = g.data_ptr<float>();
     const auto n = static_cast<std::size_t>(g.numel());
-    translated([&] {
-      if (scope == comm::GradientScope::kWorld)
-        c.allreduce(d, d, n, DataType::kFloat32, ReduceOp::kAvg);
-      else
-        c.allreduce_within_host(d, d, n, DataType::kFloat32, ReduceOp::kAvg);
-    });
+    translated([&] { comm::average_in_scope_async(c, scope, d, n)->wait(); });
   }
 }
 

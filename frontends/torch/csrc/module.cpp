@@ -118,7 +118,7 @@ PYBIND11_MODULE(_C, m) {
       [](const std::string& spec) {
         const auto s = hopwise::torch_backend::translated([&] { return hopwise::comm::AveragingSpec::parse(spec); });
         py::dict d;
-        d["method"] = hopwise::comm::to_string(s.method);
+        d["method"] = s.method;
         d["period"] = s.period;
         d["warmup"] = s.warmup;
         d["peers"] = s.peers;

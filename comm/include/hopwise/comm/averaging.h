@@ -16,6 +16,8 @@
 //                          difference from the last average instead
 // warmup=W (local, hier, async): W synchronous steps first (gradients over the world), the schedule counted after.
 //
+// Each method is one file and one row (averaging_method.h), which parse, the errors and the averager read.
+//
 // Momentum stays local in every method (the averagers touch parameters only), as in Lin et al.'s local SGD and
 // torch's PostLocalSGDOptimizer. Every method averages parameters in a way that keeps the ranks' mean model, so
 // full_average() before an evaluation gives every rank the model the method's ranks hold on average.
@@ -24,21 +26,19 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "hopwise/comm/communicator.h"
 
 namespace hopwise::comm {
 
-enum class AveragingMethod { kSync, kLocal, kHier, kGossip, kAsync };
-const char* to_string(AveragingMethod m);
-
 struct AveragingSpec {
-  AveragingMethod method = AveragingMethod::kSync;
-  int period = 1;              // local, hier, async: parameters averaged every `period` steps
-  int warmup = 0;              // local, hier, async: synchronous steps first
-  int peers = 1;               // gossip: partners per step
-  std::string codec = "none";  // gossip, async: none, fp16, bf16 or int8 (the codec's defaults)
+  std::string method = "sync";  // the method's row (averaging_method.h)
+  int period = 1;               // local, hier, async: parameters averaged every `period` steps
+  int warmup = 0;               // local, hier, async: synchronous steps first
+  int peers = 1;                // gossip: partners per step
+  std::string codec = "none";   // gossip, async: none, fp16, bf16 or int8 (the codec's defaults)
   // Throws InvalidArgument naming the method or the field that is wrong and what it takes.
   static AveragingSpec parse(const std::string& text);
   std::string to_string() const;  // canonical: parse(to_string()) gives the same spec
@@ -47,6 +47,10 @@ struct AveragingSpec {
 // What the gradient reducer averages at a step: over the world, within the host, or nothing (local steps).
 enum class GradientScope { kWorld, kHost, kNone };
 const char* to_string(GradientScope s);
+
+// The one dispatch on a scope: `data` (n floats) averaged in place over the world (allreduce_async) or this rank's
+// host (allreduce_within_host_async); nothing for kNone (the gradients stay local).
+std::optional<Work> average_in_scope_async(Communicator& comm, GradientScope scope, float* data, std::size_t n);
 
 // Gossip's pairing: the partner of ring position `position` among `n` at `round`, or -1 where it sits the round
 // out. Symmetric (partner(partner(p)) == p), a new partner each round: even n by the circle method (n - 1 rounds

@@ -104,6 +104,9 @@ class Codec {
 
 // Known codec names, in the order the errors list them.
 const std::vector<std::string>& known_codecs();
+// Of which those that can send model differences (gossip and async averaging): every element kept,
+// deterministically, at a bounded relative error.
+const std::vector<std::string>& codecs_for_models();
 
 // Builds a codec; throws InvalidArgument for an unknown codec (listing the known ones), a parameter the codec
 // does not take (listing the ones it takes) or a value out of range (saying the range).
