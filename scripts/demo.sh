@@ -15,7 +15,7 @@ echo "summary: build/demo-train.json; timeline: build/demo-trace.json (ui.perfet
 echo "Prometheus textfile: build/demo-train.prom"
 echo
 echo "== hopwise-bench: float32 allreduce, $ranks ranks, every algorithm beside MPI_Allreduce, results checked =="
-mpirun -np "$ranks" build/bin/hopwise-bench -b 4K -e 16M -f 4 -a ring,hd,tree,direct,shm,native,auto -c 1 -n 10 -w 2 \
+mpirun -np "$ranks" build/bin/hopwise-bench -b 4K -e 16M -f 4 -a all -c 1 -n 10 -w 2 \
   --csv build/demo-allreduce.csv
 echo "CSV written to build/demo-allreduce.csv"
 echo

@@ -70,7 +70,7 @@ cat >"$seeds/tuning/seed0" <<'JSON'
   "version": "0.1.0", "machine": "seed", "created": "2026-12-01T00:00:00Z", "transport": "mpi",
   "job": {"ranks": 4, "hosts": 2, "ranks_per_host": 2},
   "entries": [
-    {"collective":"allreduce","dtype":"float","max_bytes":4096,"algorithm":"direct","time_us":12.5,"measured_us":{"ring":20.1,"direct":12.5}},
+    {"collective":"allreduce","dtype":"float","max_bytes":4096,"algorithm":"one_shot","time_us":12.5,"measured_us":{"ring":20.1,"one_shot":12.5}},
     {"collective":"allreduce","dtype":"half","max_bytes":67108864,"algorithm":"ring","chunk_bytes":1048576,"channels":1,"time_us":5000},
     {"collective":"reduce_scatter","dtype":"int","max_bytes":1024,"algorithm":"native","time_us":3}
   ]

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "hopwise/comm/algorithm.h"
 #include "hopwise/comm/communicator.h"
 #include "hopwise/comm/transports/inproc_transport.h"
 
@@ -27,6 +28,15 @@ inline hc::Options test_options(hc::Algorithm a = hc::Algorithm::kAuto, std::siz
   o.calibrate = false;  // not collective then, so the communicators can be built on one thread
   o.tune = false;       // these tests check the cost model's choices; the tuner's tests turn it on
   return o;
+}
+
+// The table's rows that implement `c` with hopwise's own code (not the transport library's: in-process ranks have
+// none), in table order: what every in-process test that covers "every algorithm" runs, registered rows included.
+inline std::vector<hc::Algorithm> own_algorithms(hc::Collective c = hc::Collective::kAllreduce) {
+  std::vector<hc::Algorithm> v;
+  for (hc::Algorithm a : hc::all_algorithms())
+    if (hc::implements(a, c) && !hc::algorithm_info(a).needs_native) v.push_back(a);
+  return v;
 }
 
 class Group {

@@ -4,17 +4,17 @@
 foreach(np 2 3)
   add_test(NAME bench_check_np${np}
            COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np ${np} $<TARGET_FILE:hopwise-bench>
-                   -b 1K -e 4M -f 8 -a ring,hd,tree,direct,shm,native,auto -c 1 -n 2 -w 1)
+                   -b 1K -e 4M -f 8 -a all -c 1 -n 2 -w 1)
   set_tests_properties(bench_check_np${np} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS ${np})
 endforeach()
 add_test(NAME bench_check_bf16_avg_np4
          COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4 $<TARGET_FILE:hopwise-bench>
-                 -b 4K -e 1M -f 16 -d bf16 -o avg -a ring,hd,tree,direct,shm,native -c 1 -n 2 -w 1)
+                 -b 4K -e 1M -f 16 -d bf16 -o avg -a all -c 1 -n 2 -w 1)
 set_tests_properties(bench_check_bf16_avg_np4 PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 4)
 foreach(coll reduce_scatter allgather broadcast reduce)
   add_test(NAME bench_check_${coll}_np3
            COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 3 $<TARGET_FILE:hopwise-bench>
-                   --coll ${coll} -b 1K -e 1M -f 32 -a auto,ring,tree,native -c 1 -n 2 -w 1)
+                   --coll ${coll} -b 1K -e 1M -f 32 -a all -c 1 -n 2 -w 1)
   set_tests_properties(bench_check_${coll}_np3 PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 3)
 endforeach()
 add_test(NAME bench_rejects_bad_flag COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root -np 1
@@ -50,7 +50,7 @@ if(HOPWISE_TORCHRUN)
                    --tee 1 --no_python)
   hopwise_expect_test(bench_check_torchrun_np3 EXIT zero MAX_SECONDS 240
                       COMMAND ${torchrun_np3} $<TARGET_FILE:hopwise-bench> -b 1K -e 4M -f 8
-                              -a ring,hd,tree,direct,shm,hier,auto -c 1 -n 2 -w 1
+                              -a all -c 1 -n 2 -w 1
                       EXPECT "3 ranks on 1 host\\(s\\) over ucx \\(torchrun\\)" "vs_gloo" " gloo " " ok$"
                       REJECT "FAIL" " mpi +[0-9]")
   set_tests_properties(bench_check_torchrun_np3 PROPERTIES LABELS "torchrun;ucx" TIMEOUT 300 PROCESSORS 3)
@@ -78,7 +78,7 @@ hopwise_expect_test(bench_one_process EXIT zero MAX_SECONDS 120
 set_tests_properties(bench_one_process PROPERTIES LABELS mpi TIMEOUT 180)
 hopwise_expect_test(bench_check_ucx_mpirun_np3 EXIT zero MAX_SECONDS 240
                     COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -x HOPWISE_TRANSPORT=ucx -np 3
-                            $<TARGET_FILE:hopwise-bench> -b 1K -e 4M -f 8 -a ring,hd,tree,direct,shm,auto -c 1 -n 2 -w 1
+                            $<TARGET_FILE:hopwise-bench> -b 1K -e 4M -f 8 -a all -c 1 -n 2 -w 1
                     EXPECT "3 ranks on 1 host\\(s\\) over ucx \\(mpirun\\)" " mpi +[0-9]" " ok$" REJECT "FAIL")
 set_tests_properties(bench_check_ucx_mpirun_np3 PROPERTIES LABELS "mpi;ucx" TIMEOUT 300 PROCESSORS 3)
 

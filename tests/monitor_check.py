@@ -131,7 +131,7 @@ def png_ok(path):
 
 def plots(bin_dir, out):
     csv = out / "bench.csv"
-    run(MPIRUN + ["-np", 2, bin_dir / "hopwise-bench", "-b", "4K", "-e", "256K", "-f", "4", "-a", "ring,shm,auto",
+    run(MPIRUN + ["-np", 2, bin_dir / "hopwise-bench", "-b", "4K", "-e", "256K", "-f", "4", "-a", "ring,two_shot,auto",
                   "-n", 3, "-w", 1, "--csv", csv, "--metrics-json", out / "bench.jsonl"])
     train(bin_dir, 2, "--limit", "2560", "--hidden", "256", "--monitor", "interval=0.2s", "--metrics-json",
           out / "train.jsonl", "--trace", out / "trace.json", "--util-alert", "0.99")

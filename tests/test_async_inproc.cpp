@@ -75,8 +75,9 @@ struct AllreduceData {
 TEST(Async, AllreduceThenWait) {
   const std::uint64_t seed = base_seed();
   SCOPED_TRACE(seed_note(seed));
-  for (Algorithm a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree,
-                      Algorithm::kDirect, Algorithm::kSharedMemory}) {
+  std::vector<Algorithm> algorithms = own_algorithms();
+  algorithms.insert(algorithms.begin(), Algorithm::kAuto);
+  for (Algorithm a : algorithms) {
     SCOPED_TRACE(std::string(hc::to_string(a)));
     Group g(4, test_options(a));
     AllreduceData d(4, DataType::kFloat32, ReduceOp::kSum, 100003, seed);
@@ -375,8 +376,7 @@ TEST(Errors, RejectedCallsLeaveTheCommunicatorUsable) {
 // ================================================================================ timeouts
 // Rank 1 never joins: rank 0's call must give up after timeout_s with a TimeoutError naming rank 1.
 TEST(Timeout, MissingRankIsNamed) {
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree, Algorithm::kDirect,
-                      Algorithm::kSharedMemory}) {
+  for (Algorithm a : own_algorithms()) {
     for (bool async : {false, true}) {
       SCOPED_TRACE(std::string(hc::to_string(a)) + (async ? " async" : " sync"));
       Group g(2, test_options(a, 256 << 10, 1.0));

@@ -32,9 +32,8 @@ std::vector<const void*> ptrs(const std::vector<Bytes>& v) {
 
 std::string algo_name(Algorithm a) { return std::string(hc::to_string(a)); }
 
-// The algorithms hopwise implements itself (native is MPI's and does not exist in-process).
-constexpr Algorithm kHopwiseAlgorithms[] = {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree,
-                                            Algorithm::kDirect, Algorithm::kSharedMemory};
+// The algorithms hopwise implements itself, from the table (native is MPI's and does not exist in-process).
+const std::vector<Algorithm> kHopwiseAlgorithms = own_algorithms();
 
 // One allreduce case on every rank of `g`: out of place, then in place; checks every rank. False when a rank
 // threw (the group is then unusable and the caller stops).
@@ -706,8 +705,8 @@ TEST(Plan, InvalidRingOrderThrows) {
 TEST(Choice, ForcedAlgorithmsAndFallbacks) {
   Group g(4, test_options());
   auto& c = g.comm(0);
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree, Algorithm::kDirect,
-                      Algorithm::kSharedMemory, Algorithm::kNative, Algorithm::kAuto}) {
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree, Algorithm::kOneShot,
+                      Algorithm::kTwoShot, Algorithm::kNative, Algorithm::kAuto}) {
     c.set_algorithm(a);
     for (Collective col : {Collective::kAllreduce, Collective::kReduceScatter, Collective::kAllgather,
                            Collective::kBroadcast, Collective::kReduce, Collective::kBarrier}) {
@@ -734,13 +733,13 @@ TEST(Choice, ImplementsTable) {
   EXPECT_FALSE(hc::implements(Algorithm::kTree, C::kAllgather));
   EXPECT_TRUE(hc::implements(Algorithm::kRing, C::kReduceScatter));
   EXPECT_FALSE(hc::implements(Algorithm::kNative, C::kSend));
-  EXPECT_TRUE(hc::implements(Algorithm::kDirect, C::kAllreduce));
-  EXPECT_FALSE(hc::implements(Algorithm::kDirect, C::kReduceScatter));
-  EXPECT_EQ(hc::parse_algorithm("oneshot"), Algorithm::kDirect);
+  EXPECT_TRUE(hc::implements(Algorithm::kOneShot, C::kAllreduce));
+  EXPECT_FALSE(hc::implements(Algorithm::kOneShot, C::kReduceScatter));
+  EXPECT_EQ(hc::parse_algorithm("oneshot"), Algorithm::kOneShot);
   EXPECT_EQ(hc::parse_algorithm("rabenseifner"), Algorithm::kHalvingDoubling);
   EXPECT_EQ(hc::parse_algorithm("mpi"), Algorithm::kNative);
   for (Algorithm a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree,
-                      Algorithm::kNative, Algorithm::kDirect, Algorithm::kSharedMemory})
+                      Algorithm::kNative, Algorithm::kOneShot, Algorithm::kTwoShot})
     EXPECT_EQ(hc::parse_algorithm(hc::to_string(a)), a);
   EXPECT_THROW(hc::parse_algorithm("butterfly"), hopwise::InvalidArgument);
 }

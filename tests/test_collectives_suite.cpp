@@ -68,7 +68,8 @@ bool world_has_native() { return world().name == "mpi"; }
 
 std::string algo_name(Algorithm a) { return std::string(hc::to_string(a)); }
 
-// Every algorithm of the table that implements allreduce (built-ins: ring, hd, tree, native, direct, shm, hier).
+// Every algorithm of the table that implements allreduce (built-ins: ring, hd, tree, native, one_shot, two_shot,
+// hier).
 std::vector<Algorithm> allreduce_algorithms() {
   std::vector<Algorithm> v;
   for (Algorithm a : hc::all_algorithms())
@@ -450,8 +451,7 @@ TEST(SharedSlots, AfterLargeMessagesBackToBack) {
     const float n = static_cast<float>(comm().size());
     std::vector<float> x(count, 1.0f), y(count);
     for (int it = 0; it < 2; ++it)
-      for (Algorithm a :
-           {Algorithm::kSharedMemory, Algorithm::kRing, Algorithm::kSharedMemory, Algorithm::kHalvingDoubling}) {
+      for (Algorithm a : {Algorithm::kTwoShot, Algorithm::kRing, Algorithm::kTwoShot, Algorithm::kHalvingDoubling}) {
         comm().set_algorithm(a);
         std::fill(y.begin(), y.end(), -1.0f);
         comm().allreduce(x.data(), y.data(), count, DataType::kFloat32, ReduceOp::kSum);

@@ -37,30 +37,32 @@ Algorithm star() {
     row.aliases = {"star"};
     row.collectives = {Collective::kAllreduce};
     row.summary = "gather to rank 0, reduce, send back (registered by a test)";
+    row.tags = 2;  // its own, from the table: apart from the user's send/recv and every other row's
     row.estimate = [](const hc::CostQuery& q) {
       return q.bytes == kStarCount * sizeof(float) ? 1e-15 : static_cast<double>(INFINITY);
     };
     row.run = [](hc::AlgorithmContext& ctx, const hc::CollectiveCall& c) {
       ++g_star_runs;
       hc::Transport& t = ctx.transport;
+      const int up = ctx.first_tag, down = ctx.first_tag + 1;
       const std::size_t bytes = c.count * hopwise::dtype_size(c.dt);
       if (t.rank() == 0) {
         std::vector<char> in(bytes);
         if (c.out != c.in) std::memcpy(c.out, c.in, bytes);
         for (int r = 1; r < t.size(); ++r) {
-          hc::Request q = t.irecv(in.data(), bytes, r, 10);
+          hc::Request q = t.irecv(in.data(), bytes, r, up);
           t.wait(q);
           hopwise::reduce_into(c.dt, c.op, c.out, c.out, in.data(), c.count);
         }
         if (c.scale != 1.0) hopwise::scale_by(c.dt, c.out, c.count, c.scale);
         hc::Requests sends(t);
-        for (int r = 1; r < t.size(); ++r) sends.push_back(t.isend(c.out, bytes, r, 11));
+        for (int r = 1; r < t.size(); ++r) sends.push_back(t.isend(c.out, bytes, r, down));
         t.wait_all(sends);
         sends.clear();
       } else {
-        hc::Request s = t.isend(c.in, bytes, 0, 10);
+        hc::Request s = t.isend(c.in, bytes, 0, up);
         t.wait(s);
-        hc::Request q = t.irecv(c.out, bytes, 0, 11);
+        hc::Request q = t.irecv(c.out, bytes, 0, down);
         t.wait(q);
       }
     };
@@ -77,6 +79,7 @@ TEST(AlgorithmTable, ARegisteredAlgorithmIsParsedForcedChosenAndRun) {
   EXPECT_EQ(hc::to_string(a), "test-star");
   EXPECT_TRUE(hc::implements(a, Collective::kAllreduce));
   EXPECT_FALSE(hc::implements(a, Collective::kBroadcast));
+  EXPECT_GE(hc::algorithm_info(a).first_tag, 1 << 24) << "its tags are the table's, above every built-in one";
   try {
     hc::parse_algorithm("nope");
     ADD_FAILURE() << "an unknown name parsed";
@@ -144,7 +147,7 @@ TEST(AlgorithmTable, HierIsAmongAutosCandidates) {
   std::vector<Algorithm> got;
   for (const auto& [a, t] : model.candidates(q, true)) got.push_back(a);
   for (Algorithm a : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree, Algorithm::kNative,
-                      Algorithm::kDirect, Algorithm::kSharedMemory, Algorithm::kHierarchical})
+                      Algorithm::kOneShot, Algorithm::kTwoShot, Algorithm::kHierarchical})
     EXPECT_NE(std::find(got.begin(), got.end(), a), got.end()) << hc::to_string(a);
 }
 

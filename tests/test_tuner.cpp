@@ -38,7 +38,7 @@ using hopwise::ReduceOp;
 struct OneRank {
   hc::detail::Tuner tuner;
   hc::detail::TuneKey key{Collective::kAllreduce, "float", 20};
-  std::vector<TuningChoice> cands{{Algorithm::kRing}, {Algorithm::kTree}, {Algorithm::kDirect}};
+  std::vector<TuningChoice> cands{{Algorithm::kRing}, {Algorithm::kTree}, {Algorithm::kOneShot}};
   int agreements = 0;
   explicit OneRank(hc::detail::TunerSettings s = {}) : tuner(s) {}
   // One call: what the tuner picks, timed as `time_of` says.
@@ -62,7 +62,7 @@ struct OneRank {
 TEST(TunerSchedule, EachCandidateEachRoundThenTheFastestMedian) {
   OneRank t;
   std::map<Algorithm, int> runs;
-  // tree is fastest but for one outlier; direct, 6x tree, is dropped after one round.
+  // tree is fastest but for one outlier; one_shot, 6x tree, is dropped after one round.
   int tree_calls = 0;
   auto time_of = [&](Algorithm a) {
     ++runs[a];
@@ -72,7 +72,7 @@ TEST(TunerSchedule, EachCandidateEachRoundThenTheFastestMedian) {
   for (int i = 0; i < 40; ++i) t.call(time_of);
   ASSERT_TRUE(t.tuner.decided(t.key).has_value());
   EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kTree) << "median, not mean: one outlier does not count";
-  EXPECT_EQ(runs[Algorithm::kDirect], 1) << "above 4x the best after one round: dropped";
+  EXPECT_EQ(runs[Algorithm::kOneShot], 1) << "above 4x the best after one round: dropped";
   const auto st = t.tuner.stats();
   EXPECT_EQ(st.trial_calls, 1u + 3u + 3u);  // direct once, ring and tree three rounds each
   EXPECT_EQ(t.agreements, 1 + 3) << "the file check, then one agreement per round";
@@ -80,7 +80,7 @@ TEST(TunerSchedule, EachCandidateEachRoundThenTheFastestMedian) {
   const auto e = t.tuner.entries();
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].measured.size(), 3u);
-  EXPECT_EQ(e[0].measured[2], std::make_pair(std::string("direct"), 6e-3)) << "the median of the rounds it ran";
+  EXPECT_EQ(e[0].measured[2], std::make_pair(std::string("one_shot"), 6e-3)) << "the median of the rounds it ran";
   // A candidate 3x the best survives round 1 (a slow first call must not cost it its place), not round 2.
 }
 
@@ -106,7 +106,7 @@ TEST(TunerSchedule, CloseFinalistsAreDecidedByCallsInARow) {
   // Lined up, ring is 20% faster; in the job's rhythm (not lined up) tree is: tree must win.
   auto time_of = [&](Algorithm a, bool lined_up) {
     if (!lined_up) ++in_a_row[a];
-    if (a == Algorithm::kDirect) return 9e-3;
+    if (a == Algorithm::kOneShot) return 9e-3;
     if (lined_up) return a == Algorithm::kRing ? 1.0e-3 : 1.2e-3;
     return a == Algorithm::kRing ? 1.6e-3 : 1.1e-3;
   };
@@ -119,7 +119,7 @@ TEST(TunerSchedule, CloseFinalistsAreDecidedByCallsInARow) {
   EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kTree);
   EXPECT_EQ(in_a_row[Algorithm::kRing], 17) << "one call to settle, then the block of 16";
   EXPECT_EQ(in_a_row[Algorithm::kTree], 17 + 1) << "and the first call decided (the loop's last)";
-  EXPECT_EQ(in_a_row[Algorithm::kDirect], 0) << "9x: no finalist";
+  EXPECT_EQ(in_a_row[Algorithm::kOneShot], 0) << "9x: no finalist";
   const int agreements_when_decided = t.agreements;
   EXPECT_EQ(agreements_when_decided, 1 + 3 + 1) << "the file check, each round, the blocks";
   // Slow calls (past confirm_budget_s / 4) skip the blocks: the trials decide.
@@ -145,7 +145,7 @@ TEST(TunerSchedule, ALargerClassSkipsWhatWasFarSlowerOneClassBelow) {
       ++runs[a];
       return 2 * time_of(a);
     });
-  EXPECT_EQ(runs[Algorithm::kDirect], 0) << "2.5x the winner at 1 MiB: not tried at 2 MiB";
+  EXPECT_EQ(runs[Algorithm::kOneShot], 0) << "2.5x the winner at 1 MiB: not tried at 2 MiB";
   EXPECT_GT(runs[Algorithm::kTree], 0) << "1.5x: still tried";
   EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kRing);
 }

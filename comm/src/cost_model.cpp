@@ -25,14 +25,6 @@ CostParams CostParams::defaults() {
   return p;
 }
 
-namespace algo {
-
-double log2_ceil(int p) { return p <= 1 ? 0.0 : std::ceil(std::log2(static_cast<double>(p))); }
-double beta_for(const CostParams& c, double m) { return m <= 4096 ? 2 * c.beta : c.beta; }
-double alpha_for(const CostParams& c, double m) { return m <= 4096 ? c.alpha : c.alpha + c.alpha_rendezvous; }
-
-}  // namespace algo
-
 double CostModel::estimate(Algorithm a, CostQuery q) const {
   if (q.ranks <= 1) return 0.0;
   q.params = &p_;

@@ -58,10 +58,10 @@ std::vector<TuningChoice> detail::CommunicatorImpl::candidates(Collective c, std
   const std::size_t big_chunk = options.chunk_bytes * 4;
   for (const auto& [a, t] : est) {
     if (!std::isfinite(t) || (t > tuner->settings().prior * best && t > kPriorFloorSeconds)) continue;
+    const AlgorithmInfo& row = algorithm_info(a);
     out.push_back({a, 0, 0});
-    const bool pipelined = a == Algorithm::kRing || a == Algorithm::kTree;
-    if (pipelined && c != Collective::kBarrier && bytes >= 4 * big_chunk) out.push_back({a, big_chunk, 0});
-    if (a == Algorithm::kRing && c == Collective::kAllreduce && plan.channels.size() > 1) out.push_back({a, 0, 1});
+    if (row.pipelined && c != Collective::kBarrier && bytes >= 4 * big_chunk) out.push_back({a, big_chunk, 0});
+    if (row.channels && c == Collective::kAllreduce && plan.channels.size() > 1) out.push_back({a, 0, 1});
   }
   return out;
 }
@@ -105,6 +105,7 @@ void detail::CommunicatorImpl::run(Task& t, const TuningChoice& choice) {
   AlgorithmContext ctx{*transport, choice.chunk_bytes ? choice.chunk_bytes : options.chunk_bytes, plan.ring, &workspace,
                        &plan};
   ctx.one_channel = choice.channels == 1;
+  ctx.first_tag = algorithm_info(choice.algorithm).first_tag;
   ctx.send_window = options.ring_window >= 0 ? static_cast<std::size_t>(options.ring_window) : plan.hosts() > 1 ? 1 : 0;
   algorithm_info(choice.algorithm).run(ctx, call);
 }

@@ -1,6 +1,7 @@
 #include "options.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <cstdlib>
 #include <string_view>
@@ -21,7 +22,7 @@ constexpr const char* kUsage = R"(usage: mpirun -np N hopwise-bench [options]
   -f FACTOR      multiply the size by FACTOR each row, default 4
   -o OP          sum | avg | min | max | prod, default sum
   -d DTYPE       float32 | float64 | float16 | bfloat16 | int32 | int64 | uint8, default float32
-  -a ALGOS       comma list of auto, ring, hd, tree, native, direct, shm, hier: one row each, default auto;
+  -a ALGOS       comma list of auto and the algorithm table's rows ({algorithms}): one row each, default auto;
                  "all": auto and every algorithm of the table (a summary compares auto with the fastest)
   -n ITERS       timed iterations per row (median reported), default 20
   -w WARMUP      untimed iterations first, default 5
@@ -91,7 +92,9 @@ Options parse_options(int argc, char** argv) {
       return argv[++i];
     };
     if (flag == "-h" || flag == "--help") {
-      fmt::print("{}", kUsage);
+      std::vector<std::string> names;
+      for (comm::Algorithm a : comm::all_algorithms()) names.emplace_back(comm::to_string(a));
+      fmt::print(fmt::runtime(kUsage), fmt::arg("algorithms", fmt::join(names, ", ")));
       std::exit(0);
     } else if (flag == "-b")
       o.min_bytes = env::parse_size(value(), "-b");

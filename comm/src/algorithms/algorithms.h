@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "../cost_terms.h"
 #include "../workspace.h"
 #include "hopwise/comm/algorithm.h"
 #include "hopwise/comm/transport.h"
@@ -24,7 +25,7 @@ inline constexpr int kTagHalvingDoubling = 14000;    // + round
 inline constexpr int kTagTreeReduce = 16000;         // + tree index
 inline constexpr int kTagTreeBroadcast = 16100;      // + tree index
 inline constexpr int kTagBarrier = 16200;            // + round
-inline constexpr int kTagDirect = 16250;
+inline constexpr int kTagOneShot = 16250;
 inline constexpr int kTagCheck = 16300;   // HOPWISE_DEBUG=CHECK fingerprints
 inline constexpr int kTagAlive = 16301;   // after a timeout: "I gave up too"
 inline constexpr int kTagGossip = 16400;  // + partner index: the model averager's exchanges (averaging/)
@@ -50,14 +51,6 @@ AlgorithmInfo native_row();
 AlgorithmInfo one_shot_row();
 AlgorithmInfo two_shot_row();
 AlgorithmInfo hierarchical_row();
-
-// Cost-model helpers the rows share (comm/src/cost_model.cpp).
-double log2_ceil(int p);
-// Per-byte cost of a message of m bytes: shared-memory MPI copies one up to its eager limit (4 KiB) twice.
-double beta_for(const CostParams& c, double m);
-// Latency of one message of m bytes: above the eager limit a handshake (rendezvous) comes first.
-double alpha_for(const CostParams& c, double m);
-inline constexpr double kModelChunk = 256 << 10;  // the pipelining grain the estimates assume
 
 // The ring allreduce along the plan: its channels side by side where there are several, else the one ring.
 void planned_ring_allreduce(AlgorithmContext& a, const CollectiveCall& c);

@@ -1,7 +1,7 @@
-// One-shot allreduce ("direct") for small messages: every rank makes its whole buffer available to every other rank and
-// reduces all p inputs itself. One round of latency instead of the ring's 2(p-1) or halving-doubling's 2 log p,
-// at the price of (p-1)·n bytes per rank, so the cost model picks it only for small n. Every rank reduces in rank
-// order, so every rank ends with the same bits.
+// One-shot allreduce ("one_shot", formerly "direct") for small messages: every rank makes its whole buffer available to
+// every other rank and reduces all p inputs itself. One round of latency instead of the ring's 2(p-1) or
+// halving-doubling's 2 log p, at the price of (p-1)·n bytes per rank, so the cost model picks it only for small n.
+// Every rank reduces in rank order, so every rank ends with the same bits.
 //
 // Where the transport offers shared slots (all ranks on one host), there are no messages at all: each rank
 // copies its input into its slot and raises its sequence flag; once every flag is up, each reads all slots.
@@ -72,12 +72,12 @@ void one_shot_allreduce(const Context& c, const void* in, void* out, std::size_t
     if (r == me) continue;
     for (std::size_t j = 0; j < bytes; j += piece)
       reqs.push_back(
-          t.irecv(others + static_cast<std::size_t>(r) * bytes + j, std::min(piece, bytes - j), r, kTagDirect));
+          t.irecv(others + static_cast<std::size_t>(r) * bytes + j, std::min(piece, bytes - j), r, kTagOneShot));
   }
   for (int k = 1; k < p; ++k) {
     const int r = (me + k) % p;  // stagger the destinations so that not everyone writes to rank 0 first
     for (std::size_t j = 0; j < bytes; j += piece)
-      reqs.push_back(t.isend(static_cast<const char*>(in) + j, std::min(piece, bytes - j), r, kTagDirect));
+      reqs.push_back(t.isend(static_cast<const char*>(in) + j, std::min(piece, bytes - j), r, kTagOneShot));
   }
   t.wait_all(reqs);
   // In place, the first reductions into out would overwrite this rank's input before its turn: keep a copy.
@@ -93,8 +93,8 @@ void one_shot_allreduce(const Context& c, const void* in, void* out, std::size_t
 
 AlgorithmInfo one_shot_row() {
   AlgorithmInfo r;
-  r.name = "direct";
-  r.aliases = {"oneshot", "one-shot"};
+  r.name = "one_shot";
+  r.aliases = {"one-shot", "direct", "oneshot"};
   r.collectives = {Collective::kAllreduce};
   r.summary = "one-shot: every rank reads every input and reduces all p itself (shared slots, else eager messages)";
   r.estimate = [](const CostQuery& q) {

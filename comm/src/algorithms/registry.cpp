@@ -15,6 +15,10 @@ namespace hopwise::comm {
 namespace {
 
 constexpr std::size_t kMaxAlgorithms = 64;
+// Registered rows' tags start here: above the built-ins' fixed tags and their ring channels' (algorithms.h), within
+// the 32 bits every transport carries.
+constexpr int kFirstRegisteredTag = 1 << 24;
+constexpr int kMaxTagsPerRow = 1 << 16;
 
 bool answers_to(const AlgorithmInfo& row, std::string_view name) {
   return row.name == name || std::find(row.aliases.begin(), row.aliases.end(), name) != row.aliases.end();
@@ -24,6 +28,7 @@ struct Table {
   std::array<AlgorithmInfo, kMaxAlgorithms> rows;  // rows[i] has id i + 1 (id 0 is auto)
   std::atomic<std::size_t> count{0};
   std::mutex adding;
+  int next_tag = kFirstRegisteredTag;
 
   Table() {
     for (AlgorithmInfo row : {algo::ring_row(), algo::halving_doubling_row(), algo::tree_row(), algo::native_row(),
@@ -54,7 +59,12 @@ struct Table {
     const std::size_t i = count.load();
     if (i == kMaxAlgorithms)
       throw InvalidArgument(fmt::format("register_algorithm: the table is full ({} rows)", kMaxAlgorithms));
+    if (row.tags < 0 || row.tags > kMaxTagsPerRow)
+      throw InvalidArgument(fmt::format("register_algorithm: '{}' asks for {} tags; a row may have 0 to {}", row.name,
+                                        row.tags, kMaxTagsPerRow));
     row.id = static_cast<Algorithm>(i + 1);
+    row.first_tag = row.tags > 0 ? next_tag : 0;
+    next_tag += row.tags;
     if (!row.estimate) row.estimate = [](const CostQuery&) { return static_cast<double>(INFINITY); };
     rows[i] = std::move(row);
     count.store(i + 1, std::memory_order_release);

@@ -219,6 +219,8 @@ void planned_ring_allreduce(AlgorithmContext& a, const CollectiveCall& c) {
 AlgorithmInfo ring_row() {
   AlgorithmInfo r;
   r.name = "ring";
+  r.pipelined = true;
+  r.channels = true;
   r.collectives = {Collective::kAllreduce, Collective::kReduceScatter, Collective::kAllgather, Collective::kBarrier};
   r.summary = "chunked, pipelined reduce-scatter + allgather along the planned ring (channels side by side)";
   r.estimate = [](const CostQuery& q) {

@@ -154,6 +154,7 @@ void tree_broadcast(const Context& c, void* buf, std::size_t count, DataType dt,
 AlgorithmInfo tree_row() {
   AlgorithmInfo r;
   r.name = "tree";
+  r.pipelined = true;
   r.aliases = {"double-tree"};
   r.collectives = {Collective::kAllreduce, Collective::kReduce, Collective::kBroadcast};
   r.summary = "double binary tree (each tree half the data), chunks pipelined up and down";

@@ -1,9 +1,9 @@
-// Two-shot allreduce ("shm") through the shared slots of ranks on one host, with no messages: chunk by chunk, every
-// rank copies its input into its slot and raises its ready flag; rank j reduces block j of the chunk across all slots
-// (in rank order) and leaves the result in block j of its own slot, then raises its done flag; every rank copies the p
-// result blocks out. Each rank moves about 3n bytes (copy in, reduce its n/p over p inputs, copy out) against the
-// ring's 2(p-1) message copies, and waits on two flags per chunk instead of 2(p-1) message rounds. Two buffers per slot
-// alternate between chunks, so the next chunk's copy-in overlaps the others' reading.
+// Two-shot allreduce ("two_shot", formerly "shm") through the shared slots of ranks on one host, with no messages:
+// chunk by chunk, every rank copies its input into its slot and raises its ready flag; rank j reduces block j of the
+// chunk across all slots (in rank order) and leaves the result in block j of its own slot, then raises its done flag;
+// every rank copies the p result blocks out. Each rank moves about 3n bytes (copy in, reduce its n/p over p inputs,
+// copy out) against the ring's 2(p-1) message copies, and waits on two flags per chunk instead of 2(p-1) message
+// rounds. Two buffers per slot alternate between chunks, so the next chunk's copy-in overlaps the others' reading.
 #include <cstring>
 
 #include <cmath>
@@ -66,8 +66,8 @@ bool two_shot_allreduce(const Context& c, const void* in_v, void* out_v, std::si
 
 AlgorithmInfo two_shot_row() {
   AlgorithmInfo r;
-  r.name = "shm";
-  r.aliases = {"shared-memory", "twoshot", "two-shot"};
+  r.name = "two_shot";
+  r.aliases = {"two-shot", "shm", "shared-memory", "twoshot"};
   r.collectives = {Collective::kAllreduce};
   r.summary = "two-shot through the shared slots: reduce-scatter then allgather, no messages (one host)";
   r.estimate = [](const CostQuery& q) {

@@ -21,8 +21,8 @@ enum class Algorithm : int {
   kHalvingDoubling,
   kTree,
   kNative,
-  kDirect,        // one-shot: every rank reads every input (shared slots, else eager messages)
-  kSharedMemory,  // two-shot through the shared slots: reduce-scatter, then allgather
+  kOneShot,  // one-shot: every rank reads every input (shared slots, else eager messages)
+  kTwoShot,  // two-shot through the shared slots: reduce-scatter, then allgather
   kHierarchical,
   kFirstRegistered
 };
@@ -58,6 +58,7 @@ struct AlgorithmContext {
   Workspace* workspace = nullptr;
   detail::PlanState* plan = nullptr;
   bool one_channel = false;  // the ring allreduce runs one ring even where the plan has several channels
+  int first_tag = 0;         // the row's own message tags: first_tag .. first_tag + AlgorithmInfo::tags - 1
   // The ring's sends in flight at most (0: no limit). Across hosts a whole block queued at once made Open MPI's
   // TCP path carry one direction at a time; within a host the limit only costs (HOPWISE_RING_WINDOW).
   std::size_t send_window = 0;
@@ -79,7 +80,15 @@ struct AlgorithmInfo {
   std::vector<Collective> collectives;  // the collectives it implements
   bool needs_native = false;            // runs the transport library's own collectives
   bool candidate = true;                // `auto` considers it (where it implements the collective)
-  std::string summary;                  // one line: what it does
+  // What the tuner tries besides the row at the communicator's chunk: pipelined rows also at 4x the chunk where a
+  // call holds many chunks; a row that runs the plan's ring channels side by side also on one ring.
+  bool pipelined = false;
+  bool channels = false;
+  // Message tags its run uses, handed out by the table (AlgorithmContext::first_tag), apart from every other row's
+  // and from the user's send/recv. The built-in rows keep the fixed tags of comm/src/algorithms/algorithms.h.
+  int tags = 0;
+  int first_tag = 0;    // set by the table
+  std::string summary;  // one line: what it does
   // Seconds the call would take (INFINITY: not possible here, e.g. no shared slots).
   std::function<double(const CostQuery&)> estimate;
   // Runs the call on every rank; the communicator has already handled 1 rank and empty buffers.
