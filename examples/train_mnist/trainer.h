@@ -1,0 +1,78 @@
+// train_mnist's training loop, by concern: the setup (data, model, reducer, averager, a resumed checkpoint), the
+// plan printed before the first step, one step (batch, forward, backward handing gradients to the reducer, the
+// averager around the optimizer step, trace and monitor), the target's probes, the progress bar, the epoch's end
+// (full average, evaluation, checkpoint) and the summary.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "flags.h"
+#include "hopwise/comm/averaging.h"
+#include "hopwise/comm/communicator.h"
+#include "hopwise/comm/monitor.h"
+#include "hopwise/comm/reducer.h"
+#include "mlp.h"
+#include "mnist.h"
+#include "report.h"
+
+namespace hopwise::examples {
+
+class Trainer {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Loads the data and builds the model, reducer and averager (rank 0's parameters to every rank), resuming from
+  // flags.resume where given. Collective.
+  Trainer(comm::Communicator& comm, Flags flags);
+  void print_plan() const;  // rank 0: ranks, transport, ring, buckets, model
+  void train();             // the epochs after the resumed ones
+  void report();            // rank 0: the summary line, the target, tuning, the trace and --json
+
+ private:
+  // Per-step figures summed over the run.
+  struct Totals {
+    double compute_ms = 0, comm_ms = 0, exposed_ms = 0, step_ms = 0, averaging_ms = 0;
+    double gradient_exposed_ms = 0;  // of exposed_ms: waiting on the reducer (the rest: on the averager)
+    std::size_t steps = 0, gradient_bytes = 0;
+  };
+
+  void shuffle();
+  void step(std::size_t s, double& loss_sum);
+  void probe_target(int epoch, std::size_t s);
+  void progress(int epoch, std::size_t s, double loss_sum) const;
+  void end_epoch(int epoch);
+  double evaluate();  // the test accuracy of the model as it is on every rank. Collective.
+  double training_s() const;
+
+  comm::Communicator& comm_;
+  Flags f_;
+  int rank_, p_;
+  std::string data_dir_;
+  Dataset train_, test_;
+  int px_;
+  std::size_t n_train_;
+  Mlp model_;
+  comm::GradientReducer reducer_;
+  std::optional<comm::ModelAverager> averager_;
+  std::optional<comm::Monitor> monitor_;
+  int first_epoch_ = 0;
+  Trace trace_;
+  bool tty_;
+  int local_;  // this rank's share of the batch
+  std::size_t steps_per_epoch_;
+  std::vector<std::size_t> order_;
+  std::vector<float> xb_, probe_;  // the batch's images; the ranks' mean model for the probes
+  std::vector<std::uint8_t> yb_;
+  std::mt19937_64 shuffle_rng_;
+  Totals totals_;
+  Summary sum_;
+  Clock::time_point start_;
+  double paused_s_ = 0;  // evaluations, off the clock
+};
+
+}  // namespace hopwise::examples
