@@ -65,14 +65,6 @@ DeviceCodec& DeviceCodec::operator=(DeviceCodec&&) noexcept = default;
 
 namespace {
 
-// The same headroom rule as the CPU int8 codec: p payloads of levels in [-q, q] sum within [-127, 127].
-int int8_levels(const Codec& c, int world_size) {
-  if (world_size > 127)
-    throw InvalidArgument("codec '" + c.name() + "': the payloads of " + std::to_string(world_size) +
-                          " ranks cannot be summed in int8 (at most 127 ranks); use fp16, bf16 or a gather codec");
-  return 127 / (world_size < 1 ? 1 : world_size);
-}
-
 // Null buffers only where no bytes are needed; device memory; payloads aligned for their element type.
 void check_args(const Codec& c, std::size_t n, const void* floats, const void* payload, const float* scales,
                 const char* call, bool needs_payload = true) {
@@ -133,7 +125,7 @@ static void encode_inner(const Codec& c, const DeviceCodec::Impl& m, const float
     case Kind::kFp16: return k::half_encode(false, x, n, reinterpret_cast<std::uint16_t*>(p), s);
     case Kind::kBf16: return k::half_encode(true, x, n, reinterpret_cast<std::uint16_t*>(p), s);
     case Kind::kInt8:
-      return k::int8_encode(x, n, m.block, scales, int8_levels(c, st.host.world_size), m.stochastic,
+      return k::int8_encode(x, n, m.block, scales, detail::int8_levels(c.name(), st.host.world_size), m.stochastic,
                             state_stream(st, m.salt), reinterpret_cast<std::int8_t*>(p), s);
     case Kind::kQsgd:
       k::write_header(k::HeaderStat::kL2Norm, x, n, p, reinterpret_cast<double*>(scratch(st, n)), s);
@@ -167,7 +159,7 @@ static void decode_inner(const Codec& c, const DeviceCodec::Impl& m, const std::
     case Kind::kBf16: return k::half_decode(true, reinterpret_cast<const std::uint16_t*>(p), n, out, mode, s);
     case Kind::kInt8:
       return k::int8_decode(reinterpret_cast<const std::int8_t*>(p), n, m.block, scales,
-                            int8_levels(c, st.host.world_size), out, mode, s);
+                            detail::int8_levels(c.name(), st.host.world_size), out, mode, s);
     case Kind::kQsgd: return k::qsgd_decode(p, n, m.levels, out, mode, s);
     case Kind::kTernGrad: return k::terngrad_decode(p, n, out, mode, s);
     case Kind::kSign: return k::sign_decode(p, n, out, mode, s);

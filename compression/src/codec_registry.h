@@ -116,4 +116,8 @@ const CodecRow* find_codec_row(std::string_view name);
 // Throws InvalidArgument for a parameter the row does not take or a value out of range.
 ParamValues check_params(const CodecRow& row, const CodecSpec& spec);
 
+// int8's headroom, for the CPU codec and its CUDA kernels alike: the levels q = floor(127 / p) such that p payloads
+// of levels in [-q, q] sum within [-127, 127]. InvalidArgument (naming `codec`) above 127 ranks.
+int int8_levels(const std::string& codec, int world_size);
+
 }  // namespace hopwise::compression::detail

@@ -72,17 +72,23 @@ class Int8Codec final : public RowCodec {
       for (std::size_t i = 0; i < m; ++i) put<Acc>(out, i0 + i, static_cast<float>(in[i0 + i]) * f);
     }
   }
-  int levels(int world_size) const {
-    if (world_size > 127)
-      throw InvalidArgument(
-          fmt::format("codec '{}': the payloads of {} ranks cannot be summed in int8 (at most 127 "
-                      "ranks); use fp16, bf16 or a gather codec",
-                      name(), world_size));
-    return 127 / std::max(1, world_size);
-  }
+  int levels(int world_size) const { return int8_levels(name(), world_size); }
   std::size_t block_;
   bool stochastic_;
 };
+
+}  // namespace
+
+int int8_levels(const std::string& codec, int world_size) {
+  if (world_size > 127)
+    throw InvalidArgument(
+        fmt::format("codec '{}': the payloads of {} ranks cannot be summed in int8 (at most 127 ranks); use fp16, "
+                    "bf16 or a gather codec",
+                    codec, world_size));
+  return 127 / std::max(1, world_size);
+}
+
+namespace {
 
 std::unique_ptr<Codec> make(const CodecRow& row, std::string name, const ParamValues& v) {
   return std::make_unique<Int8Codec>(row, std::move(name), static_cast<std::size_t>(v.integer("block")),
