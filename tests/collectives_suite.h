@@ -41,7 +41,7 @@ inline hc::Communicator& comm() { return *t_comm; }
 // Runs body on every rank of every size of the world, with comm() and g_seed set; the communicators are made with
 // `options` (suite_options() by default).
 inline void each(const std::function<void()>& body, const std::vector<int>& sizes = world().sizes(),
-          const hc::Options& options = suite_options()) {
+                 const hc::Options& options = suite_options()) {
   for (int n : sizes) {
     world().run(n, [&](std::unique_ptr<hc::Transport> t) {
       hc::Communicator c(std::move(t), options);

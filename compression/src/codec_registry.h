@@ -74,22 +74,9 @@ class ParamValues {
   std::string canonical_;
 };
 
-// The CUDA kernels of a codec (compression/cuda/device_codec.cu dispatches on them).
-enum class DeviceKernel : std::uint8_t {
-  kHostOnly,  // no CUDA kernels
-  kCopy,      // none
-  kFp16,
-  kBf16,
-  kInt8,
-  kQsgd,
-  kTernGrad,
-  kSign,
-  kTopK,
-  kRandomK,
-};
-
+// What the CUDA side shares with the CPU codec (its kernels are its row in compression/cuda/device_rows.cu, found by
+// the spec name; a codec without one is host-only).
 struct DeviceHooks {
-  DeviceKernel kernel;        // kHostOnly: DeviceCodec rejects the codec
   std::uint64_t stream_salt;  // the stochastic codecs' rank-stream salt, read by CPU and GPU alike (0: none)
   bool decode_synchronizes;   // decode reads a result back to the host (topk's out-of-range index count)
 };

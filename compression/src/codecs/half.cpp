@@ -91,9 +91,9 @@ constexpr ParamDef kParams[] = {ef_param("0")};
 
 }  // namespace
 
-extern constinit const CodecRow kFp16Row{
-    "fp16", kParams, std::size(kParams), Pattern::kAggregatable, &make<false>, {DeviceKernel::kFp16, 0, false}, true};
-extern constinit const CodecRow kBf16Row{
-    "bf16", kParams, std::size(kParams), Pattern::kAggregatable, &make<true>, {DeviceKernel::kBf16, 0, false}, true};
+extern constinit const CodecRow kFp16Row{"fp16",     kParams, std::size(kParams), Pattern::kAggregatable, &make<false>,
+                                         {0, false}, true};
+extern constinit const CodecRow kBf16Row{"bf16",     kParams, std::size(kParams), Pattern::kAggregatable, &make<true>,
+                                         {0, false}, true};
 
 }  // namespace hopwise::compression::detail

@@ -103,7 +103,7 @@ constexpr ParamDef kParams[] = {
 
 }  // namespace
 
-extern constinit const CodecRow kInt8Row{
-    "int8", kParams, std::size(kParams), Pattern::kAggregatable, &make, {DeviceKernel::kInt8, 0x1e78, false}, true};
+extern constinit const CodecRow kInt8Row{"int8",          kParams, std::size(kParams), Pattern::kAggregatable, &make,
+                                         {0x1e78, false}, true};
 
 }  // namespace hopwise::compression::detail

@@ -34,7 +34,6 @@ std::unique_ptr<Codec> make(const CodecRow& row, std::string name, const ParamVa
 
 }  // namespace
 
-extern constinit const CodecRow kNoneRow{
-    "none", nullptr, 0, Pattern::kAggregatable, &make, {DeviceKernel::kCopy, 0, false}, true};
+extern constinit const CodecRow kNoneRow{"none", nullptr, 0, Pattern::kAggregatable, &make, {0, false}, true};
 
 }  // namespace hopwise::compression::detail

@@ -53,7 +53,7 @@ constexpr ParamDef kParams[] = {
 
 }  // namespace
 
-extern constinit const CodecRow kQsgdRow{
-    "qsgd", kParams, std::size(kParams), Pattern::kGather, &make, {DeviceKernel::kQsgd, 0x95dd, false}, false};
+extern constinit const CodecRow kQsgdRow{"qsgd",          kParams, std::size(kParams), Pattern::kGather, &make,
+                                         {0x95dd, false}, false};
 
 }  // namespace hopwise::compression::detail

@@ -61,7 +61,7 @@ constexpr ParamDef kParams[] = {
 
 }  // namespace
 
-extern constinit const CodecRow kRandomKRow{
-    "randomk", kParams, std::size(kParams), Pattern::kAggregatable, &make, {DeviceKernel::kRandomK, 0, false}, false};
+extern constinit const CodecRow kRandomKRow{"randomk",  kParams, std::size(kParams), Pattern::kAggregatable, &make,
+                                            {0, false}, false};
 
 }  // namespace hopwise::compression::detail

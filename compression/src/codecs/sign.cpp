@@ -63,7 +63,7 @@ constexpr ParamDef kParams[] = {ef_param("1")};
 
 }  // namespace
 
-extern constinit const CodecRow kSignRow{
-    "sign", kParams, std::size(kParams), Pattern::kGather, &make, {DeviceKernel::kSign, 0, false}, false};
+extern constinit const CodecRow kSignRow{"sign",     kParams, std::size(kParams), Pattern::kGather, &make,
+                                         {0, false}, false};
 
 }  // namespace hopwise::compression::detail

@@ -67,7 +67,7 @@ constexpr ParamDef kParams[] = {ef_param("0")};
 
 }  // namespace
 
-extern constinit const CodecRow kTernGradRow{
-    "terngrad", kParams, std::size(kParams), Pattern::kGather, &make, {DeviceKernel::kTernGrad, 0x7e44, false}, false};
+extern constinit const CodecRow kTernGradRow{"terngrad",      kParams, std::size(kParams), Pattern::kGather, &make,
+                                             {0x7e44, false}, false};
 
 }  // namespace hopwise::compression::detail

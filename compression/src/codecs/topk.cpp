@@ -96,12 +96,7 @@ constexpr ParamDef kParams[] = {
 
 }  // namespace
 
-extern constinit const CodecRow kTopKRow{"topk",
-                                         kParams,
-                                         std::size(kParams),
-                                         Pattern::kGather,
-                                         &make,
-                                         {DeviceKernel::kTopK, 0, /*decode_synchronizes=*/true},
-                                         false};
+extern constinit const CodecRow kTopKRow{
+    "topk", kParams, std::size(kParams), Pattern::kGather, &make, {0, /*decode_synchronizes=*/true}, false};
 
 }  // namespace hopwise::compression::detail
