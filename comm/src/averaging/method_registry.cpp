@@ -1,6 +1,7 @@
 // The averaging methods' table (averaging_method.h), the one dispatch on a gradient scope, and what every method's
 // context offers.
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <mutex>
@@ -30,11 +31,12 @@ struct Table {
 void check(const AveragingMethodRow& row) {
   if (row.name.empty() || !row.make)
     throw InvalidArgument("register_averaging_method: a row needs a name and a factory");
-  for (const auto& f : row.fields)
-    if (f != "period" && f != "warmup" && f != "peers" && f != "codec")
-      throw InvalidArgument(fmt::format(
-          "register_averaging_method({}): '{}' is not a field of AveragingSpec (period, warmup, peers, codec)",
-          row.name, f));
+  const auto known = averaging_spec_fields();
+  for (const auto& list : {row.fields, row.required, row.shown})
+    for (const auto& f : list)
+      if (std::find(known.begin(), known.end(), f) == known.end())
+        throw InvalidArgument(fmt::format("register_averaging_method({}): '{}' is not a field of AveragingSpec ({})",
+                                          row.name, f, fmt::join(known, ", ")));
 }
 
 Table& table() {

@@ -30,7 +30,55 @@ bool has(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
+// AveragingSpec's fields, each once: how it is read from a spec and written back. Rows name fields from here.
+struct Field {
+  const char* name;
+  void (*read)(AveragingSpec& s, const std::string& text, const std::string& value);
+  std::string (*write)(const AveragingSpec& s);
+};
+
+const Field kFields[] = {
+    {"codec",
+     [](AveragingSpec& s, const std::string& text, const std::string& v) {
+       const auto& fit = compression::codecs_for_models();
+       if (!has(fit, v))
+         throw InvalidArgument(
+             fmt::format("averaging '{}': codec={} is not one {} sends; use {} (model differences: a codec that "
+                         "keeps every element)",
+                         text, v, s.method, fmt::join(fit, ", ")));
+       s.codec = v;
+     },
+     [](const AveragingSpec& s) { return s.codec; }},
+    {"peers",
+     [](AveragingSpec& s, const std::string& text, const std::string& v) {
+       s.peers = whole(text, "peers", v, 1, "partners per step");
+     },
+     [](const AveragingSpec& s) { return std::to_string(s.peers); }},
+    {"period",
+     [](AveragingSpec& s, const std::string& text, const std::string& v) {
+       s.period = whole(text, "period", v, 1, "steps between averagings");
+     },
+     [](const AveragingSpec& s) { return std::to_string(s.period); }},
+    {"warmup",
+     [](AveragingSpec& s, const std::string& text, const std::string& v) {
+       s.warmup = whole(text, "warmup", v, 0, "synchronous steps first");
+     },
+     [](const AveragingSpec& s) { return std::to_string(s.warmup); }},
+};
+
+const Field* find_field(const std::string& name) {
+  for (const Field& f : kFields)
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
 }  // namespace
+
+std::vector<std::string> averaging_spec_fields() {
+  std::vector<std::string> names;
+  for (const Field& f : kFields) names.emplace_back(f.name);
+  return names;
+}
 
 const char* to_string(GradientScope s) {
   switch (s) {
@@ -64,23 +112,7 @@ AveragingSpec AveragingSpec::parse(const std::string& text) {
                                         text, row->name, f, row->name, f));
   AveragingSpec s;
   s.method = row->name;
-  for (const auto& [k, v] : parsed.params) {
-    if (k == "period")
-      s.period = whole(text, k, v, 1, "steps between averagings");
-    else if (k == "warmup")
-      s.warmup = whole(text, k, v, 0, "synchronous steps first");
-    else if (k == "peers")
-      s.peers = whole(text, k, v, 1, "partners per step");
-    else if (k == "codec") {
-      const auto& fit = compression::codecs_for_models();
-      if (!has(fit, v))
-        throw InvalidArgument(
-            fmt::format("averaging '{}': codec={} is not one {} sends; use {} (model differences: a codec that keeps "
-                        "every element)",
-                        text, v, row->name, fmt::join(fit, ", ")));
-      s.codec = v;
-    }
-  }
+  for (const auto& [k, v] : parsed.params) find_field(k)->read(s, text, v);  // rows name only kFields (checked)
   return s;
 }
 
@@ -88,16 +120,14 @@ AveragingSpec AveragingSpec::parse(const std::string& text) {
 std::string AveragingSpec::to_string() const {
   const auto row = find_averaging_method(method);
   if (!row) return method;
-  const AveragingSpec defaults;
+  AveragingSpec defaults;
+  defaults.method = method;
   std::vector<std::string> parts;
-  auto add = [&](const char* field, bool differs, const std::string& value) {
-    if (has(row->fields, field) && (differs || has(row->shown, field)))
-      parts.push_back(fmt::format("{}={}", field, value));
-  };
-  add("codec", codec != defaults.codec, codec);
-  add("peers", peers != defaults.peers, std::to_string(peers));
-  add("period", period != defaults.period, std::to_string(period));
-  add("warmup", warmup != defaults.warmup, std::to_string(warmup));
+  for (const Field& f : kFields) {
+    const std::string value = f.write(*this);
+    if (has(row->fields, f.name) && (value != f.write(defaults) || has(row->shown, f.name)))
+      parts.push_back(fmt::format("{}={}", f.name, value));
+  }
   return parts.empty() ? method : fmt::format("{}:{}", method, fmt::join(parts, ","));
 }
 

@@ -59,5 +59,7 @@ void register_averaging_method(AveragingMethodRow row);
 // The row of `name`, or null.
 std::shared_ptr<const AveragingMethodRow> find_averaging_method(const std::string& name);
 std::vector<std::string> averaging_method_names();
+// AveragingSpec's fields, the names a row may list (codec, peers, period, warmup).
+std::vector<std::string> averaging_spec_fields();
 
 }  // namespace hopwise::comm
