@@ -63,7 +63,9 @@ def register_hook(ddp, spec, backend):
     if backend != "hopwise":
         sys.exit(f"train.py: hook '{spec}' is a hopwise codec; it needs --backend hopwise")
     import hopwise.torch
-    ddp.register_comm_hook(*hopwise.torch.compression_hook(spec))
+    state, hook = hopwise.torch.compression_hook(spec)
+    ddp.register_comm_hook(state, hook)
+    return state
 
 
 def progress(done, total, text):
@@ -103,7 +105,18 @@ def main():
                     help="hopwise.torch.Monitor: a line per interval on rank 0, e.g. interval=10s (HOPWISE_MONITOR, "
                          "HOPWISE_UTIL_ALERT, HOPWISE_METRICS_FILE, HOPWISE_METRICS_JSON apply)")
     ap.add_argument("--data", default=os.environ.get("HOPWISE_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
+    ap.add_argument("--checkpoint", default="",
+                    help="PATH: every --checkpoint-every steps each rank writes PATH.step<S>.rank<R> (model, optimizer, "
+                         "hook and averager state; torn by no kill) and keeps its two newest (backend hopwise)")
+    ap.add_argument("--checkpoint-every", type=int, default=0)
+    ap.add_argument("--resume", default="", choices=["", "auto"],
+                    help="auto: start from the newest step every rank holds of --checkpoint's files, if any (for "
+                         "torchrun --max-restarts)")
     args = ap.parse_args()
+    if (args.checkpoint_every or args.resume) and not args.checkpoint:
+        sys.exit("train.py: --checkpoint-every and --resume auto need --checkpoint PATH")
+    if args.checkpoint and args.backend != "hopwise":
+        sys.exit("train.py: --checkpoint uses hopwise.torch.Checkpoints: --backend hopwise")
 
     if "OMPI_COMM_WORLD_RANK" in os.environ:  # mpirun: env:// reads RANK and WORLD_SIZE
         os.environ.setdefault("RANK", os.environ["OMPI_COMM_WORLD_RANK"])
@@ -126,11 +139,31 @@ def main():
             sys.exit("train.py: --averaging needs --backend hopwise and --hook none (the averager brings its own hook)")
         avg = hopwise.torch.ModelAverager(args.averaging, model)  # before DDP: the parameters move to one buffer
     ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
+    hook_state = None
     if avg:
         ddp.register_comm_hook(*avg.comm_hook())
     else:
-        register_hook(ddp, args.hook, args.backend)
+        hook_state = register_hook(ddp, args.hook, args.backend)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+    ckpt = hopwise.torch.Checkpoints(args.checkpoint) if args.checkpoint else None
+    start = 0
+    found = ckpt.load_newest() if ckpt and args.resume == "auto" else None
+    if found:
+        start, state = found
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        if hook_state is not None:
+            hook_state.load_state_dict(state["hook"])
+        if avg:
+            avg.load_state_dict(state["averager"])
+
+    def save_checkpoint(step):
+        """Under an averaging method a full average first (as an uninterrupted run with these flags does too)."""
+        if avg:
+            avg.full_average()
+        ckpt.save(step, {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                         "hook": hook_state.state_dict() if hook_state is not None else None,
+                         "averager": avg.state_dict() if avg else None})
     monitor = None
     if args.backend == "hopwise" and (args.monitor or os.environ.get("HOPWISE_MONITOR")
                                       or os.environ.get("HOPWISE_METRICS_FILE") or os.environ.get("HOPWISE_METRICS_JSON")):
@@ -147,6 +180,8 @@ def main():
               f"{steps} steps")
         if args.backend == "hopwise":
             print(hopwise.torch.plan()["description"].rstrip())
+        if found:
+            print(f"train.py: resumed at step {start} from {args.checkpoint}")
 
     def batch(i):
         lo = (i * args.batch + rank * local) % (x.shape[0] - local)
@@ -192,7 +227,7 @@ def main():
     paused = 0.0  # seconds spent on evaluation, taken off the training time
     reached = None  # (steps, training seconds) when the target accuracy was first reached
     trace = []  # (steps, training seconds, test accuracy) with --trace-accuracy
-    for i in range(steps):
+    for i in range(start, steps):
         xb, yb = batch(i)
         opt.zero_grad()
         loss = loss_fn(ddp(xb), yb)
@@ -205,9 +240,11 @@ def main():
         if monitor:
             monitor.step()
         loss_sum, losses = loss_sum + loss.item(), losses + 1
+        if ckpt and args.checkpoint_every and (i + 1) % args.checkpoint_every == 0:
+            save_checkpoint(i + 1)
         if lead and (i % 20 == 0 or i == steps - 1):
             progress(i + 1, steps, f"loss {loss_sum / losses:.3f} "
-                     f"{(time.perf_counter() - t0 - paused) / (i + 1) * 1e3:.1f} ms/step")
+                     f"{(time.perf_counter() - t0 - paused) / (i + 1 - start) * 1e3:.1f} ms/step")
         if (args.target_accuracy or args.trace_accuracy) and ((i + 1) % args.eval_every == 0 or i == steps - 1):
             e0 = time.perf_counter()
             acc = accuracy()
@@ -230,16 +267,17 @@ def main():
         console_line_open(False)
 
     test_accuracy = accuracy()
-    step_ms = train_s / max(1, steps) * 1e3
+    ran = steps - start  # this process's steps
+    step_ms = train_s / max(1, ran) * 1e3
     result = {
         "backend": args.backend, "hook": args.hook, "averaging": args.averaging, "model": args.model, "ranks": world, "steps": steps,
         "step_ms": step_ms, "compute_ms": compute_ms, "utilization": min(1.0, compute_ms / step_ms),
         "test_accuracy": test_accuracy, "target_accuracy": args.target_accuracy,
         "steps_to_target": reached[0] if reached else None, "time_to_target_s": reached[1] if reached else None,
-        "accuracy_trace": trace, "images_per_s": steps * args.batch / train_s,
+        "accuracy_trace": trace, "images_per_s": ran * args.batch / train_s, "resumed_at": start,
         "train_s": train_s, "gradient_bytes_per_step": params * 4,
-        "bytes_per_step": (after["bytes"] - before["bytes"]) / max(1, steps) if args.backend == "hopwise" else params * 4,
-        "wire_bytes_per_step": (after["wire_bytes"] - before["wire_bytes"]) / max(1, steps),
+        "bytes_per_step": (after["bytes"] - before["bytes"]) / max(1, ran) if args.backend == "hopwise" else params * 4,
+        "wire_bytes_per_step": (after["wire_bytes"] - before["wire_bytes"]) / max(1, ran),
     }
     if lead:
         print(f"train.py: {steps} steps in {train_s:.1f} s: step {step_ms:.1f} ms, compute {compute_ms:.1f} ms "

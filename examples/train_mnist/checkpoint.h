@@ -1,10 +1,14 @@
-// train_mnist's checkpoint: one file per rank (PATH.rankR), since each rank's momentum is its own under the
-// averaging methods: the epochs done, the averaging method's state, the parameters and the momentum. The ranks
-// save together and resume together: a checkpoint some rank could not write is renamed into place by none, and a
-// resume from files of different epochs fails on every rank, naming them.
+// train_mnist's checkpoints, which a kill cannot tear: one file per rank and step (PATH.step<S>.rank<R>), since each
+// rank's momentum (and, under the averaging methods, its parameters) is its own. A file is written to a temporary
+// name and synced; only when every rank holds its new file whole does each rename its own into place, and each keeps
+// its two newest steps, so that a rank killed between the others' renames and its own still shares the step before.
+// On resume the ranks agree on the newest step every one of them holds, from one run (a run's id is drawn at its
+// fresh start and carried through its resumes), and all load it or all fail, naming the ranks and files.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "hopwise/comm/communicator.h"
@@ -12,19 +16,25 @@
 namespace hopwise::examples {
 
 struct Checkpoint {
-  int epochs_done = 0;
+  std::int64_t steps_done = 0;  // optimizer steps since the run's start: where training resumes
   int ranks = 0;
+  int batch = 0;          // the global batch, which fixes what a step is
+  std::uint64_t run = 0;  // the run's id (new_run_id at a fresh start)
   std::string averaging;  // ModelAverager::save()
 };
 
-std::string checkpoint_path(const std::string& base, int rank);
-// Every rank writes PATH.rankR.tmp and syncs it; when every rank has, each renames its own into place and syncs
-// the directory. Error on every rank, naming the ranks that failed, when some rank could not write.
+std::string checkpoint_path(const std::string& base, std::int64_t step, int rank);
+// A fresh run's id, alike on every rank (rank 0's draw). Collective.
+std::uint64_t new_run_id(comm::Communicator& comm);
+// Every rank writes its file for c.steps_done; when all have, each renames its own into place, syncs the directory
+// and removes its files older than the step before. Error on every rank, naming the ranks that failed, when some
+// rank could not write (the last checkpoint stands). Collective.
 void save_checkpoint(comm::Communicator& comm, const std::string& base, const Checkpoint& c, const float* params,
                      const float* velocity, std::size_t count);
-// Every rank reads its own file; InvalidArgument on every rank naming the file and what does not fit (another
-// model size, a torn file), or naming the ranks whose files hold other epochs than rank 0's.
-Checkpoint load_checkpoint(comm::Communicator& comm, const std::string& base, float* params, float* velocity,
-                           std::size_t count);
+// Loads the newest step every rank holds whole, of one run. When no rank holds a file: nullopt (a fresh start).
+// InvalidArgument on every rank, naming ranks, steps and files, when some rank holds files but no step is common,
+// when the common step's files are of different runs, or when a file does not fit this model. Collective.
+std::optional<Checkpoint> load_newest_checkpoint(comm::Communicator& comm, const std::string& base, float* params,
+                                                 float* velocity, std::size_t count);
 
 }  // namespace hopwise::examples

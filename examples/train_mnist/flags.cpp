@@ -35,8 +35,13 @@ constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
   --target-accuracy X  evaluate the ranks' mean model every --eval-every steps (off the clock, the ranks' models
                     untouched) until the test accuracy reaches X (e.g. 0.85); report the seconds and epochs to it
   --eval-every N    steps between those evaluations (default 20)
-  --checkpoint PATH after each epoch write PATH.rankR (parameters, momentum, the averaging method's state)
-  --resume PATH     start from PATH.rankR, after the epochs it holds (same --averaging, --hidden and ranks)
+  --checkpoint PATH after each epoch (and every --checkpoint-every steps) every rank writes PATH.step<S>.rank<R>
+                    (parameters, momentum, the averaging method's state), torn by no kill: written aside, synced,
+                    renamed once every rank's is whole; each rank keeps its two newest
+  --checkpoint-every N  also checkpoint every N steps within an epoch (after a full average, as at an epoch's end)
+  --resume PATH|auto  start from the newest step every rank holds of PATH (same --averaging, --hidden, --batch and
+                    ranks); auto: from --checkpoint's files when there are any, else afresh (for a launcher that
+                    restarts the job: torchrun --max-restarts, a requeued batch job)
   --monitor SPEC    a line per interval on rank 0, e.g. interval=10s[,every=10][,alert_after=3] (HOPWISE_MONITOR)
   --util-alert X    alert when utilization stays below X (0.5 or 50%) for alert_after intervals (HOPWISE_UTIL_ALERT)
   --metrics-file P  Prometheus text file, rewritten atomically each interval (HOPWISE_METRICS_FILE)
@@ -107,6 +112,8 @@ Flags parse_flags(int argc, char** argv) {
       f.eval_every = static_cast<int>(num(val()));
     else if (a == "--checkpoint")
       f.checkpoint = val();
+    else if (a == "--checkpoint-every")
+      f.checkpoint_every = static_cast<std::int64_t>(num(val()));
     else if (a == "--resume")
       f.resume = val();
     else if (a == "--monitor") {
@@ -135,6 +142,10 @@ Flags parse_flags(int argc, char** argv) {
   }
   if (f.batch < 1 || f.hidden < 1 || f.bucket_mb <= 0 || f.chunks < 1 || f.eval_every < 1)
     throw hopwise::InvalidArgument("--batch, --hidden, --chunks, --eval-every and --bucket-mb must be positive");
+  if (f.checkpoint.empty() && (f.checkpoint_every || f.resume == "auto"))
+    throw hopwise::InvalidArgument(f.checkpoint_every
+                                       ? "--checkpoint-every needs --checkpoint PATH: where to write"
+                                       : "--resume auto resumes from --checkpoint PATH's files: give --checkpoint");
   const auto method = hc::AveragingSpec::parse(f.averaging);  // a bad spec fails here, naming the field
   if (method.method == "hier" && f.compression != "none")
     throw hopwise::InvalidArgument(

@@ -58,18 +58,36 @@ Trainer::Trainer(hc::Communicator& comm, Flags flags)
   comm.set_algorithm(hc::parse_algorithm(f_.algo));
   for (const auto& t : model_.tensors()) reducer_.add_parameter(t.name, model_.grads() + t.offset, t.rows, t.cols);
   reducer_.finalize();
-  std::string resumed_state;
-  if (!f_.resume.empty()) {
-    const auto c = load_checkpoint(comm, f_.resume, model_.params(), model_.velocity(), model_.parameter_count());
-    if (c.ranks != p_)
-      throw InvalidArgument(fmt::format("--resume {}: saved by {} ranks, this job has {}", f_.resume, c.ranks, p_));
-    first_epoch_ = c.epochs_done;
-    resumed_state = c.averaging;
-  }
-  // Rank 0's parameters to every rank (identical after a checkpoint's full average, or the same seed).
-  averager_.emplace(comm, hc::AveragingSpec::parse(f_.averaging), model_.params(), model_.parameter_count());
-  if (!resumed_state.empty()) averager_->load(resumed_state);
+  resume();
   sum_.target_accuracy = f_.target;
+}
+
+void Trainer::resume() {
+  const std::string from = f_.resume == "auto" ? f_.checkpoint : f_.resume;
+  std::optional<Checkpoint> c;
+  if (!from.empty())
+    c = load_newest_checkpoint(comm_, from, model_.params(), model_.velocity(), model_.parameter_count());
+  if (!from.empty() && !c && f_.resume != "auto")
+    throw InvalidArgument(
+        fmt::format("--resume {}: no checkpoint files {}.step*.rank* (--resume auto starts afresh "
+                    "where there are none)",
+                    from, from));
+  if (c && c->ranks != p_)
+    throw InvalidArgument(fmt::format("checkpoint {}: saved by {} ranks, this job has {}", from, c->ranks, p_));
+  if (c && c->batch != f_.batch)
+    throw InvalidArgument(
+        fmt::format("checkpoint {}: saved with --batch {}, this run has {}; resume with the same --batch", from,
+                    c->batch, f_.batch));
+  // Rank 0's parameters to every rank (identical at a checkpoint, which follows a full average, or the same seed).
+  averager_.emplace(comm_, hc::AveragingSpec::parse(f_.averaging), model_.params(), model_.parameter_count());
+  if (!c) {
+    run_ = new_run_id(comm_);
+    return;
+  }
+  averager_->load(c->averaging);
+  steps_done_ = resumed_steps_ = c->steps_done;
+  resumed_from_ = from;
+  run_ = c->run;
 }
 
 void Trainer::print_plan() const {
@@ -103,7 +121,9 @@ void Trainer::print_plan() const {
       "overlap {}; compression {}; averaging {}{}\n",
       px_, f_.hidden, f_.hidden, model_.parameter_count(), model_.parameter_count() * 4 / 1e6, f_.batch, local_,
       f_.overlap ? "on" : "off (--no-overlap)", f_.compression, averager_->spec().to_string(),
-      first_epoch_ ? fmt::format("; resumed after epoch {} from {}", first_epoch_, f_.resume) : std::string());
+      resumed_from_.empty() ? std::string()
+                            : fmt::format("; resumed at step {} (epoch {}, step {} of it) from {}", resumed_steps_,
+                                          epoch_of(resumed_steps_) + 1, step_in_epoch(resumed_steps_), resumed_from_));
 }
 
 void Trainer::shuffle() {
@@ -121,18 +141,40 @@ void Trainer::train() {
     fmt::print("{}\n", line);
   };
   monitor_.emplace(comm_, f_.monitor);
-  for (int e = 0; e < first_epoch_; ++e) shuffle();  // where the resumed run's data order stands
+  const int first_epoch = epoch_of(resumed_steps_);
+  for (int e = 0; e < first_epoch; ++e) shuffle();  // where the resumed run's data order stands
   start_ = Clock::now();
-  for (int epoch = first_epoch_; epoch < f_.epochs; ++epoch) {
+  for (int epoch = first_epoch; epoch < f_.epochs; ++epoch) {
     shuffle();
     double loss_sum = 0;
-    for (std::size_t s = 0; s < steps_per_epoch_; ++s) {
+    const std::size_t first = epoch == first_epoch ? step_in_epoch(resumed_steps_) : 0;
+    for (std::size_t s = first; s < steps_per_epoch_; ++s) {
       step(s, loss_sum);
+      ++steps_done_;
       probe_target(epoch, s);
-      progress(epoch, s, loss_sum);
+      progress(epoch, s, loss_sum, s + 1 - first);
+      if (f_.checkpoint_every && steps_done_ % f_.checkpoint_every == 0 && s + 1 != steps_per_epoch_) checkpoint();
     }
     end_epoch(epoch);
   }
+}
+
+int Trainer::epoch_of(std::int64_t steps) const {
+  return static_cast<int>(steps / static_cast<std::int64_t>(std::max<std::size_t>(1, steps_per_epoch_)));
+}
+
+std::size_t Trainer::step_in_epoch(std::int64_t steps) const {
+  return static_cast<std::size_t>(steps % static_cast<std::int64_t>(std::max<std::size_t>(1, steps_per_epoch_)));
+}
+
+// Under an averaging method the ranks' models differ between averagings: a checkpoint averages fully first (an
+// uninterrupted run with the same flags does the same), so that a resumed run starts where it would have gone on.
+void Trainer::checkpoint() {
+  const auto a0 = Clock::now();
+  averager_->full_average();
+  totals_.averaging_ms += ms(Clock::now() - a0);
+  save_checkpoint(comm_, f_.checkpoint, {steps_done_, p_, f_.batch, run_, averager_->save()}, model_.params(),
+                  model_.velocity(), model_.parameter_count());
 }
 
 void Trainer::step(std::size_t s, double& loss_sum) {
@@ -209,13 +251,13 @@ void Trainer::probe_target(int epoch, std::size_t s) {
 }
 
 // A bar redrawn in place on a terminal; a line per quarter epoch in a log.
-void Trainer::progress(int epoch, std::size_t s, double loss_sum) const {
+void Trainer::progress(int epoch, std::size_t s, double loss_sum, std::size_t losses) const {
   const std::size_t every = std::max<std::size_t>(1, steps_per_epoch_ / (tty_ ? 40 : 4));
   if (rank_ != 0 || (s % every != every - 1 && s + 1 != steps_per_epoch_)) return;
   const int w = 30, done = static_cast<int>(w * (s + 1) / steps_per_epoch_);
   fmt::print("{}epoch {}/{} [{}{}] {:3d}% loss {:.3f}", tty_ ? "\r" : "", epoch + 1, f_.epochs,
              std::string(static_cast<std::size_t>(done), '#'), std::string(static_cast<std::size_t>(w - done), '.'),
-             static_cast<int>(100 * (s + 1) / steps_per_epoch_), loss_sum / static_cast<double>(s + 1));
+             static_cast<int>(100 * (s + 1) / steps_per_epoch_), loss_sum / static_cast<double>(losses));
   if (!tty_ && s + 1 != steps_per_epoch_) fmt::print("\n");
   std::fflush(stdout);
   hopwise::log::set_console_line_open(tty_ || s + 1 == steps_per_epoch_);
@@ -242,8 +284,8 @@ void Trainer::end_epoch(int epoch) {
     fmt::print("{}test accuracy {:.2f}%\n", open ? " " : "epoch " + std::to_string(epoch + 1) + ": ", 100 * acc);
   }
   if (!f_.checkpoint.empty())
-    save_checkpoint(comm_, f_.checkpoint, {epoch + 1, p_, averager_->save()}, model_.params(), model_.velocity(),
-                    model_.parameter_count());
+    save_checkpoint(comm_, f_.checkpoint, {steps_done_, p_, f_.batch, run_, averager_->save()}, model_.params(),
+                    model_.velocity(), model_.parameter_count());
 }
 
 // Each rank scores a slice of the test set, the counts are summed.

@@ -42,12 +42,16 @@ class Trainer {
   };
 
   void shuffle();
+  void resume();  // from --resume (a path, or auto: --checkpoint's newest step), or a fresh run's id
   void step(std::size_t s, double& loss_sum);
   void probe_target(int epoch, std::size_t s);
-  void progress(int epoch, std::size_t s, double loss_sum) const;
+  void progress(int epoch, std::size_t s, double loss_sum, std::size_t losses) const;
+  void checkpoint();  // a full average, then every rank's file of this step
   void end_epoch(int epoch);
   double evaluate();  // the test accuracy of the model as it is on every rank. Collective.
   double training_s() const;
+  int epoch_of(std::int64_t steps) const;  // the epoch a step count ends in, and the step within it
+  std::size_t step_in_epoch(std::int64_t steps) const;
 
   comm::Communicator& comm_;
   Flags f_;
@@ -60,7 +64,10 @@ class Trainer {
   comm::GradientReducer reducer_;
   std::optional<comm::ModelAverager> averager_;
   std::optional<comm::Monitor> monitor_;
-  int first_epoch_ = 0;
+  std::int64_t steps_done_ = 0;     // optimizer steps since the run's start, resumed ones included
+  std::int64_t resumed_steps_ = 0;  // of which a checkpoint held these
+  std::string resumed_from_;        // the checkpoint's path; empty: a fresh run
+  std::uint64_t run_ = 0;           // the run's id, carried in its checkpoints
   Trace trace_;
   bool tty_;
   int local_;  // this rank's share of the batch

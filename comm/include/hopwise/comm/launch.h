@@ -78,7 +78,7 @@ std::shared_ptr<Store> launch_store(const Launch& launch, Store::Seconds timeout
 // The transport of the whole job, by its row.
 std::unique_ptr<Transport> make_world_transport(const Launch& launch, Store::Seconds timeout);
 // The transport of a group, by the row the launch chooses (detect_launch(request.store != nullptr)). Collective
-// over the group's members only.
+// over the group's members only. Under a restarted launch (torchrun's attempt N > 0) the key gains "/attemptN".
 std::unique_ptr<Transport> make_group_transport(const GroupRequest& request);
 
 // Whether this process is one of several ranks of a job (started by mpirun, torchrun or the like).

@@ -1,0 +1,21 @@
+# ---- Elastic training: a rank killed mid-run under torchrun --max-restarts; the job restarts every rank, which
+# agree on the newest checkpoint all of them hold and finish with the uninterrupted run's accuracy ----
+if(HOPWISE_TORCHRUN)
+  add_test(NAME train_mnist_restart_torchrun_np2
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/restart_check.sh ${HOPWISE_TORCHRUN} ${CMAKE_BINARY_DIR}/restart_np2 2
+                   --no-python $<TARGET_FILE:train_mnist> --epochs 1 --limit 25600 --algo ring)
+  set_tests_properties(train_mnist_restart_torchrun_np2 PROPERTIES LABELS "torchrun;elastic" TIMEOUT 600
+                       PROCESSORS 2 PASS_REGULAR_EXPRESSION "restart path ok")
+endif()
+# The same through PyTorch: the DDP example with a hopwise hook, its state in hopwise.torch.Checkpoints' files.
+# fp16:ef=1 keeps its state per parameter and resumes exactly; a codec that scales over a whole bucket (int8) sees
+# DDP's first-step single bucket again after a restart and lands near, not on, the uninterrupted run.
+if(HOPWISE_TORCH_ENABLED AND HOPWISE_TORCHRUN)
+  add_test(NAME torch_restart_torchrun_np2
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/restart_check.sh ${HOPWISE_TORCHRUN} ${CMAKE_BINARY_DIR}/torch_restart_np2
+                   2 ${PROJECT_SOURCE_DIR}/examples/torch_ddp/train.py --epochs 0.4 --hidden 256 --hook fp16:ef=1)
+  set_tests_properties(torch_restart_torchrun_np2 PROPERTIES
+                       ENVIRONMENT "PYTHONPATH=${CMAKE_BINARY_DIR}/python;OMP_NUM_THREADS=1"
+                       LABELS "python;torch;torchrun;elastic" TIMEOUT 600 PROCESSORS 2
+                       PASS_REGULAR_EXPRESSION "restart path ok")
+endif()

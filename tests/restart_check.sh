@@ -1,0 +1,62 @@
+#!/bin/bash
+# The restart path as a user meets it: a trainer (train_mnist, or the torch example) under torchrun --max-restarts 2
+# with --checkpoint-every and --resume auto; once a checkpoint is in place, one rank is killed with SIGKILL (rank 1,
+# then in a second run rank 0, which serves the job's store). torchrun stops the others and starts every rank again;
+# they agree on the newest step all of them hold, resume there and finish by themselves with the test accuracy of an
+# uninterrupted run of the same flags and seed (the same model: a resumed step is computed as it was). Prints each
+# run's wall time and the time the kill cost.
+#   restart_check.sh TORCHRUN WORKDIR NPROC PROGRAM [ARGS...]   (torchrun's program: --no-python BIN ARGS, or SCRIPT ARGS)
+# EVERY (10) steps between checkpoints; the kill comes KILL_DELAY (0) s after step KILL_AFTER's (10) checkpoint.
+set -euo pipefail
+every=${EVERY:-10} kill_after=${KILL_AFTER:-10} kill_delay=${KILL_DELAY:-0}
+torchrun=$1 dir=$2 np=$3
+shift 3
+program=("$@")
+rm -rf "$dir"
+mkdir -p "$dir"
+launch() {  # NAME: a torchrun job writing $dir/NAME.{log,json}, checkpoints $dir/NAME.step*
+  "$torchrun" --standalone --nproc-per-node "$np" --max-restarts 2 --monitor-interval 0.2 "${program[@]}" \
+    --checkpoint-every "$every" --resume auto --checkpoint "$dir/$1" --json "$dir/$1.json" > "$dir/$1.log" 2>&1
+}
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+accuracy() { /usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['test_accuracy'])" "$1"; }
+rank_pid() {  # the pid of rank $1 of this script's job $2 (torchrun's agent has no RANK)
+  for pid in $(pgrep -f -- "--checkpoint $dir/$2 "); do
+    tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | grep -qx "RANK=$1" && { echo "$pid"; return; }
+  done
+}
+
+t0=$(now)
+launch straight || { cat "$dir/straight.log"; echo "the uninterrupted run failed"; exit 1; }
+straight_s=$(since "$t0")
+straight=$(accuracy "$dir/straight.json")
+echo "uninterrupted: test accuracy $straight, ${straight_s} s"
+
+for victim in 1 0; do
+  name=kill$victim
+  t0=$(now)
+  launch "$name" &
+  job=$!
+  for _ in $(seq 1 6000); do  # step KILL_AFTER's checkpoint, then the kill
+    [ -e "$dir/$name.step$kill_after.rank0" ] && [ -e "$dir/$name.step$kill_after.rank$((np - 1))" ] && break
+    kill -0 "$job" 2> /dev/null || break
+    sleep 0.05
+  done
+  sleep "$kill_delay"
+  pid=$(rank_pid "$victim" "$name")
+  [ -n "$pid" ] || { wait "$job" || true; cat "$dir/$name.log"; echo "rank $victim was not found running"; exit 1; }
+  kill -9 "$pid"
+  echo "killed rank $victim (pid $pid) at $(since "$t0") s, after $(cd "$dir" && ls $name.step*.rank0 | sed 's/.*step\([0-9]*\).*/\1/' | sort -n | tail -1) steps checkpointed"
+  rc=0
+  wait "$job" || rc=$?
+  took=$(since "$t0")
+  [ "$rc" = 0 ] || { cat "$dir/$name.log"; echo "the job did not finish by itself after the kill (rc $rc)"; exit 1; }
+  grep -q "resumed at step" "$dir/$name.log" || { cat "$dir/$name.log"; echo "the restarted ranks did not resume"; exit 1; }
+  got=$(accuracy "$dir/$name.json")
+  echo "rank $victim killed: $(grep -o 'resumed at step [0-9]*' "$dir/$name.log" | head -1); test accuracy $got (uninterrupted $straight); ${took} s (+$(awk -v a="$took" -v b="$straight_s" 'BEGIN { printf "%.1f", a - b }') s)"
+  /usr/bin/python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 0.003)" "$got" "$straight" ||
+    { echo "the restarted run's accuracy is more than 0.3 point from the uninterrupted run's"; exit 1; }
+done
+ls "$dir"/*.tmp 2> /dev/null && { echo "a kill left a temporary file that a later save did not remove"; exit 1; }
+echo "restart path ok"
