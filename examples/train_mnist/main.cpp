@@ -6,9 +6,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 
 #include "flags.h"
 #include "hopwise/comm/communicator.h"
+#include "hopwise/comm/elastic.h"
 #include "hopwise/common/error.h"
 #include "trainer.h"
 
@@ -17,7 +19,15 @@ namespace {
 namespace ex = hopwise::examples;
 
 int run(int argc, char** argv) {
-  hopwise::comm::Communicator comm;
+  // HOPWISE_ELASTIC=shrink: the ranks form an elastic group (over a store; UCX), whose survivors carry on.
+  const auto elastic_options = hopwise::comm::ElasticOptions::from_env();
+  std::unique_ptr<hopwise::comm::ElasticGroup> elastic;
+  std::unique_ptr<hopwise::comm::Communicator> plain;
+  if (elastic_options.shrink)
+    elastic = hopwise::comm::ElasticGroup::from_launch(elastic_options);
+  else
+    plain = std::make_unique<hopwise::comm::Communicator>();
+  hopwise::comm::Communicator& comm = elastic ? elastic->comm() : *plain;
   const int rank = comm.rank(), p = comm.size();
   ex::Flags f;
   try {
@@ -34,7 +44,7 @@ int run(int argc, char** argv) {
       std::fprintf(stderr, "train_mnist: --straggle rank %d: the job has ranks 0-%d\n", f.straggler, p - 1);
     return 2;
   }
-  ex::Trainer trainer(comm, std::move(f));
+  ex::Trainer trainer(comm, std::move(f), elastic.get());
   trainer.print_plan();
   trainer.train();
   trainer.report();

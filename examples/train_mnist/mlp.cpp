@@ -63,7 +63,7 @@ Mlp::VecMap Mlp::b(int l, Buffer& buf) {
   return VecMap(buf.data() + t.offset, sizes_[static_cast<std::size_t>(l) + 1]);
 }
 
-float Mlp::forward(const float* x, const std::uint8_t* labels, int n) {
+float Mlp::forward(const float* x, const std::uint8_t* labels, int n, float grad_scale) {
   n_ = n;
   labels_.assign(labels, labels + n);
   acts_[0] = Eigen::Map<const Matrix>(x, sizes_[0], n);
@@ -86,6 +86,7 @@ float Mlp::forward(const float* x, const std::uint8_t* labels, int n) {
     delta_(labels[j], j) -= 1.0f;
   }
   delta_ /= static_cast<float>(n);
+  if (grad_scale != 1) delta_ *= grad_scale;
   return static_cast<float>(loss / n);
 }
 

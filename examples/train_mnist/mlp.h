@@ -49,8 +49,9 @@ class Mlp {
   float* velocity() { return velocity_.data(); }  // SGD momentum, local to the rank (a checkpoint keeps it)
   std::size_t parameter_count() const { return params_.size(); }
 
-  // Forward on a column-major batch x (in_features x n); returns mean loss.
-  float forward(const float* x, const std::uint8_t* labels, int n);
+  // Forward on a column-major batch x (in_features x n); returns mean loss. The gradient backward computes is the
+  // mean loss's times grad_scale.
+  float forward(const float* x, const std::uint8_t* labels, int n, float grad_scale = 1);
   // Backward of the last forward; calls on_ready(tensor index) as each gradient is complete (last layer first),
   // so that the caller can hand it to the reducer while the earlier layers are still being computed.
   void backward(const std::function<void(int)>& on_ready, const std::function<void(int, bool)>& on_layer = {});

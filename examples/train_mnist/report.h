@@ -37,6 +37,9 @@ struct Summary {
   double seconds_to_target = -1, epochs_to_target = -1;  // -1: not reached
   std::size_t steps_to_target = 0;
   std::vector<double> epoch_accuracy;  // after each epoch's full average
+  // HOPWISE_ELASTIC=shrink: membership changes survived, steps done again, seconds from a failure to going on.
+  int elastic_events = 0, steps_redone = 0;
+  double stood_still_s = 0;
 };
 
 void write_json(const std::string& path, const Summary& s);

@@ -35,8 +35,9 @@ hc::ReducerOptions reducer_options(const Flags& f) {
 
 }  // namespace
 
-Trainer::Trainer(hc::Communicator& comm, Flags flags)
-    : comm_(comm),
+Trainer::Trainer(hc::Communicator& comm, Flags flags, hc::ElasticGroup* elastic)
+    : comm_(&comm),
+      elastic_(elastic),
       f_(std::move(flags)),
       rank_(comm.rank()),
       p_(comm.size()),
@@ -46,27 +47,40 @@ Trainer::Trainer(hc::Communicator& comm, Flags flags)
       px_(train_.rows * train_.cols),
       n_train_(f_.limit ? std::min(f_.limit, train_.size()) : train_.size()),
       model_({px_, f_.hidden, f_.hidden, 10}, f_.seed, f_.chunks),
-      reducer_(comm, reducer_options(f_)),
       trace_{Clock::now(), {}, rank_, !f_.trace.empty()},
       tty_(isatty(STDOUT_FILENO) != 0),
-      local_(f_.batch / p_),
       steps_per_epoch_(n_train_ / static_cast<std::size_t>(f_.batch)),
       order_(n_train_),
-      xb_(static_cast<std::size_t>(px_) * static_cast<std::size_t>(local_)),
-      yb_(static_cast<std::size_t>(local_)),
       shuffle_rng_(f_.seed + 1) {
   comm.set_algorithm(hc::parse_algorithm(f_.algo));
-  for (const auto& t : model_.tensors()) reducer_.add_parameter(t.name, model_.grads() + t.offset, t.rows, t.cols);
-  reducer_.finalize();
+  split_batch();
+  make_reducer();
   resume();
   sum_.target_accuracy = f_.target;
+}
+
+// This rank's slice of the global batch: an equal share, or after a shrink to ranks that do not divide it, one more
+// image on the first batch % p ranks (forward scales the gradient so that the average is the global batch's mean).
+void Trainer::split_batch() {
+  const int share = f_.batch / p_, extra = f_.batch % p_;
+  local_ = share + (rank_ < extra ? 1 : 0);
+  first_ = rank_ * share + std::min(rank_, extra);
+  grad_scale_ = static_cast<float>(local_) * static_cast<float>(p_) / static_cast<float>(f_.batch);
+  xb_.resize(static_cast<std::size_t>(px_) * static_cast<std::size_t>(local_));
+  yb_.resize(static_cast<std::size_t>(local_));
+}
+
+void Trainer::make_reducer() {
+  reducer_.emplace(*comm_, reducer_options(f_));
+  for (const auto& t : model_.tensors()) reducer_->add_parameter(t.name, model_.grads() + t.offset, t.rows, t.cols);
+  reducer_->finalize();
 }
 
 void Trainer::resume() {
   const std::string from = f_.resume == "auto" ? f_.checkpoint : f_.resume;
   std::optional<Checkpoint> c;
   if (!from.empty())
-    c = load_newest_checkpoint(comm_, from, model_.params(), model_.velocity(), model_.parameter_count());
+    c = load_newest_checkpoint(*comm_, from, model_.params(), model_.velocity(), model_.parameter_count());
   if (!from.empty() && !c && f_.resume != "auto")
     throw InvalidArgument(
         fmt::format("--resume {}: no checkpoint files {}.step*.rank* (--resume auto starts afresh "
@@ -79,9 +93,9 @@ void Trainer::resume() {
         fmt::format("checkpoint {}: saved with --batch {}, this run has {}; resume with the same --batch", from,
                     c->batch, f_.batch));
   // Rank 0's parameters to every rank (identical at a checkpoint, which follows a full average, or the same seed).
-  averager_.emplace(comm_, hc::AveragingSpec::parse(f_.averaging), model_.params(), model_.parameter_count());
+  averager_.emplace(*comm_, hc::AveragingSpec::parse(f_.averaging), model_.params(), model_.parameter_count());
   if (!c) {
-    run_ = new_run_id(comm_);
+    run_ = new_run_id(*comm_);
     return;
   }
   averager_->load(c->averaging);
@@ -92,26 +106,26 @@ void Trainer::resume() {
 
 void Trainer::print_plan() const {
   if (rank_ != 0) return;
-  const std::size_t hosts = comm_.cluster() ? comm_.cluster()->hosts.size() : (comm_.local_size() == p_ ? 1 : 0);
+  const std::size_t hosts = comm_->cluster() ? comm_->cluster()->hosts.size() : (comm_->local_size() == p_ ? 1 : 0);
   fmt::print("train_mnist: {} ranks over {} on {} host(s), Fashion-MNIST {} train / {} test images from {}\n", p_,
-             comm_.transport().name(), hosts ? std::to_string(hosts) : std::string("several"), n_train_, test_.size(),
+             comm_->transport().name(), hosts ? std::to_string(hosts) : std::string("several"), n_train_, test_.size(),
              data_dir_);
-  if (!comm_.plan_description().empty()) fmt::print("topology plan, {}", comm_.plan_description());
+  if (!comm_->plan_description().empty()) fmt::print("topology plan, {}", comm_->plan_description());
   std::string ring;
-  for (int r : comm_.ring_order()) ring += (ring.empty() ? "" : "→") + std::to_string(r);
+  for (int r : comm_->ring_order()) ring += (ring.empty() ? "" : "→") + std::to_string(r);
   fmt::print("communicator: ring {} ({}); {}; cost model {}\n", ring,
-             comm_.plan_description().empty() ? "rank order: topology discovery is off" : "planned",
-             comm_.local_size() == p_ ? "one host (shared-memory slots)" : "several hosts",
-             comm_.cost_model().params().source);
+             comm_->plan_description().empty() ? "rank order: topology discovery is off" : "planned",
+             comm_->local_size() == p_ ? "one host (shared-memory slots)" : "several hosts",
+             comm_->cost_model().params().source);
   std::size_t k = 0;
-  for (const auto& b : reducer_.bucket_names()) {
+  for (const auto& b : reducer_->bucket_names()) {
     std::size_t count = 0;
     for (const auto& t : model_.tensors())
       if (std::find(b.begin(), b.end(), t.name) != b.end()) count += t.count;
     fmt::print("  bucket {}: {} ({:.2f} MB) -> {}\n", k++, fmt::join(b, ", "), count * 4 / 1e6,
                f_.compression == "none"
-                   ? std::string(hc::to_string(comm_.algorithm_for(hc::Collective::kAllreduce, count * 4))) +
-                         (comm_.tuned_choice(hc::Collective::kAllreduce, count * 4)
+                   ? std::string(hc::to_string(comm_->algorithm_for(hc::Collective::kAllreduce, count * 4))) +
+                         (comm_->tuned_choice(hc::Collective::kAllreduce, count * 4)
                               ? ""
                               : " (cost model; tuned in the first steps)")
                    : f_.compression + " (its payloads all-reduced or all-gathered)");
@@ -140,7 +154,7 @@ void Trainer::train() {
     hopwise::log::end_console_line();
     fmt::print("{}\n", line);
   };
-  monitor_.emplace(comm_, f_.monitor);
+  monitor_.emplace(*comm_, f_.monitor);
   const int first_epoch = epoch_of(resumed_steps_);
   for (int e = 0; e < first_epoch; ++e) shuffle();  // where the resumed run's data order stands
   start_ = Clock::now();
@@ -148,14 +162,62 @@ void Trainer::train() {
     shuffle();
     double loss_sum = 0;
     const std::size_t first = epoch == first_epoch ? step_in_epoch(resumed_steps_) : 0;
-    for (std::size_t s = first; s < steps_per_epoch_; ++s) {
-      step(s, loss_sum);
+    for (std::size_t s = first; s < steps_per_epoch_;) {
+      const double loss_before = loss_sum;
+      if (!survive([&] { step(s, loss_sum); })) {
+        loss_sum = loss_before;
+        continue;  // the step again, over the survivors
+      }
       ++steps_done_;
       probe_target(epoch, s);
       progress(epoch, s, loss_sum, s + 1 - first);
-      if (f_.checkpoint_every && steps_done_ % f_.checkpoint_every == 0 && s + 1 != steps_per_epoch_) checkpoint();
+      if (f_.checkpoint_every && steps_done_ % f_.checkpoint_every == 0 && s + 1 != steps_per_epoch_)
+        while (!survive([&] { checkpoint(); })) {
+        }
+      ++s;
     }
-    end_epoch(epoch);
+    while (!survive([&] { end_epoch(epoch); })) {
+    }
+  }
+}
+
+// Runs `part`; under HOPWISE_ELASTIC=shrink a failure of a collective is survived: the survivors agree on who is
+// left, the reducer, averager and monitor are rebuilt over them and false says to do the part again. The
+// parameters are those the part started from: a step fails in the reducer's finish(), before the optimizer step.
+bool Trainer::survive(const std::function<void()>& part) {
+  if (!elastic_ || !elastic_->options().shrink) {
+    part();
+    return true;
+  }
+  try {
+    part();
+    return true;
+  } catch (const hopwise::Error& e) {
+    const std::string why = e.what();
+    const auto t0 = Clock::now();
+    reducer_.reset();  // each holds the old communicator
+    averager_.reset();
+    if (monitor_) monitor_->finish();
+    monitor_.reset();
+    const hc::ElasticEvent ev = elastic_->shrink(why);
+    comm_ = &elastic_->comm();
+    rank_ = comm_->rank();
+    p_ = comm_->size();
+    comm_->set_algorithm(hc::parse_algorithm(f_.algo));
+    split_batch();
+    make_reducer();
+    averager_.emplace(*comm_, hc::AveragingSpec::parse(f_.averaging), model_.params(), model_.parameter_count());
+    monitor_.emplace(*comm_, f_.monitor);
+    trace_.rank = rank_;
+    ++sum_.elastic_events;
+    ++sum_.steps_redone;
+    sum_.stood_still_s += ms(Clock::now() - t0) / 1e3;
+    hopwise::log::end_console_line();
+    if (rank_ == 0)
+      fmt::print("elastic: {} at step {}; the step is done again with {} image(s) per rank (global batch {} kept)\n",
+                 ev.describe(), steps_done_, local_, f_.batch);
+    std::fflush(stdout);
+    return false;
   }
 }
 
@@ -173,26 +235,25 @@ void Trainer::checkpoint() {
   const auto a0 = Clock::now();
   averager_->full_average();
   totals_.averaging_ms += ms(Clock::now() - a0);
-  save_checkpoint(comm_, f_.checkpoint, {steps_done_, p_, f_.batch, run_, averager_->save()}, model_.params(),
+  save_checkpoint(*comm_, f_.checkpoint, {steps_done_, p_, f_.batch, run_, averager_->save()}, model_.params(),
                   model_.velocity(), model_.parameter_count());
 }
 
 void Trainer::step(std::size_t s, double& loss_sum) {
   const auto t0 = Clock::now();
   for (int j = 0; j < local_; ++j) {  // this rank's slice of the global batch
-    const std::size_t idx =
-        order_[s * static_cast<std::size_t>(f_.batch) + static_cast<std::size_t>(rank_ * local_ + j)];
+    const std::size_t idx = order_[s * static_cast<std::size_t>(f_.batch) + static_cast<std::size_t>(first_ + j)];
     std::memcpy(xb_.data() + static_cast<std::size_t>(j) * px_, train_.images.data() + idx * px_, px_ * sizeof(float));
     yb_[static_cast<std::size_t>(j)] = train_.labels[idx];
   }
   hc::ModelAverager& averager = *averager_;
-  reducer_.set_scope(averager.gradient_scope());
-  loss_sum += model_.forward(xb_.data(), yb_.data(), local_);
+  reducer_->set_scope(averager.gradient_scope());
+  loss_sum += model_.forward(xb_.data(), yb_.data(), local_, grad_scale_);
   if (rank_ == f_.straggler) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(f_.straggle_ms));
   const auto t_fwd = Clock::now();
   Clock::time_point layer_start;
   const std::size_t steps = totals_.steps;
-  model_.backward([&](int i) { reducer_.mark_ready(i); },
+  model_.backward([&](int i) { reducer_->mark_ready(i); },
                   [&](int l, bool begin) {
                     if (begin)
                       layer_start = Clock::now();
@@ -200,7 +261,7 @@ void Trainer::step(std::size_t s, double& loss_sum) {
                       trace_.span(fmt::format("backward layer{}", l + 1), "compute", layer_start, Clock::now(), 0);
                   });
   const auto t_bwd = Clock::now();
-  const hc::StepStats st = reducer_.finish();
+  const hc::StepStats st = reducer_->finish();
   const double waited_before = averager.stats().wait_ms;
   averager.before_step();
   const auto t_opt = Clock::now();
@@ -212,13 +273,13 @@ void Trainer::step(std::size_t s, double& loss_sum) {
   if (steps < 200) {
     trace_.span("forward", "compute", t0, t_fwd, 0);
     trace_.span("finish (exposed comm)", "comm", t_bwd, t1, 0);
-    for (const auto& b : reducer_.last_timings())
+    for (const auto& b : reducer_->last_timings())
       trace_.span(fmt::format("allreduce bucket {} ({:.2f} MB)", b.bucket, b.bytes / 1e6), "comm", b.start, b.end, 1);
   }
   const double step_compute_ms = ms(t_bwd - t0) + ms(t_opt_end - t_opt);  // forward, backward, optimizer step
   if (monitor_->on()) {
     hc::StepSample sample{ms(t1 - t0), step_compute_ms, st.exposed_comm_ms + averaged_ms, {}};
-    for (const auto& b : reducer_.last_timings()) sample.bucket_ms.push_back(ms(b.end - b.start));
+    for (const auto& b : reducer_->last_timings()) sample.bucket_ms.push_back(ms(b.end - b.start));
     monitor_->record(sample);
   }
   Totals& t = totals_;
@@ -284,7 +345,7 @@ void Trainer::end_epoch(int epoch) {
     fmt::print("{}test accuracy {:.2f}%\n", open ? " " : "epoch " + std::to_string(epoch + 1) + ": ", 100 * acc);
   }
   if (!f_.checkpoint.empty())
-    save_checkpoint(comm_, f_.checkpoint, {steps_done_, p_, f_.batch, run_, averager_->save()}, model_.params(),
+    save_checkpoint(*comm_, f_.checkpoint, {steps_done_, p_, f_.batch, run_, averager_->save()}, model_.params(),
                     model_.velocity(), model_.parameter_count());
 }
 
@@ -301,7 +362,7 @@ double Trainer::evaluate() {
     for (int j = 0; j < n; ++j)
       correct += pred[static_cast<std::size_t>(j)] == test_.labels[a + static_cast<std::size_t>(j)];
   }
-  comm_.allreduce(&correct, &correct, 1, hopwise::DataType::kInt64, hopwise::ReduceOp::kSum);
+  comm_->allreduce(&correct, &correct, 1, hopwise::DataType::kInt64, hopwise::ReduceOp::kSum);
   return static_cast<double>(correct) / static_cast<double>(test_.size());
 }
 
@@ -313,7 +374,7 @@ void Trainer::report() {
   const double overlap_pct =
       t.comm_ms > 0 ? std::clamp(100.0 * (1 - t.gradient_exposed_ms / t.comm_ms), 0.0, 100.0) : 100.0;
   if (monitor_) monitor_->finish();
-  if (!f_.trace.empty()) write_trace(comm_, trace_, f_.trace);
+  if (!f_.trace.empty()) write_trace(*comm_, trace_, f_.trace);
   if (rank_ != 0) return;
   const hc::ModelAverager& averager = *averager_;
   const double avg_bytes = static_cast<double>(averager.stats().bytes) / n_steps;
@@ -328,6 +389,11 @@ void Trainer::report() {
   if (averager.spec().method != "sync")
     fmt::print("averaging {}: {} averagings, {:.2f} MB of parameters per step, {:.2f} ms a step waiting on them\n",
                averager.spec().to_string(), averager.stats().averages, avg_bytes / 1e6, t.averaging_ms / n_steps);
+  if (sum_.elastic_events)
+    fmt::print(
+        "elastic: {} membership change(s) survived, {} step(s) done again, {:.1f} s stood still; {} rank(s) "
+        "at the end\n",
+        sum_.elastic_events, sum_.steps_redone, sum_.stood_still_s, p_);
   if (f_.target > 0)
     std::fputs(
         sum_.seconds_to_target >= 0
@@ -337,15 +403,15 @@ void Trainer::report() {
             : fmt::format("target accuracy {:.2f}% not reached\n", 100 * f_.target).c_str(),
         stdout);
   if (!f_.trace.empty()) fmt::print("trace written to {} (open in ui.perfetto.dev or chrome://tracing)\n", f_.trace);
-  const hc::CollectiveStats cs = comm_.stats();
+  const hc::CollectiveStats cs = comm_->stats();
   std::string tuned;
-  for (const auto& e : comm_.tuning().entries)
+  for (const auto& e : comm_->tuning().entries)
     if (e.size_class >= 10)  // the gradient buckets' classes, not the job's small bookkeeping calls
       tuned += fmt::format("{}{} B {}", tuned.empty() ? "" : ", ", hc::size_class_max_bytes(e.size_class),
                            hc::to_string(e.choice));
   if (f_.tune_bucket)
-    fmt::print("bucket cap: {} MB ({}; {} buckets)\n", reducer_.bucket_mb(),
-               reducer_.tuning_bucket() ? "still tuning: too few steps" : "measured", reducer_.bucket_count());
+    fmt::print("bucket cap: {} MB ({}; {} buckets)\n", reducer_->bucket_mb(),
+               reducer_->tuning_bucket() ? "still tuning: too few steps" : "measured", reducer_->bucket_count());
   if (!tuned.empty())
     fmt::print("tuned (size class up to: choice): {}; {} trial calls, {} re-tunes, {:.1f} ms beyond the choices\n",
                tuned, cs.tuning_trials, cs.retunes, cs.tuning_excess_s * 1e3);

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <random>
 #include <string>
@@ -14,6 +15,7 @@
 #include "flags.h"
 #include "hopwise/comm/averaging.h"
 #include "hopwise/comm/communicator.h"
+#include "hopwise/comm/elastic.h"
 #include "hopwise/comm/monitor.h"
 #include "hopwise/comm/reducer.h"
 #include "mlp.h"
@@ -28,7 +30,8 @@ class Trainer {
 
   // Loads the data and builds the model, reducer and averager (rank 0's parameters to every rank), resuming from
   // flags.resume where given. Collective.
-  Trainer(comm::Communicator& comm, Flags flags);
+  // Under HOPWISE_ELASTIC=shrink `elastic` is the group `comm` belongs to: a lost rank is survived (survive()).
+  Trainer(comm::Communicator& comm, Flags flags, comm::ElasticGroup* elastic = nullptr);
   void print_plan() const;  // rank 0: ranks, transport, ring, buckets, model
   void train();             // the epochs after the resumed ones
   void report();            // rank 0: the summary line, the target, tuning, the trace and --json
@@ -41,6 +44,9 @@ class Trainer {
     std::size_t steps = 0, gradient_bytes = 0;
   };
 
+  void split_batch();
+  void make_reducer();
+  bool survive(const std::function<void()>& part);
   void shuffle();
   void resume();  // from --resume (a path, or auto: --checkpoint's newest step), or a fresh run's id
   void step(std::size_t s, double& loss_sum);
@@ -53,7 +59,8 @@ class Trainer {
   int epoch_of(std::int64_t steps) const;  // the epoch a step count ends in, and the step within it
   std::size_t step_in_epoch(std::int64_t steps) const;
 
-  comm::Communicator& comm_;
+  comm::Communicator* comm_;
+  comm::ElasticGroup* elastic_;
   Flags f_;
   int rank_, p_;
   std::string data_dir_;
@@ -61,7 +68,7 @@ class Trainer {
   int px_;
   std::size_t n_train_;
   Mlp model_;
-  comm::GradientReducer reducer_;
+  std::optional<comm::GradientReducer> reducer_;
   std::optional<comm::ModelAverager> averager_;
   std::optional<comm::Monitor> monitor_;
   std::int64_t steps_done_ = 0;     // optimizer steps since the run's start, resumed ones included
@@ -70,7 +77,8 @@ class Trainer {
   std::uint64_t run_ = 0;           // the run's id, carried in its checkpoints
   Trace trace_;
   bool tty_;
-  int local_;  // this rank's share of the batch
+  int local_ = 0, first_ = 0;  // this rank's share of the global batch, and where it starts
+  float grad_scale_ = 1;       // local_ * ranks / batch: 1 where the ranks share the batch evenly
   std::size_t steps_per_epoch_;
   std::vector<std::size_t> order_;
   std::vector<float> xb_, probe_;  // the batch's images; the ranks' mean model for the probes

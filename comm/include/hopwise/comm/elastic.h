@@ -1,0 +1,83 @@
+// Elastic membership: when a peer is lost, the survivors agree through the job's store on who is left and carry on
+// over a new communicator, without a restart (HOPWISE_ELASTIC=shrink). Each membership is a generation; generation 0
+// is the job as launched. The trainer keeps the state each step started from and redoes the step that failed
+// (train_mnist does; see the README's "When a rank dies").
+//
+// How the survivors agree (generation g, its members M): each survivor that gave up on a collective marks itself
+// alive for g in the store and waits until every member of M has, or `settle_s` passed; the first to finish its wait
+// writes the members of g+1 (those marked alive then), which every survivor reads: all hold the same list. A member
+// that marks itself later (stopped or slow past the window) reads a list without itself and is refused, naming the
+// generation, so that it cannot re-enter with a stale model. The store must outlive every rank that may die: a TCP
+// store served by rank 0 dies with it (HOPWISE_STORE=file:///shared/dir does not).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hopwise/comm/communicator.h"
+#include "hopwise/comm/store.h"
+#include "hopwise/comm/transport.h"
+
+namespace hopwise::comm {
+
+struct ElasticOptions {
+  bool shrink = false;  // carry on over the survivors when a peer is lost
+  double settle_s = 2;  // how long survivors wait for each other before agreeing on who is left
+  int min_ranks = 1;    // fewer survivors than this: the job fails (and a launcher may restart it)
+  // "off", "shrink"; settle and min_ranks from HOPWISE_ELASTIC_SETTLE_S, HOPWISE_ELASTIC_MIN_RANKS. InvalidArgument
+  // naming what is wrong.
+  static ElasticOptions parse(const std::string& mode);
+  static ElasticOptions from_env();  // HOPWISE_ELASTIC (default off)
+};
+
+// One change of membership, as every member of the new generation sees it.
+struct ElasticEvent {
+  std::int64_t generation = 0;   // the new one
+  std::vector<int> left;         // member ids (ranks of generation 0) that are gone
+  std::vector<int> members;      // the new generation's, in rank order
+  double stood_still_s = 0;      // from this rank giving up to the new communicator being ready
+  std::string describe() const;  // "generation 1: rank(s) 2 left; 3 ranks go on (0, 1, 3) after 2.4 s"
+};
+
+class ElasticGroup {
+ public:
+  // The transport of a generation: its members meet through `store` under `key`.
+  using TransportFactory = std::function<std::unique_ptr<Transport>(std::shared_ptr<Store> store, int rank, int size,
+                                                                    const std::string& key, Store::Seconds timeout)>;
+  // Generation 0: this process is member `id` of `size` (its launch rank). Collective. Default transport: UCX.
+  ElasticGroup(std::shared_ptr<Store> store, int id, int size, ElasticOptions options, Options comm_options,
+               TransportFactory transport = {});
+  // Over the job as launched (launch.h): its store and rank; InvalidArgument where the launch has no store (under
+  // mpirun: set HOPWISE_TRANSPORT=ucx; MPI cannot shrink a world communicator). Collective.
+  static std::unique_ptr<ElasticGroup> from_launch(ElasticOptions options, Options comm_options = Options::from_env());
+  ~ElasticGroup();
+
+  Communicator& comm() { return *comm_; }
+  int id() const { return id_; }
+  std::int64_t generation() const { return generation_; }
+  const std::vector<int>& members() const { return members_; }
+  const ElasticOptions& options() const { return options_; }
+
+  // After a collective failed on this rank: agree with the other survivors on who is left and rebuild comm() over
+  // them (references to the old communicator are void). Error naming the generation when this rank was left out
+  // (it answered after the survivors agreed), when fewer than min_ranks are left, or when the store is gone.
+  ElasticEvent shrink(const std::string& why);
+
+ private:
+  void build(std::int64_t generation, std::vector<int> members);
+
+  std::shared_ptr<Store> store_;
+  int id_;
+  ElasticOptions options_;
+  Options comm_options_;
+  TransportFactory transport_;
+  std::int64_t generation_ = 0;
+  std::vector<int> members_;
+  std::unique_ptr<Communicator> comm_;
+};
+
+}  // namespace hopwise::comm

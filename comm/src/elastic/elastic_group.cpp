@@ -1,0 +1,162 @@
+// Elastic membership (elastic.h): generations of members agreed through the store, each over a transport of its own.
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "hopwise/comm/elastic.h"
+#include "hopwise/comm/launch.h"
+#include "hopwise/comm/transports/ucx_transport.h"
+#include "hopwise/common/env.h"
+#include "hopwise/common/error.h"
+#include "hopwise/common/log.h"
+
+namespace hopwise::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string key(std::int64_t generation, const std::string& what) {
+  return fmt::format("hopwise/elastic/{}/{}", generation, what);
+}
+
+std::string ids_text(const std::vector<int>& ids) { return fmt::format("{}", fmt::join(ids, ",")); }
+
+std::vector<int> parse_ids(const std::string& text) {
+  std::vector<int> ids;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    ids.push_back(std::stoi(text.substr(at, comma - at)));
+    at = comma + 1;
+  }
+  return ids;
+}
+
+bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+ElasticGroup::TransportFactory ucx_factory() {
+  return [](std::shared_ptr<Store> store, int rank, int size, const std::string& name, Store::Seconds timeout) {
+    return std::make_unique<UcxTransport>(std::move(store), rank, size, name, timeout);
+  };
+}
+
+}  // namespace
+
+ElasticOptions ElasticOptions::parse(const std::string& mode) {
+  ElasticOptions o;
+  if (mode == "shrink")
+    o.shrink = true;
+  else if (!mode.empty() && mode != "off")
+    throw InvalidArgument(fmt::format(
+        "HOPWISE_ELASTIC={}: use shrink (the survivors of a lost rank carry on) or off (the job fails, and a "
+        "launcher that restarts it resumes from a checkpoint)",
+        mode));
+  o.settle_s = env::get_double("HOPWISE_ELASTIC_SETTLE_S", o.settle_s);
+  if (!(o.settle_s > 0 && o.settle_s < 3600))
+    throw InvalidArgument(fmt::format("HOPWISE_ELASTIC_SETTLE_S={}: give seconds above 0 (default 2)", o.settle_s));
+  o.min_ranks = static_cast<int>(env::get_int("HOPWISE_ELASTIC_MIN_RANKS", o.min_ranks));
+  if (o.min_ranks < 1)
+    throw InvalidArgument(fmt::format("HOPWISE_ELASTIC_MIN_RANKS={}: give a rank count of 1 or more", o.min_ranks));
+  return o;
+}
+
+ElasticOptions ElasticOptions::from_env() { return parse(env::get_or("HOPWISE_ELASTIC", "off")); }
+
+std::string ElasticEvent::describe() const {
+  return fmt::format("generation {}: rank(s) {} left; {} rank(s) go on ({}) after {:.1f} s", generation,
+                     fmt::join(left, ", "), members.size(), fmt::join(members, ", "), stood_still_s);
+}
+
+ElasticGroup::ElasticGroup(std::shared_ptr<Store> store, int id, int size, ElasticOptions options, Options comm_options,
+                           TransportFactory transport)
+    : store_(std::move(store)),
+      id_(id),
+      options_(options),
+      comm_options_(std::move(comm_options)),
+      transport_(transport ? std::move(transport) : ucx_factory()) {
+  if (size < 1 || id < 0 || id >= size)
+    throw InvalidArgument(fmt::format("ElasticGroup: member {} of {} does not exist", id, size));
+  std::vector<int> all(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) all[static_cast<std::size_t>(r)] = r;
+  build(0, std::move(all));
+}
+
+ElasticGroup::~ElasticGroup() = default;
+
+std::unique_ptr<ElasticGroup> ElasticGroup::from_launch(ElasticOptions options, Options comm_options) {
+  const Launch l = detect_launch();
+  if (l.store.empty() && l.size > 1)
+    throw InvalidArgument(fmt::format(
+        "HOPWISE_ELASTIC: {} runs over {}, which cannot shrink (MPI cannot shrink a world communicator); set "
+        "HOPWISE_TRANSPORT=ucx so that the ranks meet through a store",
+        l.launcher, l.transport));
+  const Store::Seconds timeout(comm_options.timeout_s);
+  return std::make_unique<ElasticGroup>(l.size > 1 ? launch_store(l, timeout) : std::make_shared<InProcessStore>(),
+                                        l.rank, l.size, options, std::move(comm_options));
+}
+
+void ElasticGroup::build(std::int64_t generation, std::vector<int> members) {
+  comm_.reset();  // the old generation's first: its transport lets go of the peers that are gone
+  const auto at = std::find(members.begin(), members.end(), id_);
+  const int rank = static_cast<int>(at - members.begin()), size = static_cast<int>(members.size());
+  auto transport =
+      transport_(store_, rank, size, key(generation, "transport"), Store::Seconds(comm_options_.timeout_s));
+  comm_ = std::make_unique<Communicator>(std::move(transport), comm_options_);
+  generation_ = generation;
+  members_ = std::move(members);
+}
+
+ElasticEvent ElasticGroup::shrink(const std::string& why) {
+  const auto t0 = Clock::now();
+  const std::int64_t g = generation_;
+  const auto n = static_cast<std::int64_t>(members_.size());
+  std::vector<int> next;
+  try {
+    store_->set(key(g, fmt::format("alive/{}", id_)), "1");
+    store_->add(key(g, "alive"), 1);
+    const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(Store::Seconds(options_.settle_s));
+    while (store_->add(key(g, "alive"), 0) < n && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (store_->add(key(g, "proposer"), 1) == 1) {  // the first to finish waiting writes the list
+      std::vector<int> alive;
+      for (int m : members_)
+        if (store_->check({key(g, fmt::format("alive/{}", m))})) alive.push_back(m);
+      store_->set(key(g + 1, "members"), ids_text(alive));
+    }
+    next = parse_ids(store_->get(key(g + 1, "members"), Store::Seconds(comm_options_.timeout_s)));
+  } catch (const std::exception& e) {
+    throw Error(fmt::format(
+        "elastic: rank {} cannot agree with the survivors of generation {} through the store ({}); a store served by "
+        "a rank dies with it: give the job one that outlives any rank (HOPWISE_STORE=file:///shared/dir). The "
+        "failure: {}",
+        id_, g, e.what(), why));
+  }
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!contains(next, id_))
+    throw Error(fmt::format(
+        "elastic: rank {} was left out of generation {}: ranks {} agreed on it without this rank, which gave up on "
+        "generation {} too late (stopped or slow past their {:.1f} s wait); its model is stale, so it cannot "
+        "re-enter: exit (a restart of the job brings it back)",
+        id_, g + 1, fmt::join(next, ", "), g, options_.settle_s));
+  if (next.size() == members_.size())
+    throw Error(fmt::format(
+        "elastic: every rank of generation {} answered after {:.1f} s: the failure was not a lost rank, so shrinking "
+        "cannot help: {}",
+        g, waited, why));
+  if (static_cast<int>(next.size()) < options_.min_ranks)
+    throw Error(fmt::format("elastic: only {} rank(s) left ({}), fewer than HOPWISE_ELASTIC_MIN_RANKS={}: {}",
+                            next.size(), fmt::join(next, ", "), options_.min_ranks, why));
+  ElasticEvent event;
+  for (int m : members_)
+    if (!contains(next, m)) event.left.push_back(m);
+  build(g + 1, next);
+  event.generation = generation_;
+  event.members = members_;
+  event.stood_still_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return event;
+}
+
+}  // namespace hopwise::comm
