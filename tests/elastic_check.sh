@@ -1,0 +1,83 @@
+#!/bin/bash
+# HOPWISE_ELASTIC=shrink as a user meets it: 4 ranks of train_mnist (100 steps) started as a harness does (torchrun's
+# variables, nothing that ends the job when a rank dies) meeting through a file store, which outlives any rank.
+#   kill R: rank R is killed with SIGKILL a quarter into the run; the survivors agree on who is left, redo the step
+#           and finish by themselves, within 5 s of standstill, with the test accuracy of an uninterrupted run
+#           within 0.3 point (the global batch is kept, so the course barely changes).
+#   stop:   rank 1 is stopped (SIGSTOP) for STOP_S seconds (default 8), then continued: the survivors go on without
+#           it, and it is refused with a line naming the generation it was left out of.
+#   elastic_check.sh TRAIN_MNIST WORKDIR "kill 2" ["kill 0"] ["stop"]...
+set -euo pipefail
+train=$1 dir=$2
+shift 2
+np=4 stop_s=${STOP_S:-8}
+rm -rf "$dir"
+mkdir -p "$dir"
+flags=(--epochs 1 --limit 12800 --batch 128 --algo ring)
+accuracy() { /usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['$2'])" "$1"; }
+pids=()
+start() {  # NAME [ENV...]: the job's ranks in the background, logs $dir/NAME.rankR, summary $dir/NAME.json
+  local name=$1 port
+  shift
+  port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  pids=()
+  for ((r = 0; r < np; r++)); do
+    env RANK=$r WORLD_SIZE=$np LOCAL_RANK=$r LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      HOPWISE_STORE="file://$dir/$name.store" HOPWISE_TIMEOUT_S=3 "$@" \
+      "$train" "${flags[@]}" --json "$dir/$name.json" > "$dir/$name.rank$r" 2>&1 &
+    pids+=($!)
+  done
+}
+finish() {  # waits for every rank; prints "rank R: rc" lines
+  for ((r = 0; r < np; r++)); do
+    rc=0
+    wait "${pids[$r]}" || rc=$?
+    echo "rank $r: $rc"
+  done
+}
+quarter() {  # waits until some rank printed the progress line at 25% (the job's rank 0 prints it)
+  for _ in $(seq 1 1200); do
+    grep -qs "25% loss" "$dir/$1".rank* && return
+    sleep 0.05
+  done
+  echo "the job never reached 25%"; exit 1
+}
+
+start straight
+finish > "$dir/straight.rc"
+grep -q "rank 0: 0" "$dir/straight.rc" || { cat "$dir/straight.rank0"; echo "the uninterrupted run failed"; exit 1; }
+straight=$(accuracy "$dir/straight.json" test_accuracy)
+echo "uninterrupted, 4 ranks: test accuracy $straight"
+
+for scenario in "$@"; do
+  set -- $scenario
+  name=$1${2:-} victim=${2:-1}
+  start "$name" HOPWISE_ELASTIC=shrink
+  quarter "$name"
+  if [ "$1" = kill ]; then
+    kill -9 "${pids[$victim]}"
+  else
+    kill -STOP "${pids[$victim]}"
+    sleep "$stop_s"
+    kill -CONT "${pids[$victim]}"
+  fi
+  finish > "$dir/$name.rc"
+  for ((r = 0; r < np; r++)); do
+    [ "$r" = "$victim" ] && continue
+    grep -q "rank $r: 0" "$dir/$name.rc" || { cat "$dir/$name.rank$r"; echo "$scenario: survivor $r failed"; exit 1; }
+  done
+  line=$(grep -h "^elastic: generation 1: rank(s) $victim left; 3 rank(s) go on" "$dir/$name".rank* || true)
+  [ -n "$line" ] || { cat "$dir/$name".rank*; echo "$scenario: no line said that rank $victim left"; exit 1; }
+  got=$(accuracy "$dir/$name.json" test_accuracy) still=$(accuracy "$dir/$name.json" stood_still_s)
+  echo "$scenario: $line"
+  echo "$scenario: test accuracy $got (uninterrupted $straight); stood still ${still} s"
+  /usr/bin/python3 -c "import sys; a, b, s = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 0.003 or s > 5)" \
+    "$got" "$straight" "$still" || { echo "$scenario: more than 0.3 point off, or stood still over 5 s"; exit 1; }
+  if [ "$1" = stop ]; then
+    grep -q "rank $victim: 0" "$dir/$name.rc" && { echo "the stopped rank was let back in"; exit 1; }
+    grep -q "rank $victim was left out of generation 1" "$dir/$name.rank$victim" ||
+      { cat "$dir/$name.rank$victim"; echo "the stopped rank did not say why it was refused"; exit 1; }
+    echo "$scenario: rank $victim said: $(grep -o "rank $victim was left out of generation 1[^;]*" "$dir/$name.rank$victim" | head -1)"
+  fi
+done
+echo "elastic ok"
