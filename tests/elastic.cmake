@@ -6,6 +6,14 @@ if(HOPWISE_TORCHRUN)
                    --no-python $<TARGET_FILE:train_mnist> --epochs 1 --limit 25600 --algo ring)
   set_tests_properties(train_mnist_restart_torchrun_np2 PROPERTIES LABELS "torchrun;elastic" TIMEOUT 600
                        PROCESSORS 2 PASS_REGULAR_EXPRESSION "restart path ok")
+  # Ten kills in one run, each of a random rank after every 5 steps' checkpoint: the job finishes with the
+  # uninterrupted run's accuracy, nothing lost, no hang.
+  add_test(NAME train_mnist_restart_10_kills_np2
+           COMMAND /usr/bin/env RUNS=x10 EVERY=5 KILL_AFTER=5 ${CMAKE_CURRENT_SOURCE_DIR}/restart_check.sh
+                   ${HOPWISE_TORCHRUN} ${CMAKE_BINARY_DIR}/restart_10_kills 2 --no-python $<TARGET_FILE:train_mnist>
+                   --epochs 1 --limit 12800 --algo ring)
+  set_tests_properties(train_mnist_restart_10_kills_np2 PROPERTIES LABELS "torchrun;elastic" TIMEOUT 600
+                       PROCESSORS 2 PASS_REGULAR_EXPRESSION "restart path ok")
 endif()
 # The same through PyTorch: the DDP example with a hopwise hook, its state in hopwise.torch.Checkpoints' files.
 # fp16:ef=1 keeps its state per parameter and resumes exactly; a codec that scales over a whole bucket (int8) sees

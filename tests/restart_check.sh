@@ -1,7 +1,7 @@
 #!/bin/bash
-# The restart path as a user meets it: a trainer (train_mnist, or the torch example) under torchrun --max-restarts 2
+# The restart path as a user meets it: a trainer (train_mnist, or the torch example) under torchrun --max-restarts
 # with --checkpoint-every and --resume auto; once a checkpoint is in place, one rank is killed with SIGKILL (rank 1,
-# then in a second run rank 0, which serves the job's store). torchrun stops the others and starts every rank again;
+# then in a second run rank 0, which serves the job's store; or RUNS=x10: ten kills of random ranks in one run). torchrun stops the others and starts every rank again;
 # they agree on the newest step all of them hold, resume there and finish by themselves with the test accuracy of an
 # uninterrupted run of the same flags and seed (the same model: a resumed step is computed as it was). Prints each
 # run's wall time and the time the kill cost.
@@ -14,8 +14,8 @@ shift 3
 program=("$@")
 rm -rf "$dir"
 mkdir -p "$dir"
-launch() {  # NAME: a torchrun job writing $dir/NAME.{log,json}, checkpoints $dir/NAME.step*
-  "$torchrun" --standalone --nproc-per-node "$np" --max-restarts 2 --monitor-interval 0.2 "${program[@]}" \
+launch() {  # NAME [RESTARTS]: a torchrun job writing $dir/NAME.{log,json}, checkpoints $dir/NAME.step*
+  "$torchrun" --standalone --nproc-per-node "$np" --max-restarts "$((${2:-1} + 1))" --monitor-interval 0.2 "${program[@]}" \
     --checkpoint-every "$every" --resume auto --checkpoint "$dir/$1" --json "$dir/$1.json" > "$dir/$1.log" 2>&1
 }
 now() { date +%s.%N; }
@@ -33,28 +33,39 @@ straight_s=$(since "$t0")
 straight=$(accuracy "$dir/straight.json")
 echo "uninterrupted: test accuracy $straight, ${straight_s} s"
 
-for victim in 1 0; do
-  name=kill$victim
+# RUNS: one job per word: a rank's number (that rank killed once), or xN (N kills, each of a random rank, after
+# every EVERY steps); default "1 0".
+for run in ${RUNS:-1 0}; do
+  name=kill$run kills=1
+  [[ $run == x* ]] && kills=${run#x}
   t0=$(now)
-  launch "$name" &
+  launch "$name" "$kills" &
   job=$!
-  for _ in $(seq 1 6000); do  # step KILL_AFTER's checkpoint, then the kill
-    [ -e "$dir/$name.step$kill_after.rank0" ] && [ -e "$dir/$name.step$kill_after.rank$((np - 1))" ] && break
-    kill -0 "$job" 2> /dev/null || break
-    sleep 0.05
+  for ((k = 0; k < kills; k++)); do
+    step=$((kill_after + k * every))
+    for _ in $(seq 1 6000); do  # the checkpoint of `step`, then the kill
+      [ -e "$dir/$name.step$step.rank0" ] && [ -e "$dir/$name.step$step.rank$((np - 1))" ] && break
+      kill -0 "$job" 2> /dev/null || break
+      sleep 0.05
+    done
+    sleep "$kill_delay"
+    victim=$run
+    [[ $run == x* ]] && victim=$((RANDOM % np))
+    pid=$(rank_pid "$victim" "$name")
+    [ -n "$pid" ] || { wait "$job" || true; cat "$dir/$name.log"; echo "rank $victim was not found running"; exit 1; }
+    kill -9 "$pid"
+    echo "killed rank $victim (pid $pid) at $(since "$t0") s, after step $step's checkpoint"
   done
-  sleep "$kill_delay"
-  pid=$(rank_pid "$victim" "$name")
-  [ -n "$pid" ] || { wait "$job" || true; cat "$dir/$name.log"; echo "rank $victim was not found running"; exit 1; }
-  kill -9 "$pid"
-  echo "killed rank $victim (pid $pid) at $(since "$t0") s, after $(cd "$dir" && ls $name.step*.rank0 | sed 's/.*step\([0-9]*\).*/\1/' | sort -n | tail -1) steps checkpointed"
   rc=0
   wait "$job" || rc=$?
   took=$(since "$t0")
-  [ "$rc" = 0 ] || { cat "$dir/$name.log"; echo "the job did not finish by itself after the kill (rc $rc)"; exit 1; }
-  grep -q "resumed at step" "$dir/$name.log" || { cat "$dir/$name.log"; echo "the restarted ranks did not resume"; exit 1; }
+  [ "$rc" = 0 ] || { cat "$dir/$name.log"; echo "the job did not finish by itself after the kills (rc $rc)"; exit 1; }
+  # torchrun says each failed attempt once; an attempt killed before its first line printed none.
+  failed=$(grep -c "failed (exitcode" "$dir/$name.log" || true)
+  [ "$failed" = "$kills" ] || { cat "$dir/$name.log"; echo "$kills kill(s) but torchrun saw $failed failure(s)"; exit 1; }
+  grep -q "resumed at step" "$dir/$name.log" || { cat "$dir/$name.log"; echo "no restarted attempt resumed"; exit 1; }
   got=$(accuracy "$dir/$name.json")
-  echo "rank $victim killed: $(grep -o 'resumed at step [0-9]*' "$dir/$name.log" | head -1); test accuracy $got (uninterrupted $straight); ${took} s (+$(awk -v a="$took" -v b="$straight_s" 'BEGIN { printf "%.1f", a - b }') s)"
+  echo "$kills kill(s): resumed at steps $(grep -o 'resumed at step [0-9]*' "$dir/$name.log" | awk '{printf "%s%s", sep, $4; sep=", "}'); test accuracy $got (uninterrupted $straight); ${took} s (+$(awk -v a="$took" -v b="$straight_s" 'BEGIN { printf "%.1f", a - b }') s)"
   /usr/bin/python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 0.003)" "$got" "$straight" ||
     { echo "the restarted run's accuracy is more than 0.3 point from the uninterrupted run's"; exit 1; }
 done

@@ -138,6 +138,7 @@ void Trainer::print_plan() const {
       resumed_from_.empty() ? std::string()
                             : fmt::format("; resumed at step {} (epoch {}, step {} of it) from {}", resumed_steps_,
                                           epoch_of(resumed_steps_) + 1, step_in_epoch(resumed_steps_), resumed_from_));
+  std::fflush(stdout);  // a log file holds it even if this process is killed next (a restart's resume line)
 }
 
 void Trainer::shuffle() {
