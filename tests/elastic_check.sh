@@ -6,6 +6,8 @@
 #           within 0.3 point (the global batch is kept, so the course barely changes).
 #   stop:   rank 1 is stopped (SIGSTOP) for STOP_S seconds (default 8), then continued: the survivors go on without
 #           it, and it is refused with a line naming the generation it was left out of.
+#   grow:   3 ranks start; once they train, a fourth process starts and joins (HOPWISE_ELASTIC_JOIN=1): it comes in at a step
+#           boundary, and at the end every rank holds the same parameters, bit for bit.
 #   elastic_check.sh TRAIN_MNIST WORKDIR "kill 2" ["kill 0"] ["stop"]...
 set -euo pipefail
 train=$1 dir=$2
@@ -16,13 +18,14 @@ mkdir -p "$dir"
 flags=(--epochs 1 --limit 12800 --batch 128 --algo ring)
 accuracy() { /usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['$2'])" "$1"; }
 pids=()
+port=0
 start() {  # NAME [ENV...]: the job's ranks in the background, logs $dir/NAME.rankR, summary $dir/NAME.json
-  local name=$1 port
+  local name=$1
   shift
   port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   pids=()
-  for ((r = 0; r < np; r++)); do
-    env RANK=$r WORLD_SIZE=$np LOCAL_RANK=$r LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+  for ((r = 0; r < ${size:-$np}; r++)); do
+    env RANK=$r WORLD_SIZE=${size:-$np} LOCAL_RANK=$r LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       HOPWISE_STORE="file://$dir/$name.store" HOPWISE_TIMEOUT_S=3 "$@" \
       "$train" "${flags[@]}" --json "$dir/$name.json" > "$dir/$name.rank$r" 2>&1 &
     pids+=($!)
@@ -35,9 +38,9 @@ finish() {  # waits for every rank; prints "rank R: rc" lines
     echo "rank $r: $rc"
   done
 }
-quarter() {  # waits until some rank printed the progress line at 25% (the job's rank 0 prints it)
+quarter() {  # NAME [PATTERN]: waits until some rank printed the progress line at 25% (the job's rank 0 prints it)
   for _ in $(seq 1 1200); do
-    grep -qs "25% loss" "$dir/$1".rank* && return
+    grep -qs "${2:-25% loss}" "$dir/$1".rank* && return
     sleep 0.05
   done
   echo "the job never reached 25%"; exit 1
@@ -52,6 +55,23 @@ echo "uninterrupted, 4 ranks: test accuracy $straight"
 for scenario in "$@"; do
   set -- $scenario
   name=$1${2:-} victim=${2:-1}
+  if [ "$1" = grow ]; then
+    size=3 start grow HOPWISE_ELASTIC=shrink,grow
+    quarter grow "^model "  # training starts: the newcomer, starting now, comes in some steps later
+    env RANK=1 WORLD_SIZE=3 LOCAL_RANK=1 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      HOPWISE_STORE="file://$dir/grow.store" HOPWISE_TIMEOUT_S=3 HOPWISE_ELASTIC=shrink,grow HOPWISE_ELASTIC_JOIN=1 \
+      "$train" "${flags[@]}" > "$dir/grow.rank3" 2>&1 &
+    pids+=($!)
+    finish > "$dir/grow.rc"
+    [ "$(grep -c ": 0$" "$dir/grow.rc")" = 4 ] || { cat "$dir/grow.rc" "$dir"/grow.rank*; echo "grow: a rank failed"; exit 1; }
+    line=$(grep -h "^elastic: generation 1: rank(s) 3 joined; 4 rank(s) go on" "$dir/grow.rank0" || true)
+    [ -n "$line" ] || { cat "$dir"/grow.rank*; echo "grow: no line said that rank 3 joined"; exit 1; }
+    grep -q "^elastic: the parameters are bit-identical on the 4 rank(s)" "$dir/grow.rank0" ||
+      { cat "$dir/grow.rank0"; echo "grow: the ranks' parameters differ"; exit 1; }
+    got=$(accuracy "$dir/grow.json" test_accuracy)
+    echo "grow: $line; parameters bit-identical on 4 ranks; test accuracy $got (4 ranks throughout: $straight)"
+    continue
+  fi
   start "$name" HOPWISE_ELASTIC=shrink
   quarter "$name"
   if [ "$1" = kill ]; then

@@ -19,11 +19,12 @@ namespace {
 namespace ex = hopwise::examples;
 
 int run(int argc, char** argv) {
-  // HOPWISE_ELASTIC=shrink: the ranks form an elastic group (over a store; UCX), whose survivors carry on.
+  // HOPWISE_ELASTIC=shrink|grow: the ranks form an elastic group (over a store; UCX), whose survivors carry on and
+  // which processes started later (HOPWISE_ELASTIC_JOIN=1) join.
   const auto elastic_options = hopwise::comm::ElasticOptions::from_env();
   std::unique_ptr<hopwise::comm::ElasticGroup> elastic;
   std::unique_ptr<hopwise::comm::Communicator> plain;
-  if (elastic_options.shrink)
+  if (elastic_options.shrink || elastic_options.grow)
     elastic = hopwise::comm::ElasticGroup::from_launch(elastic_options);
   else
     plain = std::make_unique<hopwise::comm::Communicator>();
@@ -32,9 +33,9 @@ int run(int argc, char** argv) {
   ex::Flags f;
   try {
     f = ex::parse_flags(argc, argv);
-    if (f.batch % p != 0)
+    if (f.batch < p)  // a batch the ranks do not divide is shared as evenly as it goes (Trainer::split_batch)
       throw hopwise::InvalidArgument(
-          fmt::format("--batch {} is not a multiple of the {} ranks; use e.g. {}", f.batch, p, (f.batch / p + 1) * p));
+          fmt::format("--batch {} leaves some of the {} ranks without an image; use at least {}", f.batch, p, p));
   } catch (const hopwise::InvalidArgument& e) {
     if (rank == 0) std::fprintf(stderr, "train_mnist: %s\n", e.what());
     return 2;

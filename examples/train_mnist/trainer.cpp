@@ -55,7 +55,15 @@ Trainer::Trainer(hc::Communicator& comm, Flags flags, hc::ElasticGroup* elastic)
   comm.set_algorithm(hc::parse_algorithm(f_.algo));
   split_batch();
   make_reducer();
-  resume();
+  if (elastic_ && elastic_->joined_late()) {  // a newcomer: the members send where they stand
+    averager_.emplace(comm, hc::AveragingSpec::parse(f_.averaging), model_.params(), model_.parameter_count());
+    share_state();
+    resumed_steps_ = steps_done_;
+    resumed_from_ = "the running job (joined)";
+    just_joined_ = true;
+  } else {
+    resume();
+  }
   sum_.target_accuracy = f_.target;
 }
 
@@ -133,7 +141,8 @@ void Trainer::print_plan() const {
   fmt::print(
       "model {}-{}-{}-10: {} parameters ({:.1f} MB of gradients per step); batch {} ({} per rank); "
       "overlap {}; compression {}; averaging {}{}\n",
-      px_, f_.hidden, f_.hidden, model_.parameter_count(), model_.parameter_count() * 4 / 1e6, f_.batch, local_,
+      px_, f_.hidden, f_.hidden, model_.parameter_count(), model_.parameter_count() * 4 / 1e6, f_.batch,
+      f_.batch % p_ ? fmt::format("{} or {}", f_.batch / p_ + 1, f_.batch / p_) : std::to_string(local_),
       f_.overlap ? "on" : "off (--no-overlap)", f_.compression, averager_->spec().to_string(),
       resumed_from_.empty() ? std::string()
                             : fmt::format("; resumed at step {} (epoch {}, step {} of it) from {}", resumed_steps_,
@@ -164,6 +173,12 @@ void Trainer::train() {
     double loss_sum = 0;
     const std::size_t first = epoch == first_epoch ? step_in_epoch(resumed_steps_) : 0;
     for (std::size_t s = first; s < steps_per_epoch_;) {
+      if (elastic_ && elastic_->options().grow) {
+        if (just_joined_)
+          just_joined_ = false;  // the members asked at this boundary already, before letting this process in
+        else if (!survive([&] { grow(); }))
+          continue;
+      }
       const double loss_before = loss_sum;
       if (!survive([&] { step(s, loss_sum); })) {
         loss_sum = loss_before;
@@ -185,6 +200,60 @@ void Trainer::train() {
 // Runs `part`; under HOPWISE_ELASTIC=shrink a failure of a collective is survived: the survivors agree on who is
 // left, the reducer, averager and monitor are rebuilt over them and false says to do the part again. The
 // parameters are those the part started from: a step fails in the reducer's finish(), before the optimizer step.
+// Whether every rank holds the same parameters, bit for bit (a hash of each rank's, compared). Collective.
+bool Trainer::parameters_identical() {
+  std::uint64_t h = 1469598103934665603ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(model_.params());
+  for (std::size_t i = 0; i < model_.parameter_count() * sizeof(float); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  std::vector<std::int64_t> all(static_cast<std::size_t>(p_));
+  const auto mine = static_cast<std::int64_t>(h);
+  comm_->allgather(&mine, all.data(), 1, hopwise::DataType::kInt64);
+  return std::all_of(all.begin(), all.end(), [&](std::int64_t v) { return v == all[0]; });
+}
+
+// Over the group's new communicator: this rank's place, its slice of the batch, a reducer, averager and monitor.
+void Trainer::rejoin_group() {
+  comm_ = &elastic_->comm();
+  rank_ = comm_->rank();
+  p_ = comm_->size();
+  trace_.rank = rank_;
+  comm_->set_algorithm(hc::parse_algorithm(f_.algo));
+  split_batch();
+  make_reducer();
+  averager_.emplace(*comm_, hc::AveragingSpec::parse(f_.averaging), model_.params(), model_.parameter_count());
+}
+
+// HOPWISE_ELASTIC=grow, at a step boundary: newcomers waiting are let in and sent the state (share_state()).
+void Trainer::grow() {
+  if (!elastic_->newcomers_waiting()) return;
+  const auto t0 = Clock::now();
+  if (monitor_) monitor_->finish();  // collective on the old communicator, which still works
+  monitor_.reset();
+  reducer_.reset();
+  averager_.reset();
+  const hc::ElasticEvent ev = elastic_->admit();
+  rejoin_group();
+  share_state();
+  monitor_.emplace(*comm_, f_.monitor);
+  ++sum_.elastic_events;
+  sum_.stood_still_s += ms(Clock::now() - t0) / 1e3;
+  hopwise::log::end_console_line();
+  if (rank_ == 0)
+    fmt::print("elastic: {} at step {}; {} image(s) per rank (global batch {} kept)\n", ev.describe(), steps_done_,
+               local_, f_.batch);
+  std::fflush(stdout);
+}
+
+// Rank 0's position, run id, parameters and momentum to every rank: a newcomer starts where the others stand.
+void Trainer::share_state() {
+  std::int64_t head[2] = {steps_done_, static_cast<std::int64_t>(run_)};
+  comm_->broadcast(head, 2, hopwise::DataType::kInt64, 0);
+  comm_->broadcast(model_.params(), model_.parameter_count(), hopwise::DataType::kFloat32, 0);
+  comm_->broadcast(model_.velocity(), model_.parameter_count(), hopwise::DataType::kFloat32, 0);
+  steps_done_ = head[0];
+  run_ = static_cast<std::uint64_t>(head[1]);
+}
+
 bool Trainer::survive(const std::function<void()>& part) {
   if (!elastic_ || !elastic_->options().shrink) {
     part();
@@ -196,20 +265,11 @@ bool Trainer::survive(const std::function<void()>& part) {
   } catch (const hopwise::Error& e) {
     const std::string why = e.what();
     const auto t0 = Clock::now();
-    reducer_.reset();  // each holds the old communicator
+    reducer_.reset();  // each holds the old communicator, which failed (no collective on it now)
     averager_.reset();
-    if (monitor_) monitor_->finish();
     monitor_.reset();
     const hc::ElasticEvent ev = elastic_->shrink(why);
-    comm_ = &elastic_->comm();
-    rank_ = comm_->rank();
-    p_ = comm_->size();
-    comm_->set_algorithm(hc::parse_algorithm(f_.algo));
-    split_batch();
-    make_reducer();
-    averager_.emplace(*comm_, hc::AveragingSpec::parse(f_.averaging), model_.params(), model_.parameter_count());
-    monitor_.emplace(*comm_, f_.monitor);
-    trace_.rank = rank_;
+    rejoin_group();
     ++sum_.elastic_events;
     ++sum_.steps_redone;
     sum_.stood_still_s += ms(Clock::now() - t0) / 1e3;
@@ -376,7 +436,10 @@ void Trainer::report() {
       t.comm_ms > 0 ? std::clamp(100.0 * (1 - t.gradient_exposed_ms / t.comm_ms), 0.0, 100.0) : 100.0;
   if (monitor_) monitor_->finish();
   if (!f_.trace.empty()) write_trace(*comm_, trace_, f_.trace);
+  const bool same = elastic_ && parameters_identical();
   if (rank_ != 0) return;
+  if (elastic_)
+    fmt::print("elastic: the parameters are {} on the {} rank(s)\n", same ? "bit-identical" : "NOT identical", p_);
   const hc::ModelAverager& averager = *averager_;
   const double avg_bytes = static_cast<double>(averager.stats().bytes) / n_steps;
   fmt::print(

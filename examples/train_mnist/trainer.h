@@ -47,6 +47,10 @@ class Trainer {
   void split_batch();
   void make_reducer();
   bool survive(const std::function<void()>& part);
+  void rejoin_group();
+  void grow();
+  void share_state();
+  bool parameters_identical();
   void shuffle();
   void resume();  // from --resume (a path, or auto: --checkpoint's newest step), or a fresh run's id
   void step(std::size_t s, double& loss_sum);
@@ -75,6 +79,7 @@ class Trainer {
   std::int64_t resumed_steps_ = 0;  // of which a checkpoint held these
   std::string resumed_from_;        // the checkpoint's path; empty: a fresh run
   std::uint64_t run_ = 0;           // the run's id, carried in its checkpoints
+  bool just_joined_ = false;        // a newcomer before its first step
   Trace trace_;
   bool tty_;
   int local_ = 0, first_ = 0;  // this rank's share of the global batch, and where it starts

@@ -3,6 +3,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "hopwise/comm/elastic.h"
@@ -47,13 +49,27 @@ ElasticGroup::TransportFactory ucx_factory() {
 
 ElasticOptions ElasticOptions::parse(const std::string& mode) {
   ElasticOptions o;
-  if (mode == "shrink")
-    o.shrink = true;
-  else if (!mode.empty() && mode != "off")
-    throw InvalidArgument(fmt::format(
-        "HOPWISE_ELASTIC={}: use shrink (the survivors of a lost rank carry on) or off (the job fails, and a "
-        "launcher that restarts it resumes from a checkpoint)",
-        mode));
+  std::size_t at = 0;
+  while (mode != "off" && at < mode.size()) {
+    const std::size_t comma = std::min(mode.find(',', at), mode.size());
+    const std::string word = mode.substr(at, comma - at);
+    if (word == "shrink")
+      o.shrink = true;
+    else if (word == "grow")
+      o.grow = true;
+    else
+      throw InvalidArgument(fmt::format(
+          "HOPWISE_ELASTIC={}: '{}' is not a mode; use shrink (the survivors of a lost rank carry on), grow "
+          "(processes started later join), shrink,grow, or off (a lost rank fails the job; a launcher that restarts "
+          "it resumes from a checkpoint)",
+          mode, word));
+    at = comma + 1;
+  }
+  o.join = env::get_or("HOPWISE_ELASTIC_JOIN", "0") == "1";
+  if (o.join && !o.grow)
+    throw InvalidArgument(
+        "HOPWISE_ELASTIC_JOIN=1 joins a running job, which must let newcomers in: "
+        "HOPWISE_ELASTIC=grow (or shrink,grow) on every process");
   o.settle_s = env::get_double("HOPWISE_ELASTIC_SETTLE_S", o.settle_s);
   if (!(o.settle_s > 0 && o.settle_s < 3600))
     throw InvalidArgument(fmt::format("HOPWISE_ELASTIC_SETTLE_S={}: give seconds above 0 (default 2)", o.settle_s));
@@ -66,8 +82,9 @@ ElasticOptions ElasticOptions::parse(const std::string& mode) {
 ElasticOptions ElasticOptions::from_env() { return parse(env::get_or("HOPWISE_ELASTIC", "off")); }
 
 std::string ElasticEvent::describe() const {
-  return fmt::format("generation {}: rank(s) {} left; {} rank(s) go on ({}) after {:.1f} s", generation,
-                     fmt::join(left, ", "), members.size(), fmt::join(members, ", "), stood_still_s);
+  return fmt::format("generation {}: rank(s) {} {}; {} rank(s) go on ({}) after {:.1f} s", generation,
+                     fmt::join(left.empty() ? joined : left, ", "), left.empty() ? "joined" : "left", members.size(),
+                     fmt::join(members, ", "), stood_still_s);
 }
 
 ElasticGroup::ElasticGroup(std::shared_ptr<Store> store, int id, int size, ElasticOptions options, Options comm_options,
@@ -81,19 +98,93 @@ ElasticGroup::ElasticGroup(std::shared_ptr<Store> store, int id, int size, Elast
     throw InvalidArgument(fmt::format("ElasticGroup: member {} of {} does not exist", id, size));
   std::vector<int> all(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) all[static_cast<std::size_t>(r)] = r;
+  if (options_.grow) store_->set("hopwise/elastic/size0", std::to_string(size));  // newcomers number on from it
   build(0, std::move(all));
 }
 
+ElasticGroup::ElasticGroup(std::shared_ptr<Store> store, ElasticOptions options, Options comm_options,
+                           TransportFactory transport)
+    : store_(std::move(store)),
+      id_(-1),
+      options_(options),
+      comm_options_(std::move(comm_options)),
+      transport_(transport ? std::move(transport) : ucx_factory()),
+      joined_late_(true) {}
+
 ElasticGroup::~ElasticGroup() = default;
 
+std::unique_ptr<ElasticGroup> ElasticGroup::join(std::shared_ptr<Store> store, ElasticOptions options,
+                                                 Options comm_options, TransportFactory transport) {
+  std::unique_ptr<ElasticGroup> g(
+      new ElasticGroup(std::move(store), options, std::move(comm_options), std::move(transport)));
+  const Store::Seconds timeout(g->comm_options_.timeout_s);
+  Store& s = *g->store_;
+  const std::int64_t ticket = s.add("hopwise/elastic/tickets", 1);
+  try {
+    g->id_ = static_cast<int>(std::stoll(s.get("hopwise/elastic/size0", timeout)) + ticket - 1);
+    const std::int64_t generation = std::stoll(s.get(fmt::format("hopwise/elastic/admitted/{}", ticket), timeout));
+    g->admitted_ = std::stoll(s.get(key(generation, "admitted"), timeout));
+    g->build(generation, parse_ids(s.get(key(generation, "members"), timeout)));
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(
+        fmt::format("elastic: this process (ticket {}) was not let in within {:.0f} s: is the job running with "
+                    "HOPWISE_ELASTIC=grow, and reaching step boundaries? ({})",
+                    ticket, g->comm_options_.timeout_s, e.what()),
+        {});
+  }
+  return g;
+}
+
+bool ElasticGroup::newcomers_waiting() {
+  if (!options_.grow) return false;
+  // Every member must let in the same tickets: the fewest any of them saw.
+  waiting_ = store_->add("hopwise/elastic/tickets", 0);
+  comm_->allreduce(&waiting_, &waiting_, 1, DataType::kInt64, ReduceOp::kMin);
+  return waiting_ > admitted_;
+}
+
+ElasticEvent ElasticGroup::admit() {
+  const std::int64_t seen = waiting_;
+  const auto t0 = Clock::now();
+  const Store::Seconds timeout(comm_options_.timeout_s);
+  const auto size0 = std::stoll(store_->get("hopwise/elastic/size0", timeout));
+  ElasticEvent event;
+  std::vector<int> next = members_;
+  for (std::int64_t t = admitted_ + 1; t <= seen; ++t) {
+    next.push_back(static_cast<int>(size0 + t - 1));
+    event.joined.push_back(next.back());
+  }
+  const std::int64_t g = generation_ + 1;
+  if (comm_->rank() == 0) {
+    store_->set(key(g, "members"), ids_text(next));
+    store_->set(key(g, "admitted"), std::to_string(seen));
+    for (std::int64_t t = admitted_ + 1; t <= seen; ++t)
+      store_->set(fmt::format("hopwise/elastic/admitted/{}", t), std::to_string(g));
+  }
+  admitted_ = seen;
+  build(g, std::move(next));
+  event.generation = generation_;
+  event.members = members_;
+  event.stood_still_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return event;
+}
+
 std::unique_ptr<ElasticGroup> ElasticGroup::from_launch(ElasticOptions options, Options comm_options) {
-  const Launch l = detect_launch();
+  Launch l = detect_launch();
   if (l.store.empty() && l.size > 1)
     throw InvalidArgument(fmt::format(
         "HOPWISE_ELASTIC: {} runs over {}, which cannot shrink (MPI cannot shrink a world communicator); set "
         "HOPWISE_TRANSPORT=ucx so that the ranks meet through a store",
         l.launcher, l.transport));
   const Store::Seconds timeout(comm_options.timeout_s);
+  if (options.join) {
+    if (l.size < 2)
+      throw InvalidArgument(
+          "HOPWISE_ELASTIC_JOIN=1: give the job's variables (WORLD_SIZE, MASTER_ADDR and MASTER_PORT or "
+          "HOPWISE_STORE) so that this process finds its store");
+    l.rank = std::max(l.rank, 1);  // a newcomer never serves the store
+    return join(launch_store(l, timeout), options, std::move(comm_options));
+  }
   return std::make_unique<ElasticGroup>(l.size > 1 ? launch_store(l, timeout) : std::make_shared<InProcessStore>(),
                                         l.rank, l.size, options, std::move(comm_options));
 }

@@ -9,12 +9,18 @@
 // that marks itself later (stopped or slow past the window) reads a list without itself and is refused, naming the
 // generation, so that it cannot re-enter with a stale model. The store must outlive every rank that may die: a TCP
 // store served by rank 0 dies with it (HOPWISE_STORE=file:///shared/dir does not).
+//
+// Growing (HOPWISE_ELASTIC=grow): a process started later (HOPWISE_ELASTIC_JOIN=1) takes a ticket in the store and
+// waits. At each step boundary the members call admit(): they agree (an allreduce of the smallest ticket count each
+// saw) on the tickets to let in, rank 0 writes the next generation's members, and all, the newcomers included, meet
+// over its transport; the trainer then sends the newcomers its state.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,10 +32,12 @@ namespace hopwise::comm {
 
 struct ElasticOptions {
   bool shrink = false;  // carry on over the survivors when a peer is lost
+  bool grow = false;    // let processes started later join at a step boundary (admit())
+  bool join = false;    // this process is one (HOPWISE_ELASTIC_JOIN=1)
   double settle_s = 2;  // how long survivors wait for each other before agreeing on who is left
   int min_ranks = 1;    // fewer survivors than this: the job fails (and a launcher may restart it)
-  // "off", "shrink"; settle and min_ranks from HOPWISE_ELASTIC_SETTLE_S, HOPWISE_ELASTIC_MIN_RANKS. InvalidArgument
-  // naming what is wrong.
+  // "off", "shrink", "grow" or "shrink,grow"; settle and min_ranks from HOPWISE_ELASTIC_SETTLE_S,
+  // HOPWISE_ELASTIC_MIN_RANKS, join from HOPWISE_ELASTIC_JOIN. InvalidArgument naming what is wrong.
   static ElasticOptions parse(const std::string& mode);
   static ElasticOptions from_env();  // HOPWISE_ELASTIC (default off)
 };
@@ -37,7 +45,8 @@ struct ElasticOptions {
 // One change of membership, as every member of the new generation sees it.
 struct ElasticEvent {
   std::int64_t generation = 0;   // the new one
-  std::vector<int> left;         // member ids (ranks of generation 0) that are gone
+  std::vector<int> left;         // member ids that are gone (ranks of generation 0; newcomers number on from the size)
+  std::vector<int> joined;       // member ids that came in
   std::vector<int> members;      // the new generation's, in rank order
   double stood_still_s = 0;      // from this rank giving up to the new communicator being ready
   std::string describe() const;  // "generation 1: rank(s) 2 left; 3 ranks go on (0, 1, 3) after 2.4 s"
@@ -51,8 +60,13 @@ class ElasticGroup {
   // Generation 0: this process is member `id` of `size` (its launch rank). Collective. Default transport: UCX.
   ElasticGroup(std::shared_ptr<Store> store, int id, int size, ElasticOptions options, Options comm_options,
                TransportFactory transport = {});
-  // Over the job as launched (launch.h): its store and rank; InvalidArgument where the launch has no store (under
-  // mpirun: set HOPWISE_TRANSPORT=ucx; MPI cannot shrink a world communicator). Collective.
+  // A newcomer: takes a ticket in `store` and waits (up to the communicator's timeout, TimeoutError) until the
+  // members admit it.
+  static std::unique_ptr<ElasticGroup> join(std::shared_ptr<Store> store, ElasticOptions options, Options comm_options,
+                                            TransportFactory transport = {});
+  // Over the job as launched (launch.h): its store and rank, or join() where options.join; InvalidArgument where the
+  // launch has no store (under mpirun: set HOPWISE_TRANSPORT=ucx; MPI cannot shrink a world communicator).
+  // Collective.
   static std::unique_ptr<ElasticGroup> from_launch(ElasticOptions options, Options comm_options = Options::from_env());
   ~ElasticGroup();
 
@@ -66,8 +80,15 @@ class ElasticGroup {
   // them (references to the old communicator are void). Error naming the generation when this rank was left out
   // (it answered after the survivors agreed), when fewer than min_ranks are left, or when the store is gone.
   ElasticEvent shrink(const std::string& why);
+  // At a step boundary, on every member (collective over comm()): whether newcomers wait, as all members agree.
+  bool newcomers_waiting();
+  // Then, on every member: lets them in and rebuilds comm() over the grown generation (references to the old
+  // communicator are void; the newcomers' join() returns once all have met).
+  ElasticEvent admit();
+  bool joined_late() const { return joined_late_; }  // this process came in through join()
 
  private:
+  ElasticGroup(std::shared_ptr<Store> store, ElasticOptions options, Options comm_options, TransportFactory transport);
   void build(std::int64_t generation, std::vector<int> members);
 
   std::shared_ptr<Store> store_;
@@ -78,6 +99,9 @@ class ElasticGroup {
   std::int64_t generation_ = 0;
   std::vector<int> members_;
   std::unique_ptr<Communicator> comm_;
+  std::int64_t admitted_ = 0;  // tickets let in so far, alike on every member
+  std::int64_t waiting_ = 0;   // tickets seen by every member at the last newcomers_waiting()
+  bool joined_late_ = false;
 };
 
 }  // namespace hopwise::comm
