@@ -1,0 +1,180 @@
+// ElasticGroup's agreement over a store, with ranks as threads (in-process transports, one world per generation):
+// the survivors of a lost rank agree on one list and go on; a rank that answers late is refused, naming the
+// generation; a newcomer is let in at a boundary; a failure that lost no rank is not hidden; bad modes are named.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "hopwise/comm/elastic.h"
+#include "hopwise/comm/transports/inproc_transport.h"
+#include "hopwise/common/error.h"
+#include "inproc_group.h"
+
+namespace {
+
+namespace hc = hopwise::comm;
+using hopwise::DataType;
+using hopwise::ReduceOp;
+
+// One in-process world per generation's key, made by the first of its members to ask.
+struct Worlds {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<hc::InProcessWorld>> by_key;
+  hc::ElasticGroup::TransportFactory factory() {
+    return [this](std::shared_ptr<hc::Store>, int rank, int size, const std::string& key, hc::Store::Seconds) {
+      std::lock_guard lock(mutex);
+      auto& w = by_key[key];
+      if (!w) w = hc::make_inprocess_world(size);
+      return std::make_unique<hc::InProcessTransport>(w, rank);
+    };
+  }
+};
+
+hc::ElasticOptions options(bool grow = false) {
+  hc::ElasticOptions o;
+  o.shrink = true;
+  o.grow = grow;
+  o.settle_s = 0.5;
+  return o;
+}
+
+// Runs fn(id) on one thread per id; returns each thread's error ("" where none).
+std::vector<std::string> on_threads(int n, const std::function<void(int)>& fn) {
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int id = 0; id < n; ++id)
+    threads.emplace_back([&, id] {
+      try {
+        fn(id);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(id)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+double sum_of_ids(hc::ElasticGroup& g) {
+  double v = g.id() + 1;
+  g.comm().allreduce(&v, &v, 1, DataType::kFloat64, ReduceOp::kSum);
+  return v;
+}
+
+TEST(Elastic, SurvivorsOfALostRankAgreeAndGoOn) {
+  auto store = std::make_shared<hc::InProcessStore>();
+  Worlds worlds;
+  std::vector<std::vector<int>> seen(4);
+  std::vector<double> sums(4, 0);
+  const auto errors = on_threads(4, [&](int id) {
+    hc::ElasticGroup g(store, id, 4, options(), hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 1),
+                       worlds.factory());
+    if (id == 2) return;  // this rank is lost: it never calls again
+    double v = 1;
+    try {
+      g.comm().allreduce(&v, &v, 1, DataType::kFloat64, ReduceOp::kSum);
+      FAIL() << "the allreduce went through without rank 2";
+    } catch (const hopwise::Error& e) {
+      const hc::ElasticEvent ev = g.shrink(e.what());
+      EXPECT_EQ(ev.left, std::vector<int>{2});
+      EXPECT_EQ(ev.generation, 1);
+      seen[static_cast<std::size_t>(id)] = ev.members;
+    }
+    sums[static_cast<std::size_t>(id)] = sum_of_ids(g);
+  });
+  for (int id : {0, 1, 3}) {
+    EXPECT_EQ(errors[static_cast<std::size_t>(id)], "") << "rank " << id;
+    EXPECT_EQ(seen[static_cast<std::size_t>(id)], (std::vector<int>{0, 1, 3})) << "rank " << id;
+    EXPECT_EQ(sums[static_cast<std::size_t>(id)], 1 + 2 + 4) << "rank " << id;
+  }
+}
+
+TEST(Elastic, ARankThatAnswersAfterTheAgreementIsRefused) {
+  auto store = std::make_shared<hc::InProcessStore>();
+  Worlds worlds;
+  const auto errors = on_threads(3, [&](int id) {
+    hc::ElasticGroup g(store, id, 3, options(), hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 1),
+                       worlds.factory());
+    if (id == 1) {  // stopped until the others have agreed, then back
+      while (!store->check({"hopwise/elastic/1/members"})) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      g.shrink("it was stopped");
+      return;
+    }
+    double v = 1;
+    try {
+      g.comm().allreduce(&v, &v, 1, DataType::kFloat64, ReduceOp::kSum);
+    } catch (const hopwise::Error& e) {
+      g.shrink(e.what());
+    }
+    EXPECT_EQ(g.members(), (std::vector<int>{0, 2}));
+    EXPECT_EQ(sum_of_ids(g), 1 + 3);
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[2], "");
+  EXPECT_NE(errors[1].find("rank 1 was left out of generation 1: ranks 0, 2 agreed on it without this rank"),
+            std::string::npos)
+      << errors[1];
+}
+
+TEST(Elastic, AFailureThatLostNoRankIsNotHidden) {
+  auto store = std::make_shared<hc::InProcessStore>();
+  Worlds worlds;
+  const auto errors = on_threads(2, [&](int id) {
+    hc::ElasticGroup g(store, id, 2, options(), hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 1),
+                       worlds.factory());
+    g.shrink("a mismatch");
+  });
+  for (const auto& e : errors) EXPECT_NE(e.find("every rank of generation 0 answered"), std::string::npos) << e;
+  EXPECT_NE(errors[0].find("a mismatch"), std::string::npos);
+}
+
+TEST(Elastic, ANewcomerIsLetInAtABoundary) {
+  auto store = std::make_shared<hc::InProcessStore>();
+  Worlds worlds;
+  std::atomic<bool> joined{false};
+  std::vector<double> sums(3, 0);
+  const auto errors = on_threads(3, [&](int t) {
+    const auto opts = hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 30);
+    std::unique_ptr<hc::ElasticGroup> g;
+    if (t == 2) {
+      while (!store->check({"hopwise/elastic/size0"})) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      g = hc::ElasticGroup::join(store, options(true), opts, worlds.factory());
+      EXPECT_TRUE(g->joined_late());
+      joined = true;
+    } else {
+      g = std::make_unique<hc::ElasticGroup>(store, t, 2, options(true), opts, worlds.factory());
+      int boundaries = 0;
+      while (!g->newcomers_waiting()) {  // steps go on until the newcomer has a ticket
+        ASSERT_LT(++boundaries, 100000);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      const hc::ElasticEvent ev = g->admit();
+      EXPECT_EQ(ev.joined, std::vector<int>{2});
+      EXPECT_EQ(ev.members, (std::vector<int>{0, 1, 2}));
+    }
+    EXPECT_EQ(g->generation(), 1);
+    sums[static_cast<std::size_t>(t)] = sum_of_ids(*g);
+  });
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_EQ(errors[static_cast<std::size_t>(t)], "") << "thread " << t;
+    EXPECT_EQ(sums[static_cast<std::size_t>(t)], 1 + 2 + 3) << "thread " << t;
+  }
+  EXPECT_TRUE(joined);
+}
+
+TEST(Elastic, ModesAreCheckedByName) {
+  EXPECT_TRUE(hc::ElasticOptions::parse("shrink").shrink);
+  const auto both = hc::ElasticOptions::parse("shrink,grow");
+  EXPECT_TRUE(both.shrink && both.grow);
+  EXPECT_FALSE(hc::ElasticOptions::parse("off").shrink);
+  try {
+    hc::ElasticOptions::parse("shrink,expand");
+    FAIL() << "an unknown mode was taken";
+  } catch (const hopwise::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'expand' is not a mode; use shrink"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
