@@ -29,9 +29,13 @@ set_tests_properties(train_mnist_local_sgd_np2 PROPERTIES LABELS mpi TIMEOUT 300
                      "test accuracy [7-9][0-9]\\.[0-9]+% after 1 epoch[^\n]*\naveraging local:period=4,warmup=10: [0-9]+ averagings[^\n]*\ntarget accuracy 60.00% reached after [0-9]+ steps")
 foreach(method local:period=3 async:period=3 gossip:peers=1)
   string(REGEX REPLACE "[:=,]" "_" tag ${method})
+  set(mid "")
+  if(method STREQUAL "local:period=3")  # the mid-epoch checkpoints once: the method does not change them
+    set(mid mid)
+  endif()
   add_test(NAME train_mnist_resume_${tag}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/resume_check.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_mnist>
-                   ${CMAKE_BINARY_DIR}/resume_${tag} ${method})
+                   ${CMAKE_BINARY_DIR}/resume_${tag} ${method} ${mid})
   set_tests_properties(train_mnist_resume_${tag} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                        PASS_REGULAR_EXPRESSION "resume matches")
 endforeach()

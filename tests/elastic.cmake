@@ -8,7 +8,7 @@ gtest_discover_tests(test_elastic DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "unit;e
 if(HOPWISE_TORCHRUN)
   add_test(NAME train_mnist_restart_torchrun_np2
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/restart_check.sh ${HOPWISE_TORCHRUN} ${CMAKE_BINARY_DIR}/restart_np2 2
-                   --no-python $<TARGET_FILE:train_mnist> --epochs 1 --limit 25600 --algo ring)
+                   --no-python $<TARGET_FILE:train_mnist> --epochs 1 --limit 12800 --algo ring)
   set_tests_properties(train_mnist_restart_torchrun_np2 PROPERTIES LABELS "torchrun;elastic" TIMEOUT 600
                        PROCESSORS 2 PASS_REGULAR_EXPRESSION "restart path ok")
   # Ten kills in one run, each of a random rank after every 5 steps' checkpoint: the job finishes with the
@@ -26,7 +26,7 @@ endif()
 if(HOPWISE_TORCH_ENABLED AND HOPWISE_TORCHRUN)
   add_test(NAME torch_restart_torchrun_np2
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/restart_check.sh ${HOPWISE_TORCHRUN} ${CMAKE_BINARY_DIR}/torch_restart_np2
-                   2 ${PROJECT_SOURCE_DIR}/examples/torch_ddp/train.py --epochs 0.4 --hidden 256 --hook fp16:ef=1)
+                   2 ${PROJECT_SOURCE_DIR}/examples/torch_ddp/train.py --epochs 0.25 --hidden 256 --hook fp16:ef=1)
   set_tests_properties(torch_restart_torchrun_np2 PROPERTIES
                        ENVIRONMENT "PYTHONPATH=${CMAKE_BINARY_DIR}/python;OMP_NUM_THREADS=1"
                        LABELS "python;torch;torchrun;elastic" TIMEOUT 600 PROCESSORS 2
