@@ -23,7 +23,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(how, np, script, *args, env=None, timeout=300):
+def launch(how, np, script, *args, env=None, timeout=300, grace=5):
     """Runs `script` on `np` ranks; returns (exit status, output)."""
     e = dict(os.environ, PYTHONPATH=str(BUILD / "python"), OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
              OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
@@ -40,7 +40,7 @@ def launch(how, np, script, *args, env=None, timeout=300):
             cmd += ["-x", name]
         cmd += [PYTHON, path, *args]
     else:
-        cmd = [str(ROOT / "tests" / "spawn_ranks.sh"), str(np), PYTHON, path, *args]
+        cmd = [str(ROOT / "tests" / "spawn_ranks.sh"), str(np), "--grace", str(grace), PYTHON, path, *args]
     p = subprocess.run(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     return p.returncode, p.stdout
 
@@ -147,3 +147,16 @@ def test_monitor(tmp_path):
     assert check.returncode == 0, check.stdout
     kinds = [json.loads(line)["type"] for line in jsonl.read_text().splitlines()]
     assert kinds.count("step") == 30 and "interval" in kinds and "alert" in kinds, kinds
+
+
+def test_elastic_shrink(tmp_path):
+    """Rank 2 of 4 killed mid-run: the three survivors re-form the group (hopwise.torch.ElasticContext), re-wrap DDP,
+    redo the step and finish with the same parameters on every rank."""
+    rc, out = launch("spawn", 4, "elastic_worker.py", str(tmp_path / "store"), "2",
+                     env={"HOPWISE_TIMEOUT_S": "10", "HOPWISE_ELASTIC": "shrink"}, timeout=240, grace=120)
+    done = lines(out, r"^rank (\d): elastic ok: 3 ranks at the end, generation 1, 1 step\(s\) redone, parameters "
+                      r"identical True, loss ([0-9.]+) -> ([0-9.]+)")
+    assert sorted(int(r) for r, _, _ in done) == [0, 1, 3], out
+    assert all(float(b) < float(a) for _, a, b in done), out
+    assert lines(out, r"^elastic: generation 1: rank\(s\) 2 left; 3 rank\(s\) go on \(0, 1, 3\)"), out
+    print("\n".join(l for l in out.splitlines() if "elastic" in l))

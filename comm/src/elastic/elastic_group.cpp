@@ -200,50 +200,58 @@ void ElasticGroup::build(std::int64_t generation, std::vector<int> members) {
   members_ = std::move(members);
 }
 
-ElasticEvent ElasticGroup::shrink(const std::string& why) {
+std::vector<int> agree_on_survivors(Store& store, std::int64_t generation, int id, const std::vector<int>& members,
+                                    const ElasticOptions& options, Store::Seconds timeout, const std::string& why) {
   const auto t0 = Clock::now();
-  const std::int64_t g = generation_;
-  const auto n = static_cast<std::int64_t>(members_.size());
+  const std::int64_t g = generation;
+  const auto n = static_cast<std::int64_t>(members.size());
   std::vector<int> next;
   try {
-    store_->set(key(g, fmt::format("alive/{}", id_)), "1");
-    store_->add(key(g, "alive"), 1);
-    const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(Store::Seconds(options_.settle_s));
-    while (store_->add(key(g, "alive"), 0) < n && Clock::now() < deadline)
+    store.set(key(g, fmt::format("alive/{}", id)), "1");
+    store.add(key(g, "alive"), 1);
+    const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(Store::Seconds(options.settle_s));
+    while (store.add(key(g, "alive"), 0) < n && Clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (store_->add(key(g, "proposer"), 1) == 1) {  // the first to finish waiting writes the list
+    if (store.add(key(g, "proposer"), 1) == 1) {  // the first to finish waiting writes the list
       std::vector<int> alive;
-      for (int m : members_)
-        if (store_->check({key(g, fmt::format("alive/{}", m))})) alive.push_back(m);
-      store_->set(key(g + 1, "members"), ids_text(alive));
+      for (int m : members)
+        if (store.check({key(g, fmt::format("alive/{}", m))})) alive.push_back(m);
+      store.set(key(g + 1, "members"), ids_text(alive));
     }
-    next = parse_ids(store_->get(key(g + 1, "members"), Store::Seconds(comm_options_.timeout_s)));
+    next = parse_ids(store.get(key(g + 1, "members"), timeout));
   } catch (const std::exception& e) {
     throw Error(fmt::format(
         "elastic: rank {} cannot agree with the survivors of generation {} through the store ({}); a store served by "
         "a rank dies with it: give the job one that outlives any rank (HOPWISE_STORE=file:///shared/dir). The "
         "failure: {}",
-        id_, g, e.what(), why));
+        id, g, e.what(), why));
   }
   const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (!contains(next, id_))
+  if (!contains(next, id))
     throw Error(fmt::format(
         "elastic: rank {} was left out of generation {}: ranks {} agreed on it without this rank, which gave up on "
         "generation {} too late (stopped or slow past their {:.1f} s wait); its model is stale, so it cannot "
         "re-enter: exit (a restart of the job brings it back)",
-        id_, g + 1, fmt::join(next, ", "), g, options_.settle_s));
-  if (next.size() == members_.size())
+        id, g + 1, fmt::join(next, ", "), g, options.settle_s));
+  if (next.size() == members.size())
     throw Error(fmt::format(
         "elastic: every rank of generation {} answered after {:.1f} s: the failure was not a lost rank, so shrinking "
         "cannot help: {}",
         g, waited, why));
-  if (static_cast<int>(next.size()) < options_.min_ranks)
+  if (static_cast<int>(next.size()) < options.min_ranks)
     throw Error(fmt::format("elastic: only {} rank(s) left ({}), fewer than HOPWISE_ELASTIC_MIN_RANKS={}: {}",
-                            next.size(), fmt::join(next, ", "), options_.min_ranks, why));
+                            next.size(), fmt::join(next, ", "), options.min_ranks, why));
+  return next;
+}
+
+ElasticEvent ElasticGroup::shrink(const std::string& why) {
+  const auto t0 = Clock::now();
+  const std::vector<int> next =
+      agree_on_survivors(*store_, generation_, id_, members_, options_, Store::Seconds(comm_options_.timeout_s), why);
   ElasticEvent event;
   for (int m : members_)
     if (!contains(next, m)) event.left.push_back(m);
-  build(g + 1, next);
+  build(generation_ + 1, next);
   event.generation = generation_;
   event.members = members_;
   event.stood_still_s = std::chrono::duration<double>(Clock::now() - t0).count();

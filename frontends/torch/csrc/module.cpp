@@ -8,11 +8,13 @@
 #include "averaging.h"
 #include "hooks.h"
 #include "hopwise/comm/algorithm.h"
+#include "hopwise/comm/elastic.h"
 #include "hopwise/common/log.h"
 #include "hopwise/topology/planner.h"
 #include "monitor.h"
 
 #include "backend.h"
+#include "torch_store.h"
 #include "translate.h"
 
 namespace py = pybind11;
@@ -131,6 +133,20 @@ PYBIND11_MODULE(_C, m) {
         "A progress bar left the console's line open (True) or ended it (False): hopwise's warnings and the "
         "monitor's lines end an open line first.");
   m.def("gossip_partner", &hopwise::comm::gossip_partner, py::arg("position"), py::arg("n"), py::arg("round"));
+  m.def(
+      "elastic_agree",
+      [](const c10::intrusive_ptr<c10d::Store>& store, std::int64_t generation, int id, const std::vector<int>& members,
+         const std::string& mode, double timeout_s, const std::string& why) {
+        hopwise::torch_backend::TorchStore s(store);
+        return hopwise::torch_backend::translated([&] {
+          const auto options = hopwise::comm::ElasticOptions::parse(mode);
+          return hopwise::comm::agree_on_survivors(s, generation, id, members, options,
+                                                   hopwise::comm::Store::Seconds(timeout_s), why);
+        });
+      },
+      py::arg("store"), py::arg("generation"), py::arg("id"), py::arg("members"), py::arg("mode"), py::arg("timeout_s"),
+      py::arg("why"), py::call_guard<py::gil_scoped_release>(),
+      "The survivors' agreement (hopwise/comm/elastic.h): the next generation's members, alike on every survivor.");
 
   py::class_<TorchMonitor, std::shared_ptr<TorchMonitor>>(m, "Monitor")
       .def(py::init([](const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& spec, double util_alert,

@@ -52,6 +52,13 @@ struct ElasticEvent {
   std::string describe() const;  // "generation 1: rank(s) 2 left; 3 ranks go on (0, 1, 3) after 2.4 s"
 };
 
+// The agreement alone (what shrink() does before it rebuilds), for a framework that builds its own group over the
+// survivors (hopwise.torch's ElasticContext): member `id` of `members` (generation `generation`) gave up; returns the
+// next generation's members, the same on every survivor. Error as shrink() names it (left out, nothing lost, fewer
+// than min_ranks, the store gone), `why` appended.
+std::vector<int> agree_on_survivors(Store& store, std::int64_t generation, int id, const std::vector<int>& members,
+                                    const ElasticOptions& options, Store::Seconds timeout, const std::string& why);
+
 class ElasticGroup {
  public:
   // The transport of a generation: its members meet through `store` under `key`.

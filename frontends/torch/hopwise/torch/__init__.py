@@ -7,6 +7,7 @@
     avg = hopwise.torch.ModelAverager("local:period=8", model)   # fewer sync points (see averaging.py)
     mon = hopwise.torch.Monitor(util_alert=0.5); ...; mon.step()  # where the time goes (see monitor.py)
     ckpt = hopwise.torch.Checkpoints(path); ckpt.load_newest(); ckpt.save(step, state)  # restarts (checkpoint.py)
+    ctx = hopwise.torch.ElasticContext(store_file); ...; ctx.shrink(why)    # survive a lost rank (elastic.py)
 
 Under mpirun the group runs over MPI; otherwise over UCX, meeting through the store init_process_group made.
 Every HOPWISE_* variable applies (HOPWISE_ALGO, HOPWISE_TIMEOUT_S, HOPWISE_DEBUG=CHECK, ...).
@@ -32,13 +33,14 @@ import torch.distributed as dist  # noqa: E402  (after the check)
 from . import _C  # noqa: E402
 from .averaging import ModelAverager, parse_averaging
 from .checkpoint import Checkpoints
+from .elastic import ElasticContext
 from .hooks import HookState, compression_hook
 from .monitor import Monitor
 from ._C import set_console_line_open
 
 __version__ = HOPWISE_VERSION
 
-__all__ = ["Checkpoints", "compression_hook", "HookState", "ModelAverager", "Monitor", "parse_averaging", "plan", "set_console_line_open", "stats", "BACKEND"]
+__all__ = ["Checkpoints", "ElasticContext", "compression_hook", "HookState", "ModelAverager", "Monitor", "parse_averaging", "plan", "set_console_line_open", "stats", "BACKEND"]
 
 BACKEND = "hopwise"
 
