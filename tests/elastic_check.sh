@@ -3,7 +3,8 @@
 # variables, nothing that ends the job when a rank dies) meeting through a file store, which outlives any rank.
 #   kill R: rank R is killed with SIGKILL a quarter into the run; the survivors agree on who is left, redo the step
 #           and finish by themselves, within 5 s of standstill, with the test accuracy of an uninterrupted run
-#           within 0.3 point (the global batch is kept, so the course barely changes).
+#           within 0.3 point (the global batch is kept, so the course barely changes); the monitor's Prometheus file
+#           and JSON lines (continued by the new rank 0) record the event.
 #   stop:   rank 1 is stopped (SIGSTOP) for STOP_S seconds (default 8), then continued: the survivors go on without
 #           it, and it is refused with a line naming the generation it was left out of.
 #   grow:   3 ranks start; once they train, a fourth process starts and joins (HOPWISE_ELASTIC_JOIN=1): it comes in at a step
@@ -72,7 +73,7 @@ for scenario in "$@"; do
     echo "grow: $line; parameters bit-identical on 4 ranks; test accuracy $got (4 ranks throughout: $straight)"
     continue
   fi
-  start "$name" HOPWISE_ELASTIC=shrink
+  start "$name" HOPWISE_ELASTIC=shrink HOPWISE_METRICS_FILE="$dir/$name.prom" HOPWISE_METRICS_JSON="$dir/$name.jsonl"
   quarter "$name"
   if [ "$1" = kill ]; then
     kill -9 "${pids[$victim]}"
@@ -90,6 +91,12 @@ for scenario in "$@"; do
   [ -n "$line" ] || { cat "$dir/$name".rank*; echo "$scenario: no line said that rank $victim left"; exit 1; }
   got=$(accuracy "$dir/$name.json" test_accuracy) still=$(accuracy "$dir/$name.json" stood_still_s)
   echo "$scenario: $line"
+  # The monitor's files say it too, continued by the new rank 0 (rank 1 where rank 0 was lost).
+  grep -q '^hopwise_elastic_events_total{job="train_mnist"} 1$' "$dir/$name.prom" &&
+    grep -q '^hopwise_ranks{job="train_mnist"} 3$' "$dir/$name.prom" ||
+    { cat "$dir/$name.prom"; echo "$scenario: the Prometheus file lacks the event"; exit 1; }
+  grep -q '"type":"elastic"' "$dir/$name.jsonl" && grep -q '"type":"interval"' "$dir/$name.jsonl" ||
+    { cat "$dir/$name.jsonl"; echo "$scenario: the JSON lines lack the event or the intervals"; exit 1; }
   echo "$scenario: test accuracy $got (uninterrupted $straight); stood still ${still} s"
   /usr/bin/python3 -c "import sys; a, b, s = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 0.003 or s > 5)" \
     "$got" "$straight" "$still" || { echo "$scenario: more than 0.3 point off, or stood still over 5 s"; exit 1; }

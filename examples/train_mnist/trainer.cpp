@@ -234,14 +234,21 @@ void Trainer::grow() {
   const hc::ElasticEvent ev = elastic_->admit();
   rejoin_group();
   share_state();
+  note_change(ev, t0, fmt::format("{} image(s) per rank (global batch {} kept)", local_, f_.batch));
+}
+
+// After a change of membership: a monitor over the new communicator (its files continued), the event's line on the
+// console, in the monitor's JSON lines and its Prometheus counters.
+void Trainer::note_change(const hc::ElasticEvent& ev, Clock::time_point t0, const std::string& what) {
+  f_.monitor.continue_files = true;
   monitor_.emplace(*comm_, f_.monitor);
   ++sum_.elastic_events;
   sum_.stood_still_s += ms(Clock::now() - t0) / 1e3;
+  const std::string line = fmt::format("elastic: {} at step {}; {}", ev.describe(), steps_done_, what);
   hopwise::log::end_console_line();
-  if (rank_ == 0)
-    fmt::print("elastic: {} at step {}; {} image(s) per rank (global batch {} kept)\n", ev.describe(), steps_done_,
-               local_, f_.batch);
+  if (rank_ == 0) fmt::print("{}\n", line);
   std::fflush(stdout);
+  monitor_->membership_event(line, sum_.elastic_events, sum_.stood_still_s);
 }
 
 // Rank 0's position, run id, parameters and momentum to every rank: a newcomer starts where the others stand.
@@ -270,14 +277,10 @@ bool Trainer::survive(const std::function<void()>& part) {
     monitor_.reset();
     const hc::ElasticEvent ev = elastic_->shrink(why);
     rejoin_group();
-    ++sum_.elastic_events;
     ++sum_.steps_redone;
-    sum_.stood_still_s += ms(Clock::now() - t0) / 1e3;
-    hopwise::log::end_console_line();
-    if (rank_ == 0)
-      fmt::print("elastic: {} at step {}; the step is done again with {} image(s) per rank (global batch {} kept)\n",
-                 ev.describe(), steps_done_, local_, f_.batch);
-    std::fflush(stdout);
+    note_change(
+        ev, t0,
+        fmt::format("the step is done again with {} image(s) per rank (global batch {} kept)", local_, f_.batch));
     return false;
   }
 }

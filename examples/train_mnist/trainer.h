@@ -50,6 +50,7 @@ class Trainer {
   void rejoin_group();
   void grow();
   void share_state();
+  void note_change(const comm::ElasticEvent& ev, Clock::time_point t0, const std::string& what);
   bool parameters_identical();
   void shuffle();
   void resume();  // from --resume (a path, or auto: --checkpoint's newest step), or a fresh run's id

@@ -63,6 +63,18 @@ std::string alert_line(const MonitorReport& r, double threshold, int after) {
       100 * r.utilization, 100 * threshold, std::max(r.low_intervals, after), steps(r), r.cause);
 }
 
+std::string prometheus_elastic_text(const std::string& job, int events_total, double stood_still_s_total, int ranks) {
+  const std::string j = label(job);
+  return fmt::format(
+      "# HELP hopwise_elastic_events_total Membership changes the job survived (ranks lost or let in).\n"
+      "# TYPE hopwise_elastic_events_total counter\nhopwise_elastic_events_total{{job=\"{}\"}} {}\n"
+      "# HELP hopwise_elastic_stood_still_seconds_total Seconds the job stood still for them.\n"
+      "# TYPE hopwise_elastic_stood_still_seconds_total counter\n"
+      "hopwise_elastic_stood_still_seconds_total{{job=\"{}\"}} {:.6g}\n"
+      "# HELP hopwise_ranks The job's ranks now.\n# TYPE hopwise_ranks gauge\nhopwise_ranks{{job=\"{}\"}} {}\n",
+      j, events_total, j, stood_still_s_total, j, ranks);
+}
+
 std::string prometheus_text(const MonitorReport& r, const std::string& job, std::uint64_t steps_total) {
   std::string out;
   const std::string j = label(job);

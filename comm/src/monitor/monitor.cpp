@@ -3,6 +3,7 @@
 #include "hopwise/comm/monitor.h"
 
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -128,6 +129,7 @@ struct Monitor::Impl {
   std::vector<MonitorReport> reports;
   std::vector<std::string> alerts;
   std::ofstream json;
+  std::string elastic_text;  // the elastic families, once there was an event
 
   Impl(Communicator& c, MonitorOptions o) : comm(c), options(std::move(o)) {
     // Checked on every rank, so that a bad path stops the whole job here rather than rank 0 alone later (its
@@ -143,7 +145,7 @@ struct Monitor::Impl {
     last_codec_s = comm.stats().codec_s;
     last_bytes = comm.link_bytes();
     if (comm.rank() == 0 && !options.json_file.empty()) {
-      json.open(options.json_file, std::ios::trunc);
+      json.open(options.json_file, options.continue_files ? std::ios::app : std::ios::trunc);
       if (!json) throw InvalidArgument(fmt::format("HOPWISE_METRICS_JSON {}: cannot write there", options.json_file));
     }
   }
@@ -216,7 +218,7 @@ struct Monitor::Impl {
     if (options.print) std::fflush(stdout);
     if (json.is_open()) json.flush();
     if (!options.metrics_file.empty())
-      write_file_atomically(options.metrics_file, prometheus_text(r, options.job, steps_total));
+      write_file_atomically(options.metrics_file, prometheus_text(r, options.job, steps_total) + elastic_text);
     reports.push_back(std::move(r));
   }
 };
@@ -270,6 +272,27 @@ void Monitor::finish() {
   m.launch();
   m.drain();
   if (m.comm.rank() == 0) m.report();
+}
+
+void Monitor::membership_event(const std::string& line, int events_total, double stood_still_s_total) {
+  if (!impl_ || impl_->comm.rank() != 0) return;
+  Impl& m = *impl_;
+  m.elastic_text = prometheus_elastic_text(m.options.job, events_total, stood_still_s_total, m.comm.size());
+  if (m.json.is_open()) {
+    nlohmann::json j;
+    j["type"] = "elastic";
+    j["first_step"] = m.step;
+    j["ranks"] = m.comm.size();
+    j["events_total"] = events_total;
+    j["stood_still_s_total"] = stood_still_s_total;
+    j["line"] = line;
+    m.json << j.dump() << '\n' << std::flush;
+  }
+  if (!m.options.metrics_file.empty())
+    write_file_atomically(
+        m.options.metrics_file,
+        (m.reports.empty() ? std::string() : prometheus_text(m.reports.back(), m.options.job, m.steps_total)) +
+            m.elastic_text);
 }
 
 const std::vector<MonitorReport>& Monitor::reports() const {

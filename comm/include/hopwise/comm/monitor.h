@@ -39,6 +39,9 @@ struct MonitorOptions {
   std::string metrics_file;     // HOPWISE_METRICS_FILE
   std::string json_file;        // HOPWISE_METRICS_JSON
   std::string job = "hopwise";  // the job label of every metric
+  // A monitor made again over a new communicator (an elastic job's next generation): the JSON lines file is
+  // continued, not started afresh.
+  bool continue_files = false;
   // Where rank 0's lines go (null: stdout): a trainer that draws a progress bar ends its line first.
   std::function<void(const std::string&)> print_line;
   // "interval=10s,every=10,alert_after=3" or "interval=200steps,..." (an empty spec: the defaults); errors name the
@@ -93,6 +96,10 @@ class Monitor {
   // Collective: gathers what is left, reports the last (partial) interval, writes the files. Called once at the
   // end; record() after it starts a new interval.
   void finish();
+  // A change of membership (an elastic job's; the caller prints its line): on rank 0 a JSON line
+  // {"type": "elastic", ...} and, in the Prometheus file from now on, hopwise_elastic_events_total,
+  // hopwise_elastic_stood_still_seconds_total and hopwise_ranks, from the job's totals the caller keeps.
+  void membership_event(const std::string& line, int events_total, double stood_still_s_total);
   // Rank 0: the intervals reported so far, and the alert lines printed.
   const std::vector<MonitorReport>& reports() const;
   const std::vector<std::string>& alerts() const;
@@ -107,6 +114,8 @@ std::string monitor_line(const MonitorReport& r);
 std::string alert_line(const MonitorReport& r, double threshold, int after);
 // The Prometheus text exposition of a report (# HELP, # TYPE, one sample per rank where per rank).
 std::string prometheus_text(const MonitorReport& r, const std::string& job, std::uint64_t steps_total);
+// The elastic families (membership_event's): events, standstill seconds, ranks now.
+std::string prometheus_elastic_text(const std::string& job, int events_total, double stood_still_s_total, int ranks);
 
 // Writes `text` to `path` through a temporary file in the same directory and a rename, so that a reader (the node
 // exporter's textfile collector) never sees half a file.
