@@ -5,7 +5,7 @@
 #
 #   scripts/local-cluster.sh up N [--slots S]     create hosts h0..h(N-1) (10.200.0.1..N), S slots each (default 2)
 #   scripts/local-cluster.sh run MPIRUN-ARGS...   mpirun inside h0 with the cluster's flags (yours override them)
-#   scripts/local-cluster.sh torchrun [--nnodes K] [--nproc_per_node S] PROGRAM ARGS...
+#   scripts/local-cluster.sh torchrun [--nnodes K] [--nproc_per_node S] [--max-restarts R] PROGRAM ARGS...
 #                                                torchrun's multi-node form, an agent in each of hosts 0..K-1
 #   scripts/local-cluster.sh shape RATE [DELAY]   shape every host's link, e.g. "shape 1gbit 0.1ms"; "shape off"
 #   scripts/local-cluster.sh status               hosts, addresses, shaping, processes
@@ -256,13 +256,14 @@ cmd_torchrun() {
   torchrun="$("$repo/scripts/venv.sh" --path)/bin/torchrun"
   [ -x "$torchrun" ] || torchrun=$(command -v torchrun) || die "torchrun: no torch environment; run scripts/setup.sh"
   load_state
-  local per_node=1 nodes=$N
+  local per_node=1 nodes=$N restarts=0
   while [ $# -gt 0 ]; do
     case $1 in
       --nnodes) [ $# -ge 2 ] || usage; nodes=$2; shift 2 ;;
       --nnodes=*) nodes=${1#*=}; shift ;;
       --nproc_per_node | --nproc-per-node) [ $# -ge 2 ] || usage; per_node=$2; shift 2 ;;
       --nproc_per_node=* | --nproc-per-node=*) per_node=${1#*=}; shift ;;
+      --max-restarts | --max_restarts) [ $# -ge 2 ] || usage; restarts=$2; shift 2 ;;
       *) break ;;
     esac
   done
@@ -276,7 +277,7 @@ cmd_torchrun() {
     (
       set -o pipefail
       in_host "$i" "$torchrun" --nnodes "$nodes" --node_rank "$i" --nproc_per_node "$per_node" \
-        --master_addr "$(address 0)" --master_port "$port" --redirects 1 --tee 1 --no_python "$@" 2>&1 |
+        --max-restarts "$restarts" --master_addr "$(address 0)" --master_port "$port" --redirects 1 --tee 1 --no_python "$@" 2>&1 |
         sed -u "s/^/[$(host "$i")] /"
     ) &
     pids+=($!)

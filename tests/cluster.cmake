@@ -112,6 +112,13 @@ hopwise_cluster_test(cluster_ucx_collectives_2x2 MAX_SECONDS 150
                      COMMAND /usr/bin/env HOPWISE_TEST_WORLD=launch ${torchrun2} $<TARGET_FILE:test_collectives_suite>
                              ${skip_slow}
                      EXPECT "\\[@HOST@0\\] \\[default0\\]:.*PASSED" REJECT "FAILED")
+# The restart path across hosts: a rank killed on one host, each host's torchrun agent restarts its own ranks, which
+# resume from the newest checkpoint all hold and end with the uninterrupted run's accuracy.
+hopwise_cluster_test(cluster_restart_torchrun_2x1 MAX_SECONDS 150
+                     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/restart_check.sh ${HOPWISE_CLUSTER_SCRIPT}
+                             ${CMAKE_BINARY_DIR}/cluster_restart 2 $<TARGET_FILE:train_mnist> --epochs 1 --limit 12800
+                             --algo ring
+                     EXPECT "restart path ok")
 # Honest hosts: at 1 Gbit/s a 64 MiB allreduce between two hosts takes at least its wire time (vs_wire <= 1).
 hopwise_cluster_test(cluster_ucx_shaped_wire_time MAX_SECONDS 120
                      COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cluster_shaped.sh 1gbit ${HOPWISE_CLUSTER_SCRIPT} torchrun

@@ -5,7 +5,8 @@
 # they agree on the newest step all of them hold, resume there and finish by themselves with the test accuracy of an
 # uninterrupted run of the same flags and seed (the same model: a resumed step is computed as it was). Prints each
 # run's wall time and the time the kill cost.
-#   restart_check.sh TORCHRUN WORKDIR NPROC PROGRAM [ARGS...]   (torchrun's program: --no-python BIN ARGS, or SCRIPT ARGS)
+#   restart_check.sh TORCHRUN WORKDIR NPROC PROGRAM [ARGS...]   (torchrun's program: --no-python BIN ARGS, or SCRIPT ARGS;
+#   TORCHRUN scripts/local-cluster.sh: across 2 emulated hosts, NPROC/2 ranks on each, PROGRAM a binary and its ARGS)
 # EVERY (10) steps between checkpoints; the kill comes KILL_DELAY (0) s after step KILL_AFTER's (10) checkpoint.
 set -euo pipefail
 every=${EVERY:-10} kill_after=${KILL_AFTER:-10} kill_delay=${KILL_DELAY:-0}
@@ -15,7 +16,10 @@ program=("$@")
 rm -rf "$dir"
 mkdir -p "$dir"
 launch() {  # NAME [RESTARTS]: a torchrun job writing $dir/NAME.{log,json}, checkpoints $dir/NAME.step*
-  "$torchrun" --standalone --nproc-per-node "$np" --max-restarts "$((${2:-1} + 1))" --monitor-interval 0.2 "${program[@]}" \
+  local how=(--standalone --nproc-per-node "$np" --monitor-interval 0.2)
+  # TORCHRUN may be scripts/local-cluster.sh: one agent per emulated host, each host's ranks restarted by its own.
+  [[ $torchrun == *local-cluster.sh ]] && how=(torchrun --nnodes 2 --nproc_per_node "$((np / 2))")
+  "$torchrun" "${how[@]}" --max-restarts "$((${2:-1} + 1))" "${program[@]}" \
     --checkpoint-every "$every" --resume auto --checkpoint "$dir/$1" --json "$dir/$1.json" > "$dir/$1.log" 2>&1
 }
 now() { date +%s.%N; }
@@ -60,9 +64,10 @@ for run in ${RUNS:-1 0}; do
   wait "$job" || rc=$?
   took=$(since "$t0")
   [ "$rc" = 0 ] || { cat "$dir/$name.log"; echo "the job did not finish by itself after the kills (rc $rc)"; exit 1; }
-  # torchrun says each failed attempt once; an attempt killed before its first line printed none.
+  # torchrun says each failed attempt (each host's agent, its own ranks'); an attempt killed before its first line
+  # printed no resume line.
   failed=$(grep -c "failed (exitcode" "$dir/$name.log" || true)
-  [ "$failed" = "$kills" ] || { cat "$dir/$name.log"; echo "$kills kill(s) but torchrun saw $failed failure(s)"; exit 1; }
+  [ "$failed" -ge "$kills" ] || { cat "$dir/$name.log"; echo "$kills kill(s) but torchrun saw $failed failure(s)"; exit 1; }
   grep -q "resumed at step" "$dir/$name.log" || { cat "$dir/$name.log"; echo "no restarted attempt resumed"; exit 1; }
   got=$(accuracy "$dir/$name.json")
   echo "$kills kill(s): resumed at steps $(grep -o 'resumed at step [0-9]*' "$dir/$name.log" | awk '{printf "%s%s", sep, $4; sep=", "}'); test accuracy $got (uninterrupted $straight); ${took} s (+$(awk -v a="$took" -v b="$straight_s" 'BEGIN { printf "%.1f", a - b }') s)"
