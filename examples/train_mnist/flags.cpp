@@ -42,6 +42,9 @@ constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
   --resume PATH|auto  start from the newest step every rank holds of PATH (same --averaging, --hidden, --batch and
                     ranks); auto: from --checkpoint's files when there are any, else afresh (for a launcher that
                     restarts the job: torchrun --max-restarts, a requeued batch job)
+  --elastic-batch P  under HOPWISE_ELASTIC, after ranks leave or join: keep (default) the global batch, shared by
+                    the ranks there are (the course of training barely changes; more compute per rank), or
+                    scale-lr: each rank keeps its share and the learning rate follows the ranks (lr x ranks/launched)
   --monitor SPEC    a line per interval on rank 0, e.g. interval=10s[,every=10][,alert_after=3] (HOPWISE_MONITOR)
   --util-alert X    alert when utilization stays below X (0.5 or 50%) for alert_after intervals (HOPWISE_UTIL_ALERT)
   --metrics-file P  Prometheus text file, rewritten atomically each interval (HOPWISE_METRICS_FILE)
@@ -114,7 +117,12 @@ Flags parse_flags(int argc, char** argv) {
       f.checkpoint = val();
     else if (a == "--checkpoint-every")
       f.checkpoint_every = static_cast<std::int64_t>(num(val()));
-    else if (a == "--resume")
+    else if (a == "--elastic-batch") {
+      const std::string v = val();
+      if (v != "keep" && v != "scale-lr")
+        throw hopwise::InvalidArgument("--elastic-batch '" + v + "': use keep (the default) or scale-lr");
+      f.elastic_scale_lr = v == "scale-lr";
+    } else if (a == "--resume")
       f.resume = val();
     else if (a == "--monitor") {
       const auto keep = f.monitor;

@@ -22,10 +22,12 @@ struct Flags {
   std::uint64_t seed = 1;
   std::size_t limit = 0;  // use only the first N training images (0 = all)
   std::string averaging = hopwise::env::get_or("HOPWISE_AVERAGING", "sync");
-  double target = 0;                  // --target-accuracy (a fraction)
-  int eval_every = 20;                // steps between the probes while the target is not reached
-  std::string checkpoint, resume;     // --resume: a checkpoint's path, or auto (--checkpoint's, where it has files)
-  std::int64_t checkpoint_every = 0;  // steps between checkpoints within an epoch (0: at epochs' ends only)
+  double target = 0;               // --target-accuracy (a fraction)
+  int eval_every = 20;             // steps between the probes while the target is not reached
+  std::string checkpoint, resume;  // --resume: a checkpoint's path, or auto (--checkpoint's, where it has files)
+  std::int64_t checkpoint_every = 0;
+  bool elastic_scale_lr = false;  // --elastic-batch scale-lr: after a membership change, scale the learning rate  //
+                                  // steps between checkpoints within an epoch (0: at epochs' ends only)
   comm::MonitorOptions monitor = comm::MonitorOptions::from_env();
   int straggler = -1;  // --straggle RANK:MS: this rank sleeps MS in every step's compute
   double straggle_ms = 0;

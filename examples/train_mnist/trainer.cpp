@@ -69,13 +69,32 @@ Trainer::Trainer(hc::Communicator& comm, Flags flags, hc::ElasticGroup* elastic)
 
 // This rank's slice of the global batch: an equal share, or after a shrink to ranks that do not divide it, one more
 // image on the first batch % p ranks (forward scales the gradient so that the average is the global batch's mean).
+// --elastic-batch scale-lr instead keeps each rank's share of the job as launched and scales the learning rate with
+// the ranks (the global batch follows them).
 void Trainer::split_batch() {
+  if (launched_ranks_ == 0) launched_ranks_ = p_;
+  lr_ = f_.lr;
+  if (f_.elastic_scale_lr && p_ != launched_ranks_) {
+    local_ = f_.batch / launched_ranks_;
+    first_ = rank_ * local_;
+    grad_scale_ = 1;
+    lr_ = f_.lr * static_cast<float>(p_) / static_cast<float>(launched_ranks_);
+    xb_.resize(static_cast<std::size_t>(px_) * static_cast<std::size_t>(local_));
+    yb_.resize(static_cast<std::size_t>(local_));
+    return;
+  }
   const int share = f_.batch / p_, extra = f_.batch % p_;
   local_ = share + (rank_ < extra ? 1 : 0);
   first_ = rank_ * share + std::min(rank_, extra);
   grad_scale_ = static_cast<float>(local_) * static_cast<float>(p_) / static_cast<float>(f_.batch);
   xb_.resize(static_cast<std::size_t>(px_) * static_cast<std::size_t>(local_));
   yb_.resize(static_cast<std::size_t>(local_));
+}
+
+std::string Trainer::batch_policy() const {
+  if (f_.elastic_scale_lr && p_ != launched_ranks_)
+    return fmt::format("global batch {}, learning rate scaled to {:.4g}", local_ * p_, lr_);
+  return fmt::format("global batch {} kept", f_.batch);
 }
 
 void Trainer::make_reducer() {
@@ -234,7 +253,7 @@ void Trainer::grow() {
   const hc::ElasticEvent ev = elastic_->admit();
   rejoin_group();
   share_state();
-  note_change(ev, t0, fmt::format("{} image(s) per rank (global batch {} kept)", local_, f_.batch));
+  note_change(ev, t0, fmt::format("{} image(s) per rank ({})", local_, batch_policy()));
 }
 
 // After a change of membership: a monitor over the new communicator (its files continued), the event's line on the
@@ -253,12 +272,14 @@ void Trainer::note_change(const hc::ElasticEvent& ev, Clock::time_point t0, cons
 
 // Rank 0's position, run id, parameters and momentum to every rank: a newcomer starts where the others stand.
 void Trainer::share_state() {
-  std::int64_t head[2] = {steps_done_, static_cast<std::int64_t>(run_)};
-  comm_->broadcast(head, 2, hopwise::DataType::kInt64, 0);
+  std::int64_t head[3] = {steps_done_, static_cast<std::int64_t>(run_), launched_ranks_};
+  comm_->broadcast(head, 3, hopwise::DataType::kInt64, 0);
   comm_->broadcast(model_.params(), model_.parameter_count(), hopwise::DataType::kFloat32, 0);
   comm_->broadcast(model_.velocity(), model_.parameter_count(), hopwise::DataType::kFloat32, 0);
   steps_done_ = head[0];
   run_ = static_cast<std::uint64_t>(head[1]);
+  launched_ranks_ = static_cast<int>(head[2]);
+  split_batch();  // a newcomer's share follows the job's launched size
 }
 
 bool Trainer::survive(const std::function<void()>& part) {
@@ -278,9 +299,7 @@ bool Trainer::survive(const std::function<void()>& part) {
     const hc::ElasticEvent ev = elastic_->shrink(why);
     rejoin_group();
     ++sum_.steps_redone;
-    note_change(
-        ev, t0,
-        fmt::format("the step is done again with {} image(s) per rank (global batch {} kept)", local_, f_.batch));
+    note_change(ev, t0, fmt::format("the step is done again with {} image(s) per rank ({})", local_, batch_policy()));
     return false;
   }
 }
@@ -329,7 +348,7 @@ void Trainer::step(std::size_t s, double& loss_sum) {
   const double waited_before = averager.stats().wait_ms;
   averager.before_step();
   const auto t_opt = Clock::now();
-  model_.sgd_step(f_.lr, f_.momentum);
+  model_.sgd_step(lr_, f_.momentum);
   const auto t_opt_end = Clock::now();
   averager.after_step();
   const auto t1 = Clock::now();

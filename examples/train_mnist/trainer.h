@@ -45,6 +45,7 @@ class Trainer {
   };
 
   void split_batch();
+  std::string batch_policy() const;  // for the elastic lines: the global batch kept, or the learning rate scaled
   void make_reducer();
   bool survive(const std::function<void()>& part);
   void rejoin_group();
@@ -84,7 +85,10 @@ class Trainer {
   Trace trace_;
   bool tty_;
   int local_ = 0, first_ = 0;  // this rank's share of the global batch, and where it starts
-  float grad_scale_ = 1;       // local_ * ranks / batch: 1 where the ranks share the batch evenly
+  float grad_scale_ = 1;
+  float lr_ = 0;  // --lr, or scaled with the ranks (--elastic-batch scale-lr)
+  int launched_ranks_ =
+      0;  // the job's ranks at its start       // local_ * ranks / batch: 1 where the ranks share the batch evenly
   std::size_t steps_per_epoch_;
   std::vector<std::size_t> order_;
   std::vector<float> xb_, probe_;  // the batch's images; the ranks' mean model for the probes
