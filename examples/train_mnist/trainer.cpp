@@ -293,6 +293,8 @@ bool Trainer::survive(const std::function<void()>& part) {
   } catch (const hopwise::Error& e) {
     const std::string why = e.what();
     const auto t0 = Clock::now();
+    hopwise::log::warn("elastic: rank {} gave up on step {} ({:.1f} s into training): {}", elastic_->id(), steps_done_,
+                       training_s(), why.substr(0, 300));
     reducer_.reset();  // each holds the old communicator, which failed (no collective on it now)
     averager_.reset();
     monitor_.reset();

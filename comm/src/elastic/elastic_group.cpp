@@ -72,7 +72,7 @@ ElasticOptions ElasticOptions::parse(const std::string& mode) {
         "HOPWISE_ELASTIC=grow (or shrink,grow) on every process");
   o.settle_s = env::get_double("HOPWISE_ELASTIC_SETTLE_S", o.settle_s);
   if (!(o.settle_s > 0 && o.settle_s < 3600))
-    throw InvalidArgument(fmt::format("HOPWISE_ELASTIC_SETTLE_S={}: give seconds above 0 (default 2)", o.settle_s));
+    throw InvalidArgument(fmt::format("HOPWISE_ELASTIC_SETTLE_S={}: give seconds above 0 (default 3)", o.settle_s));
   o.min_ranks = static_cast<int>(env::get_int("HOPWISE_ELASTIC_MIN_RANKS", o.min_ranks));
   if (o.min_ranks < 1)
     throw InvalidArgument(fmt::format("HOPWISE_ELASTIC_MIN_RANKS={}: give a rank count of 1 or more", o.min_ranks));
@@ -246,6 +246,10 @@ std::vector<int> agree_on_survivors(Store& store, std::int64_t generation, int i
 
 ElasticEvent ElasticGroup::shrink(const std::string& why) {
   const auto t0 = Clock::now();
+  // A survivor may still wait on a stopped rank until its own timeout, which the ring staggers past the others'
+  // window: every peer is declared lost in the old transport, so that whoever still waits gives up now.
+  for (int r = 0; r < comm_->size(); ++r)
+    if (r != comm_->rank()) comm_->transport().declare_lost(r);
   const std::vector<int> next =
       agree_on_survivors(*store_, generation_, id_, members_, options_, Store::Seconds(comm_options_.timeout_s), why);
   ElasticEvent event;

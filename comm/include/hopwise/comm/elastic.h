@@ -34,7 +34,7 @@ struct ElasticOptions {
   bool shrink = false;  // carry on over the survivors when a peer is lost
   bool grow = false;    // let processes started later join at a step boundary (admit())
   bool join = false;    // this process is one (HOPWISE_ELASTIC_JOIN=1)
-  double settle_s = 2;  // how long survivors wait for each other before agreeing on who is left
+  double settle_s = 3;  // how long survivors wait for each other before agreeing on who is left
   int min_ranks = 1;    // fewer survivors than this: the job fails (and a launcher may restart it)
   // "off", "shrink", "grow" or "shrink,grow"; settle and min_ranks from HOPWISE_ELASTIC_SETTLE_S,
   // HOPWISE_ELASTIC_MIN_RANKS, join from HOPWISE_ELASTIC_JOIN. InvalidArgument naming what is wrong.

@@ -131,6 +131,9 @@ class Transport {
   // never wait for it again, not even in its destructor (MpiTransport then frees nothing collectively, and leaves
   // MPI unfinalized at exit, since MPI_Finalize waits for every process).
   virtual void abandon() {}
+  // Says that `peer` is lost to the job (an elastic job's survivors agree on who is left): ranks still waiting on
+  // it fail now rather than at their timeout, so that every survivor reaches the agreement in time.
+  virtual void declare_lost(int /*peer*/) {}
 
   void set_timeout(std::chrono::duration<double> t) { timeout_ = t; }
   std::chrono::duration<double> timeout() const { return timeout_; }

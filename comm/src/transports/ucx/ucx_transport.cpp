@@ -354,6 +354,14 @@ void UcxTransport::abandon() {
   }
 }
 
+// The mark abandon() leaves, left for the peer: whoever waits on it sees it gone (peer_gone()).
+void UcxTransport::declare_lost(int peer) {
+  try {
+    s_->store->set(fmt::format("{}/gave-up/{}", s_->name, peer), "1");
+  } catch (const std::exception&) {
+  }
+}
+
 // Reads the marks abandon() leaves in the store. It stops listening once every peer has either marked or is
 // known gone (its process exited, its endpoint broke): those that never marked are the ones at fault. If the
 // store's server goes meanwhile (rank 0 left), the last full read stands; nullopt only if none succeeded. Rank 0

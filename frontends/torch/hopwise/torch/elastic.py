@@ -18,7 +18,7 @@ The ranks meet through a file store every rank sees (torch.distributed.FileStore
 TCP store dies with the rank that serves it. RANK and WORLD_SIZE come from the launcher (a harness, or
 ``srun --kill-on-bad-exit=0``); torchrun ends every rank when one dies, so under it use the restart path
 (hopwise.torch.Checkpoints) instead. The agreement is hopwise's (hopwise/comm/elastic.h): each survivor marks itself
-alive, waits until all have or HOPWISE_ELASTIC_SETTLE_S (2 s) passed, and the first to finish writes the list all
+alive, waits until all have or HOPWISE_ELASTIC_SETTLE_S (3 s) passed, and the first to finish writes the list all
 read; a rank that answers later is refused, naming the generation.
 """
 import os

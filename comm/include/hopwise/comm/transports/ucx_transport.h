@@ -49,6 +49,7 @@ class UcxTransport final : public Transport {
   bool peer_gone(int peer) const override;
   std::optional<std::vector<int>> ranks_that_gave_up(std::chrono::duration<double> listen) override;
   void abandon() override;
+  void declare_lost(int peer) override;
 
   // The host of rank `peer` (host ids count from 0 in rank order).
   int host_of(int peer) const { return host_ids_.at(static_cast<std::size_t>(peer)); }
