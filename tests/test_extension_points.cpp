@@ -1,8 +1,10 @@
 // The extension points from outside the library: an algorithm registered by this test (no library file touched)
-// is parsed, forced, chosen by `auto` and run by the communicator; hier is among auto's candidates; and Work's
+// is parsed, forced, chosen by `auto` and run by the communicator; a codec registered here is listed, parsed with
+// its parameter checked, and all-reduces through the communicator; hier is among auto's candidates; and Work's
 // completion callbacks run once, after the result, off every hopwise lock, and may issue collectives themselves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -15,6 +17,7 @@
 #include "hopwise/comm/cost_model.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/reduce.h"
+#include "hopwise/compression/codec_table.h"
 #include "inproc_group.h"
 
 namespace {
@@ -293,6 +296,87 @@ TEST(WorkCallbacks, PendingCallbacksRunWhenTheCommunicatorGoes) {
   }  // the group's destructor waits for the release, then runs the queued callbacks
   releaser.join();
   EXPECT_EQ(ran.load(), 2);
+}
+
+// ---- a codec from outside: "scaled" sends every value times 1/factor as float32 and multiplies back (exact for
+// powers of two); one row with one parameter ----
+
+namespace hcd = hopwise::compression::detail;
+
+class ScaledCodec final : public hopwise::compression::Codec {
+ public:
+  ScaledCodec(std::string name, float factor) : name_(std::move(name)), factor_(factor) {}
+  std::string name() const override { return name_; }
+  hopwise::compression::Pattern pattern() const override { return hopwise::compression::Pattern::kAggregatable; }
+  DataType payload_dtype() const override { return DataType::kFloat32; }
+  std::size_t payload_count(std::size_t n) const override { return n; }
+
+ protected:
+  void do_encode(const float* grad, std::size_t n, std::byte* payload, hopwise::compression::CodecState&,
+                 const float*) const override {
+    auto* p = reinterpret_cast<float*>(payload);
+    for (std::size_t i = 0; i < n; ++i) p[i] = grad[i] / factor_;
+  }
+  void do_decode(const std::byte* payload, std::size_t n, float* out, const hopwise::compression::CodecState&,
+                 const float*, bool accumulate) const override {
+    const auto* p = reinterpret_cast<const float*>(payload);
+    for (std::size_t i = 0; i < n; ++i) out[i] = (accumulate ? out[i] : 0.0f) + p[i] * factor_;
+  }
+
+ private:
+  std::string name_;
+  float factor_;
+};
+
+constexpr hcd::ParamDef kScaledParams[] = {hcd::int_param("factor", "4", 1, 1024, "the divisor on the wire")};
+
+std::unique_ptr<hopwise::compression::Codec> make_scaled(const hcd::CodecRow&, std::string name,
+                                                         const hcd::ParamValues& v) {
+  return std::make_unique<ScaledCodec>(std::move(name), static_cast<float>(v.integer("factor")));
+}
+
+TEST(CodecTable, ARegisteredCodecIsListedParsedCheckedAndAllReduced) {
+  hcd::register_codec(
+      {"scaled", kScaledParams, 1, hopwise::compression::Pattern::kAggregatable, &make_scaled, {0, false}, true});
+  const auto names = hopwise::compression::known_codecs();
+  EXPECT_NE(std::find(names.begin(), names.end(), "scaled"), names.end());
+  const auto models = hopwise::compression::codecs_for_models();
+  EXPECT_NE(std::find(models.begin(), models.end(), "scaled"), models.end());
+  const auto codec = hopwise::compression::make_codec(hopwise::compression::parse_codec_spec("scaled:factor=8"));
+  EXPECT_EQ(codec->name(), "scaled:factor=8");
+  try {
+    hopwise::compression::make_codec(hopwise::compression::parse_codec_spec("scaled:factor=0"));
+    FAIL() << "factor=0 was taken";
+  } catch (const hopwise::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("factor"), std::string::npos) << e.what();
+  }
+  // Through the communicator, as any codec: 3 ranks all-reduce small integers, exact through the codec.
+  Group g(3, test_options());
+  const std::size_t n = 1009;
+  std::vector<std::vector<float>> out(3, std::vector<float>(n));
+  const std::string errors = g.run([&](int r, hc::Communicator& c) {
+    std::vector<float> in(n);
+    for (std::size_t i = 0; i < n; ++i) in[i] = static_cast<float>((i % 7) + r);
+    hopwise::compression::CodecState state(1, r, 3);
+    c.allreduce_compressed(in.data(), out[static_cast<std::size_t>(r)].data(), n, *codec, state, ReduceOp::kSum);
+  });
+  ASSERT_EQ(errors, "");
+  for (int r = 0; r < 3; ++r)
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_EQ(out[static_cast<std::size_t>(r)][i], static_cast<float>(3 * (i % 7) + 3)) << "rank " << r << " i " << i;
+}
+
+TEST(CodecTable, RowsAreCheckedWhenRegistered) {
+  EXPECT_THROW(hcd::register_codec(
+                   {"", nullptr, 0, hopwise::compression::Pattern::kAggregatable, &make_scaled, {0, false}, false}),
+               hopwise::InvalidArgument);
+  EXPECT_THROW(
+      hcd::register_codec(
+          {"bad name", nullptr, 0, hopwise::compression::Pattern::kAggregatable, &make_scaled, {0, false}, false}),
+      hopwise::InvalidArgument);
+  EXPECT_THROW(hcd::register_codec(
+                   {"nofactory", nullptr, 0, hopwise::compression::Pattern::kAggregatable, nullptr, {0, false}, false}),
+               hopwise::InvalidArgument);
 }
 
 }  // namespace

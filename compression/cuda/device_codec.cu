@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "codec_kernels.h"
-#include "codec_registry.h"
 #include "device_rows.h"
 #include "hopwise/common/cuda_check.h"
 #include "hopwise/common/error.h"
+#include "hopwise/compression/codec_table.h"
 #include "hopwise/compression/device_codec.h"
 #include "hopwise/compression/spec.h"
 

@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "codec_kernels.h"
-#include "codec_registry.h"
+#include "hopwise/compression/codec_table.h"
 #include "hopwise/compression/device_codec.h"
 
 namespace hopwise::compression::device {

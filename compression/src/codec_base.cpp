@@ -10,10 +10,10 @@
 #include <utility>
 
 #include "codec_internal.h"
-#include "codec_registry.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/reduce.h"
+#include "hopwise/compression/codec_table.h"
 #include "spec_params.h"
 
 namespace hopwise::compression {
@@ -137,23 +137,17 @@ std::unique_ptr<Codec> with_ef(std::unique_ptr<Codec> c, bool ef) {
 
 }  // namespace
 
-const std::vector<std::string>& known_codecs() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> v;
-    for (const detail::CodecRow* row : detail::codec_rows()) v.emplace_back(row->name);
-    return v;
-  }();
-  return names;
+std::vector<std::string> known_codecs() {
+  std::vector<std::string> v;
+  for (const detail::CodecRow* row : detail::codec_rows()) v.emplace_back(row->name);
+  return v;
 }
 
-const std::vector<std::string>& codecs_for_models() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> v;
-    for (const detail::CodecRow* row : detail::codec_rows())
-      if (row->for_models) v.emplace_back(row->name);
-    return v;
-  }();
-  return names;
+std::vector<std::string> codecs_for_models() {
+  std::vector<std::string> v;
+  for (const detail::CodecRow* row : detail::codec_rows())
+    if (row->for_models) v.emplace_back(row->name);
+  return v;
 }
 
 std::unique_ptr<Codec> make_codec(const CodecSpec& spec) {

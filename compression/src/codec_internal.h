@@ -13,8 +13,8 @@
 #include <utility>
 
 #include "codec_math.h"
-#include "codec_registry.h"
 #include "hopwise/compression/codec.h"
+#include "hopwise/compression/codec_table.h"
 
 // The stochastic kernels spend their time in the counter-based hash (32-bit multiplies, which SSE2 lacks): GCC
 // builds them twice, for AVX2 and for the baseline, and the loader picks one per CPU (ifunc).

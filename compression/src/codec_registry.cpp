@@ -1,10 +1,17 @@
 // The codec table and the parameter checks every row goes through.
-#include "codec_registry.h"
+#include "hopwise/compression/codec_table.h"
 
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cctype>
+#include <deque>
 #include <iterator>
+#include <mutex>
 #include <stdexcept>
 #include <utility>
 
+#include "hopwise/common/error.h"
 #include "spec_params.h"
 
 namespace hopwise::compression::detail {
@@ -31,15 +38,52 @@ std::vector<std::string> split_choices(std::string_view text) {
 
 }  // namespace
 
-const std::vector<const CodecRow*>& codec_rows() {
-  static const std::vector<const CodecRow*> rows(std::begin(kTable), std::end(kTable));
-  return rows;
+namespace {
+
+struct Table {
+  std::mutex mutex;
+  std::vector<const CodecRow*> rows{std::begin(kTable), std::end(kTable)};
+  std::deque<CodecRow> registered;  // their home: a deque keeps each row where it is
+};
+
+Table& table() {
+  static Table* t = new Table;  // never destroyed: codecs may be made during exit
+  return *t;
+}
+
+}  // namespace
+
+std::vector<const CodecRow*> codec_rows() {
+  Table& t = table();
+  std::lock_guard lock(t.mutex);
+  return t.rows;
 }
 
 const CodecRow* find_codec_row(std::string_view name) {
-  for (const CodecRow* row : codec_rows())
+  Table& t = table();
+  std::lock_guard lock(t.mutex);
+  for (const CodecRow* row : t.rows)
     if (name == row->name) return row;
   return nullptr;
+}
+
+void register_codec(const CodecRow& row) {
+  const std::string_view name = row.name ? row.name : "";
+  const bool spec_name = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+  if (!spec_name || !row.make || (row.param_count && !row.params))
+    throw InvalidArgument(fmt::format(
+        "register_codec: a row needs a spec name (letters, digits, _; got '{}'), a factory and its parameters", name));
+  Table& t = table();
+  std::lock_guard lock(t.mutex);
+  const CodecRow* home = &t.registered.emplace_back(row);
+  for (const CodecRow*& r : t.rows)
+    if (name == r->name) {
+      r = home;
+      return;
+    }
+  t.rows.push_back(home);
 }
 
 ParamValues check_params(const CodecRow& row, const CodecSpec& spec) {

@@ -19,7 +19,7 @@
 //
 // Codecs: known_codecs() lists them. Each is one file, compression/src/codecs/<codec>.cpp (fp16 and bf16: half.cpp),
 // whose comment says what it does, its error and its payload layout, and which defines the codec's registry row
-// (compression/src/codec_registry.h): its spec name, its parameters with their defaults, ranges and help, its
+// (hopwise/compression/codec_table.h): its spec name, its parameters with their defaults, ranges and help, its
 // pattern, its factory and its CUDA kernels. make_codec's errors list the codecs and the parameters each takes.
 // ef=1 wraps any lossy codec in error feedback: residual += grad; encode(residual); residual -= decode(own payload).
 // PowerSGD needs a matrix shape and two allreduces with an orthogonalization in between: it is not a Codec, see
@@ -103,10 +103,10 @@ class Codec {
 };
 
 // Known codec names, in the order the errors list them.
-const std::vector<std::string>& known_codecs();
+std::vector<std::string> known_codecs();
 // Of which those that can send model differences (gossip and async averaging): every element kept,
 // deterministically, at a bounded relative error.
-const std::vector<std::string>& codecs_for_models();
+std::vector<std::string> codecs_for_models();
 
 // Builds a codec; throws InvalidArgument for an unknown codec (listing the known ones), a parameter the codec
 // does not take (listing the ones it takes) or a value out of range (saying the range).

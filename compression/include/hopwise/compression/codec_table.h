@@ -1,7 +1,7 @@
-// Internal to hopwise_compression (and hopwise_compression_cuda, which dispatches on a row's device hooks): the
-// codec registry. A codec is one file in codecs/ that defines its row (half.cpp: two) and one entry in the table
-// of codec_registry.cpp; make_codec, known_codecs(), the parameter defaults and their checks all come from it.
-// C++17: the .cu files include it.
+// The codec table (compression/src/codec_registry.cpp): a codec is one file in compression/src/codecs/ that defines
+// its row (half.cpp: two) and one entry in the table; make_codec, known_codecs(), the parameter defaults and their
+// checks all come from it, and the CUDA side dispatches on a row's device hooks. register_codec() adds a row from
+// outside the library (tests/test_extension_points.cpp does). C++17: the .cu files include it.
 #pragma once
 
 #include <cstddef>
@@ -96,8 +96,11 @@ struct CodecRow {
   bool for_models;
 };
 
-// The table, in the order the errors list the codecs.
-const std::vector<const CodecRow*>& codec_rows();
+// The table, in the order the errors list the codecs (registered rows last).
+std::vector<const CodecRow*> codec_rows();
+// Adds `row` (copied; its params and factory must outlive the process's use of it), replacing a row of its name.
+// InvalidArgument for a row without a name or factory, or with a name that is not a spec name (letters, digits, _).
+void register_codec(const CodecRow& row);
 // Null for a name no row has.
 const CodecRow* find_codec_row(std::string_view name);
 // Throws InvalidArgument for a parameter the row does not take or a value out of range.
