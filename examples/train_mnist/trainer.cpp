@@ -50,15 +50,15 @@ Trainer::Trainer(hc::Communicator& comm, Flags flags, hc::ElasticGroup* elastic)
       trace_{Clock::now(), {}, rank_, !f_.trace.empty()},
       tty_(isatty(STDOUT_FILENO) != 0),
       steps_per_epoch_(n_train_ / static_cast<std::size_t>(f_.batch)),
-      order_(n_train_),
-      shuffle_rng_(f_.seed + 1) {
+      order_(n_train_) {
   comm.set_algorithm(hc::parse_algorithm(f_.algo));
+  models_differ_ = hc::AveragingSpec::parse(f_.averaging).method != "sync";
   split_batch();
   make_reducer();
   if (elastic_ && elastic_->joined_late()) {  // a newcomer: the members send where they stand
     averager_.emplace(comm, hc::AveragingSpec::parse(f_.averaging), model_.params(), model_.parameter_count());
     share_state();
-    resumed_steps_ = steps_done_;
+    resumed_steps_ = steps_done_;  // share_state() set the place: steps, epochs ended, last checkpoint
     resumed_from_ = "the running job (joined)";
     just_joined_ = true;
   } else {
@@ -126,7 +126,8 @@ void Trainer::resume() {
     return;
   }
   averager_->load(c->averaging);
-  steps_done_ = resumed_steps_ = c->steps_done;
+  steps_done_ = resumed_steps_ = checkpointed_step_ = c->steps_done;
+  epochs_ended_ = epoch_of(steps_done_);
   resumed_from_ = from;
   run_ = c->run;
 }
@@ -169,13 +170,32 @@ void Trainer::print_plan() const {
   std::fflush(stdout);  // a log file holds it even if this process is killed next (a restart's resume line)
 }
 
-void Trainer::shuffle() {
-  std::iota(order_.begin(), order_.end(), 0);
-  std::shuffle(order_.begin(), order_.end(), shuffle_rng_);  // same permutation on every rank
+void Trainer::order_epoch(int epoch) {
+  if (ordered_epoch_ == epoch) return;
+  std::mt19937_64 rng(f_.seed + 1);
+  for (int e = 0; e <= epoch; ++e) {  // each epoch's permutation follows the one before, as in one pass
+    std::iota(order_.begin(), order_.end(), 0);
+    std::shuffle(order_.begin(), order_.end(), rng);
+  }
+  ordered_epoch_ = epoch;
 }
 
 double Trainer::training_s() const { return std::chrono::duration<double>(Clock::now() - start_).count() - paused_s_; }
 
+bool Trainer::epoch_end_pending() const {
+  return steps_done_ >= static_cast<std::int64_t>(epochs_ended_ + 1) * static_cast<std::int64_t>(steps_per_epoch_);
+}
+
+// Every --checkpoint-every steps, except where the epoch's end saves one anyway.
+bool Trainer::checkpoint_due() const {
+  return f_.checkpoint_every && steps_done_ > checkpointed_step_ && steps_done_ % f_.checkpoint_every == 0 &&
+         !epoch_end_pending();
+}
+
+std::int64_t Trainer::position() const { return steps_done_ * 2 + (epoch_end_pending() || checkpoint_due() ? 0 : 1); }
+
+// Driven by the place alone (steps done, epochs ended, last checkpoint), so that after a shrink every survivor
+// goes on from where catch_up() put it: the step, the epoch's end or the checkpoint that comes next.
 void Trainer::train() {
   f_.monitor.job = "train_mnist";
   // The progress line printed last may have no newline yet: the monitor's lines and hopwise's warnings end it first.
@@ -184,125 +204,41 @@ void Trainer::train() {
     fmt::print("{}\n", line);
   };
   monitor_.emplace(*comm_, f_.monitor);
-  const int first_epoch = epoch_of(resumed_steps_);
-  for (int e = 0; e < first_epoch; ++e) shuffle();  // where the resumed run's data order stands
   start_ = Clock::now();
-  for (int epoch = first_epoch; epoch < f_.epochs; ++epoch) {
-    shuffle();
-    double loss_sum = 0;
-    const std::size_t first = epoch == first_epoch ? step_in_epoch(resumed_steps_) : 0;
-    for (std::size_t s = first; s < steps_per_epoch_;) {
-      if (elastic_ && elastic_->options().grow) {
-        if (just_joined_)
-          just_joined_ = false;  // the members asked at this boundary already, before letting this process in
-        else if (!survive([&] { grow(); }))
-          continue;
+  double loss_sum = 0;
+  int loss_epoch = -1;
+  std::size_t losses = 0;
+  while (epochs_ended_ < f_.epochs) {
+    const int epoch = epochs_ended_;
+    if (epoch_end_pending()) {
+      while (!survive([&] { end_epoch(epoch); })) {
       }
-      const double loss_before = loss_sum;
-      if (!survive([&] { step(s, loss_sum); })) {
-        loss_sum = loss_before;
-        continue;  // the step again, over the survivors
+      continue;
+    }
+    if (checkpoint_due()) {
+      while (!survive([&] { checkpoint(); })) {
       }
-      ++steps_done_;
-      probe_target(epoch, s);
-      progress(epoch, s, loss_sum, s + 1 - first);
-      if (f_.checkpoint_every && steps_done_ % f_.checkpoint_every == 0 && s + 1 != steps_per_epoch_)
-        while (!survive([&] { checkpoint(); })) {
-        }
-      ++s;
+      continue;
     }
-    while (!survive([&] { end_epoch(epoch); })) {
+    const auto s = static_cast<std::size_t>(steps_done_ - static_cast<std::int64_t>(epoch) *
+                                                              static_cast<std::int64_t>(steps_per_epoch_));
+    order_epoch(epoch);
+    if (loss_epoch != epoch) loss_sum = 0, losses = 0, loss_epoch = epoch;
+    if (elastic_ && elastic_->options().grow) {
+      if (just_joined_)
+        just_joined_ = false;  // the members asked at this boundary already, before letting this process in
+      else if (!survive([&] { grow(); }))
+        continue;
     }
-  }
-}
-
-// Runs `part`; under HOPWISE_ELASTIC=shrink a failure of a collective is survived: the survivors agree on who is
-// left, the reducer, averager and monitor are rebuilt over them and false says to do the part again. The
-// parameters are those the part started from: a step fails in the reducer's finish(), before the optimizer step.
-// Whether every rank holds the same parameters, bit for bit (a hash of each rank's, compared). Collective.
-bool Trainer::parameters_identical() {
-  std::uint64_t h = 1469598103934665603ull;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(model_.params());
-  for (std::size_t i = 0; i < model_.parameter_count() * sizeof(float); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
-  std::vector<std::int64_t> all(static_cast<std::size_t>(p_));
-  const auto mine = static_cast<std::int64_t>(h);
-  comm_->allgather(&mine, all.data(), 1, hopwise::DataType::kInt64);
-  return std::all_of(all.begin(), all.end(), [&](std::int64_t v) { return v == all[0]; });
-}
-
-// Over the group's new communicator: this rank's place, its slice of the batch, a reducer, averager and monitor.
-void Trainer::rejoin_group() {
-  comm_ = &elastic_->comm();
-  rank_ = comm_->rank();
-  p_ = comm_->size();
-  trace_.rank = rank_;
-  comm_->set_algorithm(hc::parse_algorithm(f_.algo));
-  split_batch();
-  make_reducer();
-  averager_.emplace(*comm_, hc::AveragingSpec::parse(f_.averaging), model_.params(), model_.parameter_count());
-}
-
-// HOPWISE_ELASTIC=grow, at a step boundary: newcomers waiting are let in and sent the state (share_state()).
-void Trainer::grow() {
-  if (!elastic_->newcomers_waiting()) return;
-  const auto t0 = Clock::now();
-  if (monitor_) monitor_->finish();  // collective on the old communicator, which still works
-  monitor_.reset();
-  reducer_.reset();
-  averager_.reset();
-  const hc::ElasticEvent ev = elastic_->admit();
-  rejoin_group();
-  share_state();
-  note_change(ev, t0, fmt::format("{} image(s) per rank ({})", local_, batch_policy()));
-}
-
-// After a change of membership: a monitor over the new communicator (its files continued), the event's line on the
-// console, in the monitor's JSON lines and its Prometheus counters.
-void Trainer::note_change(const hc::ElasticEvent& ev, Clock::time_point t0, const std::string& what) {
-  f_.monitor.continue_files = true;
-  monitor_.emplace(*comm_, f_.monitor);
-  ++sum_.elastic_events;
-  sum_.stood_still_s += ms(Clock::now() - t0) / 1e3;
-  const std::string line = fmt::format("elastic: {} at step {}; {}", ev.describe(), steps_done_, what);
-  hopwise::log::end_console_line();
-  if (rank_ == 0) fmt::print("{}\n", line);
-  std::fflush(stdout);
-  monitor_->membership_event(line, sum_.elastic_events, sum_.stood_still_s);
-}
-
-// Rank 0's position, run id, parameters and momentum to every rank: a newcomer starts where the others stand.
-void Trainer::share_state() {
-  std::int64_t head[3] = {steps_done_, static_cast<std::int64_t>(run_), launched_ranks_};
-  comm_->broadcast(head, 3, hopwise::DataType::kInt64, 0);
-  comm_->broadcast(model_.params(), model_.parameter_count(), hopwise::DataType::kFloat32, 0);
-  comm_->broadcast(model_.velocity(), model_.parameter_count(), hopwise::DataType::kFloat32, 0);
-  steps_done_ = head[0];
-  run_ = static_cast<std::uint64_t>(head[1]);
-  launched_ranks_ = static_cast<int>(head[2]);
-  split_batch();  // a newcomer's share follows the job's launched size
-}
-
-bool Trainer::survive(const std::function<void()>& part) {
-  if (!elastic_ || !elastic_->options().shrink) {
-    part();
-    return true;
-  }
-  try {
-    part();
-    return true;
-  } catch (const hopwise::Error& e) {
-    const std::string why = e.what();
-    const auto t0 = Clock::now();
-    hopwise::log::warn("elastic: rank {} gave up on step {} ({:.1f} s into training): {}", elastic_->id(), steps_done_,
-                       training_s(), why.substr(0, 300));
-    reducer_.reset();  // each holds the old communicator, which failed (no collective on it now)
-    averager_.reset();
-    monitor_.reset();
-    const hc::ElasticEvent ev = elastic_->shrink(why);
-    rejoin_group();
-    ++sum_.steps_redone;
-    note_change(ev, t0, fmt::format("the step is done again with {} image(s) per rank ({})", local_, batch_policy()));
-    return false;
+    const double loss_before = loss_sum;
+    if (!survive([&] { step(s, loss_sum); })) {
+      loss_sum = loss_before;
+      continue;  // the step again (or where catch_up() put this rank), over the survivors
+    }
+    ++steps_done_;
+    ++losses;
+    probe_target(epoch, s);
+    progress(epoch, s, loss_sum, losses);
   }
 }
 
@@ -322,6 +258,7 @@ void Trainer::checkpoint() {
   totals_.averaging_ms += ms(Clock::now() - a0);
   save_checkpoint(*comm_, f_.checkpoint, {steps_done_, p_, f_.batch, run_, averager_->save()}, model_.params(),
                   model_.velocity(), model_.parameter_count());
+  checkpointed_step_ = steps_done_;
 }
 
 void Trainer::step(std::size_t s, double& loss_sum) {
@@ -331,6 +268,7 @@ void Trainer::step(std::size_t s, double& loss_sum) {
     std::memcpy(xb_.data() + static_cast<std::size_t>(j) * px_, train_.images.data() + idx * px_, px_ * sizeof(float));
     yb_[static_cast<std::size_t>(j)] = train_.labels[idx];
   }
+  keep_step_start();
   hc::ModelAverager& averager = *averager_;
   reducer_->set_scope(averager.gradient_scope());
   loss_sum += model_.forward(xb_.data(), yb_.data(), local_, grad_scale_);
@@ -346,6 +284,7 @@ void Trainer::step(std::size_t s, double& loss_sum) {
                       trace_.span(fmt::format("backward layer{}", l + 1), "compute", layer_start, Clock::now(), 0);
                   });
   const auto t_bwd = Clock::now();
+  if (neighbour_) neighbour_->settle();  // sent while the step computed
   const hc::StepStats st = reducer_->finish();
   const double waited_before = averager.stats().wait_ms;
   averager.before_step();
@@ -417,7 +356,9 @@ void Trainer::end_epoch(int epoch) {
   const auto e0 = Clock::now();
   const double acc = evaluate();
   paused_s_ += std::chrono::duration<double>(Clock::now() - e0).count();
+  if (accuracy_epoch_ == epoch) sum_.epoch_accuracy.pop_back();  // the epoch's end done again after a shrink
   sum_.epoch_accuracy.push_back(acc);
+  accuracy_epoch_ = epoch;
   if (f_.target > 0 && sum_.seconds_to_target < 0 && acc >= f_.target) {
     sum_.seconds_to_target = training_s();
     sum_.steps_to_target = totals_.steps;
@@ -432,6 +373,7 @@ void Trainer::end_epoch(int epoch) {
   if (!f_.checkpoint.empty())
     save_checkpoint(*comm_, f_.checkpoint, {steps_done_, p_, f_.batch, run_, averager_->save()}, model_.params(),
                     model_.velocity(), model_.parameter_count());
+  epochs_ended_ = epoch + 1;
 }
 
 // Each rank scores a slice of the test set, the counts are summed.

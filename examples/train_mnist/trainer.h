@@ -17,6 +17,7 @@
 #include "hopwise/comm/communicator.h"
 #include "hopwise/comm/elastic.h"
 #include "hopwise/comm/monitor.h"
+#include "hopwise/comm/neighbour_copy.h"
 #include "hopwise/comm/reducer.h"
 #include "mlp.h"
 #include "mnist.h"
@@ -47,20 +48,28 @@ class Trainer {
   void split_batch();
   std::string batch_policy() const;  // for the elastic lines: the global batch kept, or the learning rate scaled
   void make_reducer();
+  // The elastic side (trainer_elastic.cpp).
   bool survive(const std::function<void()>& part);
   void rejoin_group();
   void grow();
   void share_state();
   void note_change(const comm::ElasticEvent& ev, Clock::time_point t0, const std::string& what);
   bool parameters_identical();
-  void shuffle();
-  void resume();  // from --resume (a path, or auto: --checkpoint's newest step), or a fresh run's id
+  void keep_step_start();  // the step's starting state, and the neighbour's copy of it
+  std::string average_in_lost(const comm::ElasticEvent& ev);  // under an averaging method, after a shrink
+  std::string catch_up();                                     // the survivors to the place the furthest one reached
+  std::int64_t position() const;  // steps_done_ * 2, + 1 once the boundary work after the step (if any) is done
+  bool epoch_end_pending() const;
+  bool checkpoint_due() const;
+
+  void order_epoch(int epoch);  // order_ for `epoch`: the same permutation on every rank, whatever came before
+  void resume();                // from --resume (a path, or auto: --checkpoint's newest step), or a fresh run's id
   void step(std::size_t s, double& loss_sum);
   void probe_target(int epoch, std::size_t s);
   void progress(int epoch, std::size_t s, double loss_sum, std::size_t losses) const;
-  void checkpoint();  // a full average, then every rank's file of this step
-  void end_epoch(int epoch);
-  double evaluate();  // the test accuracy of the model as it is on every rank. Collective.
+  void checkpoint();          // a full average, then every rank's file of this step
+  void end_epoch(int epoch);  // may be done again after a shrink: its accuracy is then replaced
+  double evaluate();          // the test accuracy of the model as it is on every rank. Collective.
   double training_s() const;
   int epoch_of(std::int64_t steps) const;  // the epoch a step count ends in, and the step within it
   std::size_t step_in_epoch(std::int64_t steps) const;
@@ -77,23 +86,31 @@ class Trainer {
   std::optional<comm::GradientReducer> reducer_;
   std::optional<comm::ModelAverager> averager_;
   std::optional<comm::Monitor> monitor_;
-  std::int64_t steps_done_ = 0;     // optimizer steps since the run's start, resumed ones included
-  std::int64_t resumed_steps_ = 0;  // of which a checkpoint held these
-  std::string resumed_from_;        // the checkpoint's path; empty: a fresh run
-  std::uint64_t run_ = 0;           // the run's id, carried in its checkpoints
-  bool just_joined_ = false;        // a newcomer before its first step
+  std::int64_t steps_done_ = 0;         // optimizer steps since the run's start, resumed ones included
+  std::int64_t resumed_steps_ = 0;      // of which a checkpoint held these
+  int epochs_ended_ = 0;                // epochs whose end (average, evaluation, checkpoint) is done
+  std::int64_t checkpointed_step_ = 0;  // the last step a --checkpoint-every checkpoint (or the resume) holds
+  std::string resumed_from_;            // the checkpoint's path; empty: a fresh run
+  std::uint64_t run_ = 0;               // the run's id, carried in its checkpoints
+  bool just_joined_ = false;            // a newcomer before its first step
   Trace trace_;
   bool tty_;
   int local_ = 0, first_ = 0;  // this rank's share of the global batch, and where it starts
   float grad_scale_ = 1;
-  float lr_ = 0;  // --lr, or scaled with the ranks (--elastic-batch scale-lr)
-  int launched_ranks_ =
-      0;  // the job's ranks at its start       // local_ * ranks / batch: 1 where the ranks share the batch evenly
+  float lr_ = 0;            // --lr, or scaled with the ranks (--elastic-batch scale-lr)
+  int launched_ranks_ = 0;  // the job's ranks at its start (a newcomer's: the job's)
+  // Under HOPWISE_ELASTIC=shrink with an averaging method (the ranks' models differ between averagings): the state
+  // this step started from (restored when it is done again) and the ring predecessor's copy of its own.
+  bool models_differ_ = false;  // an averaging method: the ranks' models differ between averagings
+  std::optional<comm::NeighbourCopy> neighbour_;
+  std::vector<float> start_params_, start_velocity_;
+  std::int64_t start_step_ = -1;
   std::size_t steps_per_epoch_;
   std::vector<std::size_t> order_;
   std::vector<float> xb_, probe_;  // the batch's images; the ranks' mean model for the probes
   std::vector<std::uint8_t> yb_;
-  std::mt19937_64 shuffle_rng_;
+  int ordered_epoch_ = -1;   // the epoch order_ is for
+  int accuracy_epoch_ = -1;  // the epoch whose accuracy sum_.epoch_accuracy ends with
   Totals totals_;
   Summary sum_;
   Clock::time_point start_;
