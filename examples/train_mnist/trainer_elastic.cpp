@@ -133,7 +133,8 @@ std::string Trainer::average_in_lost(const hc::ElasticEvent& ev) {
   const float models = static_cast<float>(c.size()) + static_cast<float>(kept.size());
   for (std::size_t i = 0; i < n; ++i) model_.params()[i] = sum[i] / models;
   const std::size_t lost = ev.left.size() - kept.size();
-  return fmt::format("; the survivors' models averaged with {}{}", kept.empty() ? "no lost rank's" : fmt::format("{}", fmt::join(kept, ", ")),
+  return fmt::format("; the survivors' models averaged with {}{}",
+                     kept.empty() ? "no lost rank's" : fmt::format("{}", fmt::join(kept, ", ")),
                      lost ? fmt::format(" ({} lost rank(s) had no copy: their keeper left too)", lost) : "");
 }
 

@@ -34,7 +34,7 @@ class NeighbourCopy {
   void abandon();
 
   bool holds() const { return held_id_ >= 0; }
-  int held_id() const { return held_id_; }              // whose copy is held (-1: none)
+  int held_id() const { return held_id_; }               // whose copy is held (-1: none)
   std::int64_t held_step() const { return held_step_; }  // the step it was sent at
   const float* held() const { return held_.data(); }
   std::size_t count() const { return count_; }
