@@ -5,12 +5,15 @@
 #           and finish by themselves (the standstill printed) with the test accuracy of an uninterrupted run
 #           within 0.3 point (the global batch is kept, so the course barely changes); the monitor's Prometheus file
 #           and JSON lines (continued by the new rank 0) record the event.
+#   kill R SPEC: the same under --averaging SPEC (local SGD, gossip, async), against an uninterrupted run of that
+#           method: the ranks' models differ between averagings, and R's ring successor holds a copy of R's, which
+#           the survivors average in (the line names it).
 #   stop:   rank 1 is stopped (SIGSTOP) for STOP_S seconds (default 20: well past the survivors' 3 s timeout and 3 s
 #           agreement, even on a busy machine), then continued: the survivors go on without
 #           it, and it is refused with a line naming the generation it was left out of.
 #   grow:   3 ranks start; once they train, a fourth process starts and joins (HOPWISE_ELASTIC_JOIN=1): it comes in at a step
 #           boundary, and at the end every rank holds the same parameters, bit for bit.
-#   elastic_check.sh TRAIN_MNIST WORKDIR "kill 2" ["kill 0"] ["stop"]...
+#   elastic_check.sh TRAIN_MNIST WORKDIR "kill 2" ["kill 0"] ["kill 2 local:period=8"] ["stop"] [grow]...
 set -euo pipefail
 train=$1 dir=$2
 shift 2
@@ -24,12 +27,14 @@ port=0
 start() {  # NAME [ENV...]: the job's ranks in the background, logs $dir/NAME.rankR, summary $dir/NAME.json
   local name=$1
   shift
+  local method=()
+  [ -n "${averaging:-}" ] && method=(--averaging "$averaging")
   port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   pids=()
   for ((r = 0; r < ${size:-$np}; r++)); do
     env RANK=$r WORLD_SIZE=${size:-$np} LOCAL_RANK=$r LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       HOPWISE_STORE="file://$dir/$name.store" HOPWISE_TIMEOUT_S=3 "$@" \
-      "$train" "${flags[@]}" --json "$dir/$name.json" > "$dir/$name.rank$r" 2>&1 &
+      "$train" "${flags[@]}" "${method[@]}" --json "$dir/$name.json" > "$dir/$name.rank$r" 2>&1 &
     pids+=($!)
   done
 }
@@ -56,7 +61,17 @@ echo "uninterrupted, 4 ranks: test accuracy $straight"
 
 for scenario in "$@"; do
   set -- $scenario
-  name=$1${2:-} victim=${2:-1}
+  name=$1${2:-} victim=${2:-1} averaging=${3:-}
+  against=$straight
+  if [ -n "$averaging" ]; then  # an uninterrupted run of the method, to compare with
+    name=$name-${averaging%%:*}
+    start "straight-$name"
+    finish > "$dir/straight-$name.rc"
+    grep -q "rank 0: 0" "$dir/straight-$name.rc" ||
+      { cat "$dir/straight-$name.rank0"; echo "the uninterrupted $averaging run failed"; exit 1; }
+    against=$(accuracy "$dir/straight-$name.json" test_accuracy)
+    echo "uninterrupted, 4 ranks, --averaging $averaging: test accuracy $against"
+  fi
   if [ "$1" = grow ]; then
     size=3 start grow HOPWISE_ELASTIC=shrink,grow
     quarter grow "^model "  # training starts: the newcomer, starting now, comes in some steps later
@@ -98,9 +113,12 @@ for scenario in "$@"; do
     { cat "$dir/$name.prom"; echo "$scenario: the Prometheus file lacks the event"; exit 1; }
   grep -q '"type":"elastic"' "$dir/$name.jsonl" && grep -q '"type":"interval"' "$dir/$name.jsonl" ||
     { cat "$dir/$name.jsonl"; echo "$scenario: the JSON lines lack the event or the intervals"; exit 1; }
-  echo "$scenario: test accuracy $got (uninterrupted $straight); stood still ${still} s"
+  if [ -n "$averaging" ] && ! grep -q "the survivors' models averaged with rank $victim's (step [0-9]*, kept by rank" <<< "$line"; then
+    echo "$scenario: the line does not say that rank $victim's model was averaged in from its neighbour's copy"; exit 1
+  fi
+  echo "$scenario: test accuracy $got (uninterrupted $against); stood still ${still} s"
   # The standstill is printed, not bounded: a wall-clock bound would fail on a busy machine.
-  /usr/bin/python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 0.003)" "$got" "$straight" ||
+  /usr/bin/python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 0.003)" "$got" "$against" ||
     { echo "$scenario: more than 0.3 point off the uninterrupted run"; exit 1; }
   if [ "$1" = stop ]; then
     grep -q "rank $victim: 0" "$dir/$name.rc" && { echo "the stopped rank was let back in"; exit 1; }

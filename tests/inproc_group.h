@@ -39,6 +39,33 @@ inline std::vector<hc::Algorithm> own_algorithms(hc::Collective c = hc::Collecti
   return v;
 }
 
+// Runs fn(r) on one thread per r in 0..n-1; returns what each threw ("" where nothing).
+inline std::vector<std::string> on_threads(int n, const std::function<void(int)>& fn) {
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = "unknown exception";
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+// "" or every rank's error, one per line.
+inline std::string joined_errors(const std::vector<std::string>& errors) {
+  std::string all;
+  for (std::size_t r = 0; r < errors.size(); ++r)
+    if (!errors[r].empty()) all += fmt::format("rank {} threw: {}\n", r, errors[r]);
+  return all;
+}
+
 class Group {
  public:
   Group(int n, const hc::Options& opts) : world_(hc::make_inprocess_world(n)) {
@@ -50,26 +77,7 @@ class Group {
 
   // Runs fn(rank, communicator) on one thread per rank. Returns "" or every rank's error, one per line.
   std::string run(const std::function<void(int, hc::Communicator&)>& fn) {
-    const int n = size();
-    std::vector<std::string> errors(static_cast<std::size_t>(n));
-    std::vector<std::thread> threads;
-    threads.reserve(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r)
-      threads.emplace_back([&, r] {
-        try {
-          fn(r, comm(r));
-        } catch (const std::exception& e) {
-          errors[static_cast<std::size_t>(r)] = e.what();
-        } catch (...) {
-          errors[static_cast<std::size_t>(r)] = "unknown exception";
-        }
-      });
-    for (auto& t : threads) t.join();
-    std::string all;
-    for (int r = 0; r < n; ++r)
-      if (!errors[static_cast<std::size_t>(r)].empty())
-        all += fmt::format("rank {} threw: {}\n", r, errors[static_cast<std::size_t>(r)]);
-    return all;
+    return joined_errors(on_threads(size(), [&](int r) { fn(r, comm(r)); }));
   }
 
  private:

@@ -26,24 +26,8 @@ std::vector<const void*> ptrs(const std::vector<Bytes>& v) {
   return p;
 }
 
-// Runs fn(rank) on n threads; returns the errors joined ("" when none).
 std::string run_threads(int n, const std::function<void(int)>& fn) {
-  std::vector<std::string> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  std::string all;
-  for (int r = 0; r < n; ++r)
-    if (!errors[static_cast<std::size_t>(r)].empty())
-      all += fmt::format("rank {}: {}\n", r, errors[static_cast<std::size_t>(r)]);
-  return all;
+  return hwtest::joined_errors(hwtest::on_threads(n, fn));
 }
 
 using hwtest::message_of;

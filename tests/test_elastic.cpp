@@ -1,6 +1,7 @@
 // ElasticGroup's agreement over a store, with ranks as threads (in-process transports, one world per generation):
 // the survivors of a lost rank agree on one list and go on; a rank that answers late is refused, naming the
 // generation; a newcomer is let in at a boundary; a failure that lost no rank is not hidden; bad modes are named.
+// NeighbourCopy: each rank holds its ring predecessor's last complete state, which outlives the predecessor.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include "hopwise/comm/elastic.h"
+#include "hopwise/comm/neighbour_copy.h"
 #include "hopwise/comm/transports/inproc_transport.h"
 #include "hopwise/common/error.h"
 #include "inproc_group.h"
@@ -41,21 +43,7 @@ hc::ElasticOptions options(bool grow = false) {
   return o;
 }
 
-// Runs fn(id) on one thread per id; returns each thread's error ("" where none).
-std::vector<std::string> on_threads(int n, const std::function<void(int)>& fn) {
-  std::vector<std::string> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int id = 0; id < n; ++id)
-    threads.emplace_back([&, id] {
-      try {
-        fn(id);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(id)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
-}
+using hwtest::on_threads;
 
 double sum_of_ids(hc::ElasticGroup& g) {
   double v = g.id() + 1;
@@ -162,6 +150,70 @@ TEST(Elastic, ANewcomerIsLetInAtABoundary) {
     EXPECT_EQ(sums[static_cast<std::size_t>(t)], 1 + 2 + 3) << "thread " << t;
   }
   EXPECT_TRUE(joined);
+}
+
+// Rank r's state at step s: values no other rank or step has.
+float state_value(int r, std::int64_t step, std::size_t i) {
+  return static_cast<float>(r) * 1000.0f + static_cast<float>(step) + static_cast<float>(i) * 1e-3f;
+}
+
+TEST(Elastic, EachRankHoldsItsPredecessorsLastState) {
+  for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1009}, std::size_t{300001}}) {
+    for (const int n : {1, 2, 4}) {
+      hwtest::Group group(n, hwtest::test_options());
+      const std::vector<int> ids = {10, 11, 12, 13};  // an elastic group's member ids, not its ranks
+      const std::string err = group.run([&](int r, hc::Communicator& c) {
+        hc::NeighbourCopy copy(count);
+        std::vector<float> mine(count);
+        for (std::int64_t step = 0; step < 3; ++step) {
+          for (std::size_t i = 0; i < count; ++i) mine[i] = state_value(r, step, i);
+          copy.start(c, mine.data(), step, std::vector<int>(ids.begin(), ids.begin() + n));
+          copy.settle();
+        }
+        if (n == 1) {
+          EXPECT_FALSE(copy.holds()) << "a single rank keeps no copy";
+          return;
+        }
+        const int pred = (r + n - 1) % n;
+        ASSERT_EQ(copy.held_id(), ids[static_cast<std::size_t>(pred)]) << "rank " << r;
+        EXPECT_EQ(copy.held_step(), 2);
+        for (std::size_t i = 0; i < count; ++i)
+          ASSERT_EQ(copy.held()[i], state_value(pred, 2, i)) << "rank " << r << " element " << i << " of " << count;
+      });
+      EXPECT_EQ(err, "") << n << " ranks, " << count << " floats";
+    }
+  }
+}
+
+TEST(Elastic, ACopyOutlivesItsLostOwner) {
+  hwtest::Group group(4, hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 1));
+  const std::size_t count = 4099;
+  std::vector<std::string> settle_errors(4);
+  std::vector<std::vector<float>> held(4);
+  std::vector<std::int64_t> held_step(4, -1);
+  const std::string err = group.run([&](int r, hc::Communicator& c) {
+    hc::NeighbourCopy copy(count);
+    std::vector<float> mine(count);
+    for (std::int64_t step = 0; step < 3; ++step) {
+      if (r == 2 && step == 2) return;  // lost before sending the state step 2 started from
+      for (std::size_t i = 0; i < count; ++i) mine[i] = state_value(r, step, i);
+      copy.start(c, mine.data(), step, {0, 1, 2, 3});
+      try {
+        copy.settle();
+      } catch (const hopwise::Error& e) {
+        settle_errors[static_cast<std::size_t>(r)] = e.what();
+        break;
+      }
+    }
+    held[static_cast<std::size_t>(r)].assign(copy.held(), copy.held() + count);
+    held_step[static_cast<std::size_t>(r)] = copy.held_step();
+    EXPECT_EQ(copy.held_id(), (r + 3) % 4);
+  });
+  ASSERT_EQ(err, "");
+  // Rank 3, rank 2's successor, names the failure and still holds rank 2's state of step 1, whole.
+  EXPECT_NE(settle_errors[3], "") << "rank 3 settled a copy that rank 2 never sent";
+  EXPECT_EQ(held_step[3], 1);
+  for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(held[3][i], state_value(2, 1, i)) << "element " << i;
 }
 
 TEST(Elastic, ModesAreCheckedByName) {
