@@ -7,7 +7,10 @@
 #           and JSON lines (continued by the new rank 0) record the event.
 #   kill R SPEC: the same under --averaging SPEC (local SGD, gossip, async), against an uninterrupted run of that
 #           method: the ranks' models differ between averagings, and R's ring successor holds a copy of R's, which
-#           the survivors average in (the line names it).
+#           the survivors average in (the line names it). Within 1 point: after the shrink each survivor's local
+#           steps take a third of the batch rather than a quarter, and 3 models are averaged, not 4, which moves
+#           local SGD's course more than sync's (its test accuracy over 4 seeds spans 80.5-82.3%; over 5 kills
+#           80.0-80.7% against 80.7% uninterrupted).
 #   stop:   rank 1 is stopped (SIGSTOP) for STOP_S seconds (default 20: well past the survivors' 3 s timeout and 3 s
 #           agreement, even on a busy machine), then continued: the survivors go on without
 #           it, and it is refused with a line naming the generation it was left out of.
@@ -118,8 +121,10 @@ for scenario in "$@"; do
   fi
   echo "$scenario: test accuracy $got (uninterrupted $against); stood still ${still} s"
   # The standstill is printed, not bounded: a wall-clock bound would fail on a busy machine.
-  /usr/bin/python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 0.003)" "$got" "$against" ||
-    { echo "$scenario: more than 0.3 point off the uninterrupted run"; exit 1; }
+  within=0.003
+  [ -n "$averaging" ] && within=0.01
+  /usr/bin/python3 -c "import sys; a, b, w = map(float, sys.argv[1:]); sys.exit(abs(a - b) > w)" "$got" "$against" "$within" ||
+    { echo "$scenario: more than $within off the uninterrupted run's accuracy"; exit 1; }
   if [ "$1" = stop ]; then
     grep -q "rank $victim: 0" "$dir/$name.rc" && { echo "the stopped rank was let back in"; exit 1; }
     grep -q "rank $victim was left out of generation 1" "$dir/$name.rank$victim" ||

@@ -72,7 +72,10 @@ std::optional<Header> read_header(std::ifstream& in, bool& whole) {
   in >> magic >> version >> h.c.steps_done >> h.c.ranks >> h.c.batch >> h.c.run >> h.count;
   std::getline(in, line);
   std::getline(in, h.c.averaging);
-  if (!in || magic != kMagic || version != kVersion || h.c.steps_done < 0) return std::nullopt;
+  // A count past any model's (2^36 floats: 256 GiB) or a spec line past any spec's is not a checkpoint of ours.
+  if (!in || magic != kMagic || version != kVersion || h.c.steps_done < 0 || h.count > (std::size_t{1} << 36) ||
+      h.c.averaging.size() > 4096)
+    return std::nullopt;
   h.data_at = in.tellg();
   in.seekg(0, std::ios::end);
   whole = in.tellg() == h.data_at + static_cast<std::streamoff>(2 * h.count * sizeof(float));

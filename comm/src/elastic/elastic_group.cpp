@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <charconv>
 #include <optional>
 #include <string>
 #include <thread>
@@ -26,12 +27,22 @@ std::string key(std::int64_t generation, const std::string& what) {
 
 std::string ids_text(const std::vector<int>& ids) { return fmt::format("{}", fmt::join(ids, ",")); }
 
+// A generation's members as the store holds them ("0,1,3"). Whatever else is there (another job's key, a damaged
+// store) is named rather than taken.
 std::vector<int> parse_ids(const std::string& text) {
   std::vector<int> ids;
   std::size_t at = 0;
   while (at < text.size()) {
     const std::size_t comma = std::min(text.find(',', at), text.size());
-    ids.push_back(std::stoi(text.substr(at, comma - at)));
+    const std::string item = text.substr(at, comma - at);
+    int id = -1;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
+    if (ec != std::errc() || end != item.data() + item.size() || id < 0 || ids.size() >= (1u << 20))
+      throw Error(
+          fmt::format("elastic: the store's member list '{}' is not a list of ranks (another job's keys in "
+                      "the same store? give each job its own HOPWISE_STORE)",
+                      text.substr(0, 200)));
+    ids.push_back(id);
     at = comma + 1;
   }
   return ids;

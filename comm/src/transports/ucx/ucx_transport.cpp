@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -74,11 +75,33 @@ struct Engine {
     ucp_worker_release_address(worker, a);
   }
   ~Engine() {
+    if (worker) drop_unexpected();
     if (worker) ucp_worker_destroy(worker);
     if (context) ucp_cleanup(context);
   }
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
+
+  // Messages that came for receives never posted (a failed collective's, once a peer was lost and the survivors
+  // gave up) are received and dropped, so that the worker does not go with them unmatched (UCX warns of each).
+  // Within a second at most: a message whose sender is gone may never arrive whole.
+  void drop_unexpected() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    std::vector<char> scratch;
+    for (int n = 0; n < 4096 && std::chrono::steady_clock::now() < deadline; ++n) {
+      ucp_tag_recv_info_t info{};
+      ucp_tag_message_h msg = ucp_tag_probe_nb(worker, 0, 0, 1, &info);
+      if (msg == nullptr) return;
+      scratch.resize(std::max<std::size_t>(1, info.length));
+      ucp_request_param_t param{};
+      ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker, scratch.data(), info.length, msg, &param);
+      if (!UCS_PTR_IS_PTR(r)) continue;  // done at once, or failed: either way nothing is left of it
+      while (ucp_request_check_status(r) == UCS_INPROGRESS && std::chrono::steady_clock::now() < deadline)
+        ucp_worker_progress(worker);
+      if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker, r);
+      ucp_request_free(r);
+    }
+  }
 };
 
 std::string read_first_line(const char* path) {
