@@ -160,3 +160,17 @@ def test_elastic_shrink(tmp_path):
     assert all(float(b) < float(a) for _, a, b in done), out
     assert lines(out, r"^elastic: generation 1: rank\(s\) 2 left; 3 rank\(s\) go on \(0, 1, 3\)"), out
     print("\n".join(l for l in out.splitlines() if "elastic" in l))
+
+
+def test_elastic_grow(tmp_path):
+    """A process started later (HOPWISE_ELASTIC_JOIN=1) joins 3 training ranks at the step 10 boundary: it receives
+    their step, parameters and optimizer state (ElasticContext.share_state), DDP is re-wrapped over 4 ranks, and all
+    4 hold the same parameters, bit for bit, after the newcomer's first step and at the end."""
+    rc, out = launch("spawn", 3, "elastic_worker.py", str(tmp_path / "store"), "-1", "grow",
+                     env={"HOPWISE_TIMEOUT_S": "60", "HOPWISE_ELASTIC": "shrink,grow"}, timeout=240, grace=120)
+    done = lines(out, r"^rank (\d): elastic ok: 4 ranks at the end, generation 1, 0 step\(s\) redone, parameters "
+                      r"identical True, loss [0-9.]+ -> [0-9.]+, re-wrap \d+ ms, identical after the newcomer's "
+                      r"first step True")
+    assert rc == 0 and sorted(int(r) for r in done) == [0, 1, 2, 3], out
+    assert lines(out, r"^elastic: generation 1: rank\(s\) 3 joined; 4 rank\(s\) go on \(0, 1, 2, 3\)"), out
+    print("\n".join(l for l in out.splitlines() if "elastic" in l))

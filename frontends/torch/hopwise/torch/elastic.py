@@ -1,15 +1,22 @@
-"""Shrink in place under PyTorch: when a rank is lost, the survivors agree on who is left and form the default group
-again over them, without a restart. DDP cannot follow a group that changes size (its reducer keeps the group and
-its size), so the recipe re-wraps the model; the optimizer keeps its state (it holds the model's own tensors).
+"""Elastic training under PyTorch, without a restart. Shrink: when a rank is lost, the survivors agree on who is
+left and form the default group again over them. Grow: a process started later (HOPWISE_ELASTIC_JOIN=1) is let in
+at a step boundary and receives rank 0's step, parameters and optimizer state. DDP cannot follow a group that
+changes size (its reducer keeps the group and its size), so the recipe re-wraps the model; the optimizer keeps its
+state (it holds the model's own tensors).
 
     ctx = hopwise.torch.ElasticContext("/shared/job.store")   # collective: init_process_group("hopwise")
+    step = ctx.share_state(model, opt, 0) if ctx.joined_late else 0   # a newcomer: the job's step and state
     ddp = DDP(model)
-    step = 0
     while step < steps:
+        if ctx.newcomers_waiting():         # HOPWISE_ELASTIC=shrink,grow: at a step boundary, all members agree
+            ctx.admit()                     # the group formed again, the newcomers in it
+            step = ctx.share_state(model, opt, step)
+            ddp = DDP(model)
         try:
             loss = loss_fn(ddp(x[step]), y[step]); opt.zero_grad(); loss.backward(); opt.step()
         except RuntimeError as e:           # a collective failed: a rank is lost (or stopped)
             ctx.shrink(str(e))              # the survivors' new group; raises on a rank left out
+            step = ctx.catch_up(model, opt, step)   # where the furthest survivor stands
             ddp = DDP(model)                # re-wrap: rank 0's parameters to every rank, new buckets
             continue                        # the step again: it failed in backward, before opt.step()
         step += 1
@@ -19,25 +26,63 @@ TCP store dies with the rank that serves it. RANK and WORLD_SIZE come from the l
 ``srun --kill-on-bad-exit=0``); torchrun ends every rank when one dies, so under it use the restart path
 (hopwise.torch.Checkpoints) instead. The agreement is hopwise's (hopwise/comm/elastic.h): each survivor marks itself
 alive, waits until all have or HOPWISE_ELASTIC_SETTLE_S (3 s) passed, and the first to finish writes the list all
-read; a rank that answers later is refused, naming the generation.
+read; a rank that answers later is refused, naming the generation. A newcomer takes a ticket in the store; at each
+boundary the members agree (the smallest count of tickets any of them saw) on whom to let in, and rank 0 writes
+each newcomer's generation and the members.
 """
+import datetime
 import os
 import time
 
+import torch
 import torch.distributed as dist
 
 from . import _C
 
 
+TICKETS = "hopwise/elastic/torch/tickets"  # how many processes asked to join so far
+
+
+def _ticket_key(ticket):
+    # "GENERATION ID ADMITTED NEXT_ID MEMBER,MEMBER,...": the newcomer's way in, and what the members know
+    return f"hopwise/elastic/torch/ticket/{ticket}"
+
+
 class ElasticContext:
-    def __init__(self, store_path, timeout_s=None):
-        self.id = int(os.environ["RANK"])
-        self.members = list(range(int(os.environ["WORLD_SIZE"])))
-        self.generation = 0
+    def __init__(self, store_path, timeout_s=None, join=None):
+        """Forms the default group (collective). join (default: HOPWISE_ELASTIC_JOIN=1): this process was started
+        later and waits (up to the timeout) until the members let it in; RANK and WORLD_SIZE are then not read."""
         self.timeout_s = float(timeout_s or os.environ.get("HOPWISE_TIMEOUT_S", 300))
         self.store = dist.FileStore(str(store_path), -1)
-        self.events = []  # one dict per membership change: generation, left, members, stood_still_s
+        self.events = []  # one dict per membership change: generation, left, joined, members, stood_still_s
+        self.joined_late = os.environ.get("HOPWISE_ELASTIC_JOIN", "0") == "1" if join is None else join
+        self.admitted = 0  # tickets let in so far, alike on every member
+        # A newcomer comes in at a boundary whose check the members made already: it skips its first one.
+        self._checked_this_boundary = self.joined_late
+        if self.joined_late:
+            self._wait_to_be_let_in()
+        else:
+            self.id = int(os.environ["RANK"])
+            self.members = list(range(int(os.environ["WORLD_SIZE"])))
+            self.generation = 0
+            self.next_id = len(self.members)  # a newcomer's id: ids are never reused, the lost ranks' included
         self._form()
+
+    def _wait_to_be_let_in(self):
+        ticket = self.store.add(TICKETS, 1)
+        try:
+            self.store.wait([_ticket_key(ticket)], datetime.timedelta(seconds=self.timeout_s))
+        except RuntimeError as e:
+            raise RuntimeError(f"elastic: this process (ticket {ticket}) was not let in within {self.timeout_s:.0f} "
+                               f"s: is the job running with HOPWISE_ELASTIC=shrink,grow and calling "
+                               f"newcomers_waiting() at its step boundaries? ({e})") from None
+        fields = self.store.get(_ticket_key(ticket)).decode().split()
+        if len(fields) != 5:
+            raise RuntimeError(f"elastic: ticket {ticket}'s answer '{' '.join(fields)[:200]}' is not one hopwise "
+                               "writes (another job's keys in the same store?)")
+        self.generation, self.id = int(fields[0]), int(fields[1])
+        self.admitted, self.next_id = int(fields[2]), int(fields[3])
+        self.members = [int(m) for m in fields[4].split(",")]
 
     def _form(self):
         prefix = dist.PrefixStore(f"hopwise/elastic/{self.generation}/group", self.store)
@@ -47,6 +92,71 @@ class ElasticContext:
     @property
     def rank(self):
         return self.members.index(self.id)
+
+    def newcomers_waiting(self):
+        """At a step boundary, on every member (collective): whether processes started later wait to be let in, as
+        all members agree (the smallest count of tickets any member saw). A newcomer's first call is answered
+        without asking (the members asked at that boundary before letting it in)."""
+        if self._checked_this_boundary:
+            self._checked_this_boundary = False
+            return False
+        seen = torch.tensor([self.store.add(TICKETS, 0)], dtype=torch.int64)
+        dist.all_reduce(seen, op=dist.ReduceOp.MIN)
+        self._waiting = int(seen.item())
+        return self._waiting > self.admitted
+
+    def admit(self):
+        """Then, on every member: the newcomers get ids no rank had before; rank 0 writes each its
+        way in; all form the default group again, the newcomers with them. Returns the event. Call share_state()
+        next (the newcomers call it too) and re-wrap DDP."""
+        t0 = time.perf_counter()
+        joined = list(range(self.next_id, self.next_id + self._waiting - self.admitted))
+        members = self.members + joined
+        self.next_id += len(joined)
+        if self.rank == 0:
+            for ticket, new_id in zip(range(self.admitted + 1, self._waiting + 1), joined):
+                self.store.set(_ticket_key(ticket), f"{self.generation + 1} {new_id} {self._waiting} {self.next_id} "
+                                                    f"{','.join(map(str, members))}")
+        dist.destroy_process_group()
+        self.generation += 1
+        self.members = members
+        self.admitted = self._waiting
+        self._form()
+        return self._note({"generation": self.generation, "left": [], "joined": joined, "members": self.members,
+                           "stood_still_s": time.perf_counter() - t0})
+
+    def share_state(self, model, optimizer=None, step=0, src=0):
+        """Rank `src`'s step, parameters (the model's state_dict) and optimizer state to every rank (collective);
+        returns the step. After admit() on every member, and first thing on a newcomer."""
+        me = dist.get_rank()
+        obj = [{"step": step, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict() if optimizer is not None else None} if me == src else None]
+        dist.broadcast_object_list(obj, src=src)
+        if me != src:
+            model.load_state_dict(obj[0]["model"])
+            if optimizer is not None:
+                optimizer.load_state_dict(obj[0]["optimizer"])
+        return obj[0]["step"]
+
+    def catch_up(self, model, optimizer=None, step=0):
+        """After shrink(), on every survivor: a collective can complete on some ranks and fail on others, which then
+        went on a step. Where the survivors stand apart, the furthest one's step, parameters and optimizer state go
+        to all (share_state()); returns the step to go on from (one all_gather where all stand together)."""
+        steps = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
+        dist.all_gather(steps, torch.tensor([step], dtype=torch.int64))
+        steps = [int(t.item()) for t in steps]
+        if min(steps) == max(steps):
+            return step
+        return self.share_state(model, optimizer, step, src=steps.index(max(steps)))
+
+    def _note(self, event):
+        self.events.append(event)
+        if self.rank == 0:
+            what = ([f"rank(s) {', '.join(map(str, event['left']))} left"] if event["left"] else []) + (
+                [f"rank(s) {', '.join(map(str, event['joined']))} joined"] if event["joined"] else [])
+            print(f"elastic: generation {self.generation}: {'; '.join(what)}; {len(self.members)} rank(s) go on "
+                  f"({', '.join(map(str, self.members))}) after {event['stood_still_s']:.1f} s", flush=True)
+        return event
 
     def shrink(self, why=""):
         """After a collective failed on this rank: agree with the survivors and form the default group over them
@@ -59,11 +169,5 @@ class ElasticContext:
         self.generation += 1
         self.members = list(survivors)
         self._form()
-        event = {"generation": self.generation, "left": left, "members": self.members,
-                 "stood_still_s": time.perf_counter() - t0}
-        self.events.append(event)
-        if self.rank == 0:
-            print(f"elastic: generation {self.generation}: rank(s) {', '.join(map(str, left))} left; "
-                  f"{len(self.members)} rank(s) go on ({', '.join(map(str, self.members))}) after "
-                  f"{event['stood_still_s']:.1f} s", flush=True)
-        return event
+        return self._note({"generation": self.generation, "left": left, "joined": [], "members": self.members,
+                           "stood_still_s": time.perf_counter() - t0})
