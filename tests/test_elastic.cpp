@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -227,6 +228,18 @@ TEST(Elastic, ModesAreCheckedByName) {
   } catch (const hopwise::InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("'expand' is not a mode; use shrink"), std::string::npos) << e.what();
   }
+  ::setenv("HOPWISE_ELASTIC_COPY_EVERY", "8", 1);
+  EXPECT_EQ(hc::ElasticOptions::parse("shrink").copy_every, 8);
+  ::setenv("HOPWISE_ELASTIC_COPY_EVERY", "0", 1);
+  try {
+    hc::ElasticOptions::parse("shrink");
+    FAIL() << "a copy every 0 steps was taken";
+  } catch (const hopwise::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("HOPWISE_ELASTIC_COPY_EVERY=0: give a step count of 1 or more"),
+              std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("HOPWISE_ELASTIC_COPY_EVERY");
 }
 
 }  // namespace

@@ -290,6 +290,7 @@ void Trainer::step(std::size_t s, double& loss_sum) {
   averager.before_step();
   const auto t_opt = Clock::now();
   model_.sgd_step(lr_, f_.momentum);
+  step_applied_ = true;
   const auto t_opt_end = Clock::now();
   averager.after_step();
   const auto t1 = Clock::now();

@@ -55,7 +55,7 @@ class Trainer {
   void share_state();
   void note_change(const comm::ElasticEvent& ev, Clock::time_point t0, const std::string& what);
   bool parameters_identical();
-  void keep_step_start();  // the step's starting state, and the neighbour's copy of it
+  void keep_step_start();  // the step under way, and the neighbour's copy of this rank's parameters
   std::string average_in_lost(const comm::ElasticEvent& ev);  // under an averaging method, after a shrink
   std::string catch_up();                                     // the survivors to the place the furthest one reached
   std::int64_t position() const;  // steps_done_ * 2, + 1 once the boundary work after the step (if any) is done
@@ -99,12 +99,12 @@ class Trainer {
   float grad_scale_ = 1;
   float lr_ = 0;            // --lr, or scaled with the ranks (--elastic-batch scale-lr)
   int launched_ranks_ = 0;  // the job's ranks at its start (a newcomer's: the job's)
-  // Under HOPWISE_ELASTIC=shrink with an averaging method (the ranks' models differ between averagings): the state
-  // this step started from (restored when it is done again) and the ring predecessor's copy of its own.
-  bool models_differ_ = false;  // an averaging method: the ranks' models differ between averagings
+  // Under HOPWISE_ELASTIC=shrink: the step under way and whether its optimizer step was taken; with an averaging
+  // method (the ranks' models differ between averagings) the copy of the ring predecessor's parameters.
+  bool models_differ_ = false;
   std::optional<comm::NeighbourCopy> neighbour_;
-  std::vector<float> start_params_, start_velocity_;
   std::int64_t start_step_ = -1;
+  bool step_applied_ = false;
   std::size_t steps_per_epoch_;
   std::vector<std::size_t> order_;
   std::vector<float> xb_, probe_;  // the batch's images; the ranks' mean model for the probes

@@ -95,17 +95,18 @@ void Trainer::share_state() {
 }
 
 // Under synchronous data parallelism a step fails in the reducer's finish(), before the optimizer step, and every
-// rank holds the same state: nothing to keep. Under an averaging method a step may fail after the optimizer step
-// (the averaging comes after it) and the ranks' models differ: this rank keeps its own starting state, and sends a
-// copy of its parameters to its ring successor while the step computes (settled before the gradients are reduced).
+// rank holds the same state: nothing to keep, the step is done again. Under an averaging method the ranks' models
+// differ: every HOPWISE_ELASTIC_COPY_EVERY steps this rank sends its parameters to its ring successor while the step
+// computes (from the model itself: nothing changes it before settle(), which comes before the gradients are reduced
+// and the optimizer step). A step that fails after its optimizer step (in the averaging) counts as done: the
+// survivors' average after the shrink stands in for the averaging that failed.
 void Trainer::keep_step_start() {
   start_step_ = steps_done_;
+  step_applied_ = false;
   if (!elastic_ || !elastic_->options().shrink || !models_differ_) return;
-  const std::size_t n = model_.parameter_count();
-  start_params_.assign(model_.params(), model_.params() + n);
-  start_velocity_.assign(model_.velocity(), model_.velocity() + n);
-  if (!neighbour_) neighbour_.emplace(n);
-  neighbour_->start(*comm_, start_params_.data(), steps_done_, elastic_->members());
+  if (!neighbour_) neighbour_.emplace(model_.parameter_count());
+  if (steps_done_ % elastic_->options().copy_every == 0)
+    neighbour_->start(*comm_, model_.params(), steps_done_, elastic_->members());
 }
 
 // Under an averaging method, after a shrink: the lost ranks' progress since the last averaging lives on only in
@@ -171,7 +172,7 @@ std::string Trainer::catch_up() {
 }
 
 // Runs `part`; under HOPWISE_ELASTIC=shrink a failure of a collective is survived: the survivors agree on who is
-// left, a step that failed is put back to its start, the lost ranks' models are averaged in (averaging methods),
+// left, the lost ranks' models are averaged in (averaging methods),
 // the survivors agree on where they stand, the reducer, averager and monitor are rebuilt over them and false says
 // to go on from there (the failed part again, for most).
 bool Trainer::survive(const std::function<void()>& part) {
@@ -187,12 +188,9 @@ bool Trainer::survive(const std::function<void()>& part) {
     const auto t0 = Clock::now();
     hopwise::log::warn("elastic: rank {} gave up on step {} ({:.1f} s into training): {}", elastic_->id(), steps_done_,
                        training_s(), why.substr(0, 300));
-    const bool in_step = start_step_ == steps_done_;
     if (neighbour_) neighbour_->abandon();  // nothing may stay in flight on the old communicator
-    if (in_step && !start_params_.empty()) {
-      std::copy(start_params_.begin(), start_params_.end(), model_.params());
-      std::copy(start_velocity_.begin(), start_velocity_.end(), model_.velocity());
-    }
+    if (start_step_ == steps_done_ && step_applied_) ++steps_done_;  // failed in the averaging (keep_step_start())
+    const bool in_step = start_step_ == steps_done_;
     reducer_.reset();  // each holds the old communicator, which failed (no collective on it now)
     averager_.reset();
     monitor_.reset();

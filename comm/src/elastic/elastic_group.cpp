@@ -87,6 +87,11 @@ ElasticOptions ElasticOptions::parse(const std::string& mode) {
   o.min_ranks = static_cast<int>(env::get_int("HOPWISE_ELASTIC_MIN_RANKS", o.min_ranks));
   if (o.min_ranks < 1)
     throw InvalidArgument(fmt::format("HOPWISE_ELASTIC_MIN_RANKS={}: give a rank count of 1 or more", o.min_ranks));
+  o.copy_every = env::get_int("HOPWISE_ELASTIC_COPY_EVERY", o.copy_every);
+  if (o.copy_every < 1)
+    throw InvalidArgument(
+        fmt::format("HOPWISE_ELASTIC_COPY_EVERY={}: give a step count of 1 or more (1, the default: a copy every step)",
+                    o.copy_every));
   return o;
 }
 

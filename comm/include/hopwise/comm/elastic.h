@@ -36,8 +36,13 @@ struct ElasticOptions {
   bool join = false;    // this process is one (HOPWISE_ELASTIC_JOIN=1)
   double settle_s = 3;  // how long survivors wait for each other before agreeing on who is left
   int min_ranks = 1;    // fewer survivors than this: the job fails (and a launcher may restart it)
-  // "off", "shrink", "grow" or "shrink,grow"; settle and min_ranks from HOPWISE_ELASTIC_SETTLE_S,
-  // HOPWISE_ELASTIC_MIN_RANKS, join from HOPWISE_ELASTIC_JOIN. InvalidArgument naming what is wrong.
+  // Where the ranks' models differ (an averaging method): every this many steps each rank's state goes to its ring
+  // successor (NeighbourCopy). 1 keeps the last step's; N costs 1/N as much and risks N-1 steps of a lost rank's
+  // progress since its copy.
+  std::int64_t copy_every = 1;
+  // "off", "shrink", "grow" or "shrink,grow"; settle, min_ranks and copy_every from HOPWISE_ELASTIC_SETTLE_S,
+  // HOPWISE_ELASTIC_MIN_RANKS and HOPWISE_ELASTIC_COPY_EVERY, join from HOPWISE_ELASTIC_JOIN. InvalidArgument
+  // naming what is wrong.
   static ElasticOptions parse(const std::string& mode);
   static ElasticOptions from_env();  // HOPWISE_ELASTIC (default off)
 };
