@@ -84,9 +84,10 @@ struct Engine {
 
   // Messages that came for receives never posted (a failed collective's, once a peer was lost and the survivors
   // gave up) are received and dropped, so that the worker does not go with them unmatched (UCX warns of each).
-  // Within a second at most: a message whose sender is gone may never arrive whole.
+  // Within 100 ms at most: a message whose sender is gone may never arrive whole, and a job that failed should
+  // say so and end without waiting on it.
   void drop_unexpected() {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
     std::vector<char> scratch;
     for (int n = 0; n < 4096 && std::chrono::steady_clock::now() < deadline; ++n) {
       ucp_tag_recv_info_t info{};
