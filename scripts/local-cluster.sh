@@ -7,6 +7,7 @@
 #   scripts/local-cluster.sh run MPIRUN-ARGS...   mpirun inside h0 with the cluster's flags (yours override them)
 #   scripts/local-cluster.sh torchrun [--nnodes K] [--nproc_per_node S] [--max-restarts R] PROGRAM ARGS...
 #                                                torchrun's multi-node form, an agent in each of hosts 0..K-1
+#   scripts/local-cluster.sh slurm up|run CMD...|down   a real Slurm on the hosts (scripts/local-slurm.sh)
 #   scripts/local-cluster.sh shape RATE [DELAY]   shape every host's link, e.g. "shape 1gbit 0.1ms"; "shape off"
 #   scripts/local-cluster.sh status               hosts, addresses, shaping, processes
 #   scripts/local-cluster.sh down                 remove everything up made (safe to repeat)
@@ -31,7 +32,7 @@ die() {
 }
 
 usage() {
-  sed -n '6,12p' "$0" | sed 's/^# \{0,1\}//' >&"$((${1:-2} == 0 ? 1 : 2))"
+  sed -n '6,13p' "$0" | sed 's/^# \{0,1\}//' >&"$((${1:-2} == 0 ? 1 : 2))"
   exit "${1:-2}"
 }
 
@@ -176,6 +177,7 @@ stop_processes() {
 cmd_down() {
   need_root down
   [ -d "$state" ] || { echo "cluster '$prefix' is not up; nothing to remove"; return 0; }
+  [ ! -d "$state/slurm" ] || "$repo/scripts/local-slurm.sh" down >/dev/null || true
   local hosts=() kind name
   if [ -f "$state/created" ]; then
     while read -r kind name; do [ "$kind" != netns ] || hosts+=("$name"); done <"$state/created"
@@ -407,6 +409,7 @@ case $command in
   down) [ $# -eq 0 ] || usage; cmd_down ;;
   run) [ $# -ge 1 ] || usage; cmd_run "$@" ;;
   torchrun) cmd_torchrun "$@" ;;
+  slurm) exec "$repo/scripts/local-slurm.sh" "$@" ;;
   shape) cmd_shape "$@" ;;
   status) [ $# -eq 0 ] || usage; cmd_status ;;
   -h | --help | help) usage 0 ;;

@@ -21,6 +21,7 @@ packages=(
   dataset-fashion-mnist              # the training job's data
   iproute2 util-linux                # scripts/local-cluster.sh: namespaces, veths, bridge, tbf (ip, tc, unshare)
   iptables libnetfilter-queue-dev    # its link delay: packets queued to hopwise-link-delay (no netem here)
+  slurmctld slurmd slurm-client munge  # scripts/local-slurm.sh: a real Slurm on the emulated hosts (srun, sbatch)
   python3-matplotlib                 # scripts/plot.py: the charts of benchmarks, training metrics and traces
   graphviz                           # hopwise-topo export --format png|svg renders the DOT through it
   prometheus                         # promtool: the tests check the monitor's metrics file with it

@@ -1,4 +1,4 @@
-// The way a job is chosen from its launcher's variables (launch.h): mpirun's, torchrun's, HOPWISE_TRANSPORT and
+// The way a job is chosen from its launcher's variables (launch.h): mpirun's, torchrun's, srun's, HOPWISE_TRANSPORT and
 // HOPWISE_STORE, and the errors that name a bad or missing variable; and a transport and a store scheme registered
 // from outside the library, chosen by those variables like the built-in ones.
 #include <gtest/gtest.h>
@@ -53,7 +53,18 @@ class Env {
                                           "TORCHELASTIC_RESTART_COUNT",
                                           "LOCAL_WORLD_SIZE",
                                           "HOPWISE_TRANSPORT",
-                                          "HOPWISE_STORE"};
+                                          "HOPWISE_STORE",
+                                          "PMI_RANK",
+                                          "SLURM_STEP_ID",
+                                          "SLURM_PROCID",
+                                          "SLURM_NTASKS",
+                                          "SLURM_STEP_NUM_TASKS",
+                                          "SLURM_STEP_NUM_NODES",
+                                          "SLURM_NNODES",
+                                          "SLURM_STEP_NODELIST",
+                                          "SLURM_JOB_ID",
+                                          "SLURMD_NODENAME",
+                                          "HOPWISE_SLURM_PORT"};
   std::map<std::string, std::string> saved_;
 };
 
@@ -146,6 +157,111 @@ TEST(Launch, TorchrunsRestartCountIsTheAttempt) {
 TEST(Launch, BesideTorchrunsAgentStoreTheNextPort) {
   Env env(torchrun_with({{"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
   EXPECT_EQ(hc::detect_launch().store, "tcp://10.0.0.7:29501");
+}
+
+// A task of `srun -N 2 -n 4` (no --mpi): task 3 on the second node.
+std::map<std::string, std::string> srun_with(std::map<std::string, std::string> more = {}) {
+  std::map<std::string, std::string> v = {
+      {"SLURM_STEP_ID", "0"},        {"SLURM_PROCID", "3"}, {"SLURM_STEP_NUM_TASKS", "4"},     {"SLURM_NTASKS", "4"},
+      {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_NNODES", "2"}, {"SLURM_STEP_NODELIST", "h[0-1]"}, {"SLURM_JOB_ID", "17"},
+      {"SLURMD_NODENAME", "h1"}};
+  for (auto& [k, x] : more) v[k] = x;
+  return v;
+}
+
+TEST(Launch, SrunWithoutMpiMeansUcxOverATcpStoreOnTheStepsFirstNode) {
+  Env env(srun_with());
+  const hc::Launch l = hc::detect_launch();
+  EXPECT_EQ(l.launcher, "srun");
+  EXPECT_EQ(l.transport, "ucx");
+  EXPECT_FALSE(l.mpi_world);
+  EXPECT_EQ(l.rank, 3);
+  EXPECT_EQ(l.size, 4);
+  EXPECT_TRUE(l.hosts_known_many);
+  EXPECT_EQ(l.store, "tcp://h0:21088");  // 20000 + (17 * 64 + 0) % 12768
+  EXPECT_EQ(l.job, "slurm:17.0:4");
+  EXPECT_TRUE(hc::launched_as_job());
+}
+
+TEST(Launch, SrunStepsOfOneJobMeetAtPortsOfTheirOwn) {
+  std::string first, second;
+  {
+    Env env(srun_with());
+    first = hc::detect_launch().store;
+  }
+  {
+    Env env(srun_with({{"SLURM_STEP_ID", "1"}}));
+    second = hc::detect_launch().store;
+  }
+  EXPECT_NE(first, second);
+  Env env(srun_with({{"HOPWISE_SLURM_PORT", "29999"}}));
+  EXPECT_EQ(hc::detect_launch().store, "tcp://h0:29999");
+}
+
+TEST(Launch, SrunWithPmixMeansMpiAsUnderMpirun) {
+  {
+    Env env(srun_with({{"PMIX_RANK", "3"}, {"SLURM_STEP_NUM_NODES", "1"}, {"SLURM_NNODES", "1"}}));
+    const hc::Launch l = hc::detect_launch();
+    EXPECT_EQ(l.launcher, "srun");
+    EXPECT_TRUE(l.mpi_world);
+    EXPECT_EQ(l.transport, "mpi");
+    EXPECT_EQ(l.rank, 3);
+  }
+  Env env(srun_with({{"PMIX_RANK", "3"}}));  // two nodes: UCX, meeting through MPI
+  const hc::Launch l = hc::detect_launch();
+  EXPECT_EQ(l.transport, "ucx");
+  EXPECT_EQ(l.store, "mpi");
+}
+
+// Under `srun torchrun` each worker has torchrun's variables and its node's SLURM_PROCID; under mpirun inside an
+// allocation each rank has its daemon's: the launcher that started the process wins.
+TEST(Launch, TorchrunAndMpirunInsideSlurmStayThemselves) {
+  {
+    auto v = srun_with(kTorchrun);
+    Env env(v);
+    const hc::Launch l = hc::detect_launch();
+    EXPECT_EQ(l.launcher, "torchrun");
+    EXPECT_EQ(l.rank, 1);
+    EXPECT_EQ(l.store, "tcp://10.0.0.7:29500");
+  }
+  Env env(srun_with({{"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_RANK", "5"}, {"PMIX_RANK", "5"}}));
+  const hc::Launch l = hc::detect_launch();
+  EXPECT_EQ(l.launcher, "mpirun");
+  EXPECT_EQ(l.rank, 5);
+  EXPECT_EQ(l.size, 8);
+}
+
+TEST(Launch, BadSlurmVariablesAreNamed) {
+  EXPECT_NE(error_of(srun_with({{"SLURM_PROCID", "4"}})).find("SLURM_PROCID=4 is not below the step's 4 tasks"),
+            std::string::npos);
+  EXPECT_NE(error_of(srun_with({{"SLURM_STEP_NUM_TASKS", "x"}})).find("SLURM_STEP_NUM_TASKS='x' is not an integer"),
+            std::string::npos);
+  auto no_list = srun_with();
+  no_list.erase("SLURM_STEP_NODELIST");
+  EXPECT_NE(error_of(no_list).find("SLURM_STEP_NODELIST is not set"), std::string::npos);
+  EXPECT_NE(error_of(srun_with({{"SLURM_PROCID", "0"}}))
+                .find("rank 0 runs on h1 (SLURMD_NODENAME), not on the step's first node h0"),
+            std::string::npos);
+  EXPECT_NE(error_of(srun_with({{"HOPWISE_SLURM_PORT", "70000"}})).find("HOPWISE_SLURM_PORT=70000 is not a port"),
+            std::string::npos);
+  EXPECT_NE(error_of(srun_with({{"HOPWISE_TRANSPORT", "mpi"}})).find("launch with mpirun or srun --mpi=pmix"),
+            std::string::npos);
+}
+
+TEST(Launch, SlurmHostListsGiveTheirFirstHost) {
+  EXPECT_EQ(hc::slurm_first_host("h[0-3],g5"), "h0");
+  EXPECT_EQ(hc::slurm_first_host("node[07-09,12]"), "node07");
+  EXPECT_EQ(hc::slurm_first_host("rack[1-2]-n[4-5]"), "rack1-n4");
+  EXPECT_EQ(hc::slurm_first_host("a,b"), "a");
+  EXPECT_EQ(hc::slurm_first_host("gpu12"), "gpu12");
+  for (const std::string bad : {"h[0-3", "h[x]", "", ",h0"}) {
+    try {
+      hc::slurm_first_host(bad);
+      ADD_FAILURE() << "'" << bad << "' was taken";
+    } catch (const hopwise::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("SLURM_STEP_NODELIST"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Launch, ForcedAndAddressedByHopwiseVariables) {

@@ -24,8 +24,12 @@ int required_int(const char* name, int min) {
   return static_cast<int>(x);
 }
 
+// mpirun's own variables. Under srun --mpi=pmix a task has PMIX_RANK but none of OMPI_COMM_WORLD_*, and under
+// srun's pmi2 PMI_SIZE: those are Slurm steps (slurm_launch.cpp).
 bool under_mpirun() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+  if (env::get("OMPI_COMM_WORLD_SIZE")) return true;
+  if (slurm_step()) return false;
+  for (const char* v : {"PMI_SIZE", "PMIX_RANK"})
     if (env::get(v)) return true;
   return false;
 }
@@ -51,6 +55,8 @@ std::string torchrun_store_address(const std::string& why_missing) {
 
 bool launched_as_job() {
   if (under_mpirun()) return env::get_int("OMPI_COMM_WORLD_SIZE", env::get_int("PMI_SIZE", 2)) > 1;
+  if (!env::get("WORLD_SIZE") && slurm_step())
+    return env::get_int("SLURM_STEP_NUM_TASKS", env::get_int("SLURM_NTASKS", 1)) > 1;
   return env::get_int("WORLD_SIZE", 1) > 1;
 }
 
@@ -70,14 +76,20 @@ Launch detect_launch(bool own_store) {
     throw InvalidArgument("RANK and WORLD_SIZE must be set together (torchrun sets both)");
   if (ranked_env && rank >= size) throw InvalidArgument(fmt::format("RANK={} is not below WORLD_SIZE={}", rank, size));
 
+  // torchrun's variables win over Slurm's: under `srun torchrun` each worker has both, and SLURM_PROCID is its
+  // node's.
+  const bool srun = !mpirun && !ranked_env && slurm_step();
   if (mpirun) {
     l.launcher = "mpirun";
+    l.mpi_world = true;
     l.rank = static_cast<int>(env::get_int("OMPI_COMM_WORLD_RANK", 0));
     l.size = static_cast<int>(env::get_int("OMPI_COMM_WORLD_SIZE", 1));
   } else if (ranked_env) {
     l.launcher = env::get("TORCHELASTIC_RUN_ID") ? "torchrun" : "environment";
     l.rank = rank;
     l.size = size;
+  } else if (srun) {
+    read_slurm_step(l);
   } else {
     l.launcher = "single process";
   }
@@ -86,33 +98,39 @@ Launch detect_launch(bool own_store) {
   // against 71-72 ms a step). Alike on every rank: each host's ranks see the same local size, and some host has fewer
   // than all.
   const long local = mpirun ? env::get_int("OMPI_COMM_WORLD_LOCAL_SIZE", 0) : 0;
-  l.spans_hosts = mpirun && local > 0 && local < l.size;
-  const bool over_store = (!mpirun && (ranked_env || own_store)) || l.spans_hosts;
+  if (mpirun) l.spans_hosts = local > 0 && local < l.size;
+  const bool over_store = (!l.mpi_world && (ranked_env || own_store || srun)) || l.spans_hosts;
   l.transport = !forced.empty() ? forced : over_store ? "ucx" : "mpi";
   const TransportRow row = transport_row(l.transport);
-  if (!row.launcher.empty() && row.launcher != l.launcher && l.size > 1)
+  const bool runtime_ok = row.launcher == "mpirun" ? l.mpi_world : row.launcher == l.launcher;
+  if (!row.launcher.empty() && !runtime_ok && l.size > 1)
     throw InvalidArgument(fmt::format(
-        "HOPWISE_TRANSPORT={}, but this process was started by {} (RANK={}, WORLD_SIZE={}), not {}; launch with {} "
+        "HOPWISE_TRANSPORT={}, but this process was started by {} (rank {} of {}), not {}; launch with {} "
         "or use another transport ({})",
-        l.transport, l.launcher, l.rank, l.size, row.launcher, row.launcher, fmt::join(transport_names(), ", ")));
+        l.transport, l.launcher, l.rank, l.size, row.launcher,
+        row.launcher == "mpirun" ? "mpirun or srun --mpi=pmix" : row.launcher, fmt::join(transport_names(), ", ")));
   if (row.needs_store) {
     if (own_store) {
       l.store = "";  // the caller's
     } else if (auto s = env::get("HOPWISE_STORE")) {
       l.store = *s;
-    } else if (mpirun) {
+    } else if (l.mpi_world) {
       l.store = "mpi";
     } else if (l.size == 1) {
       l.store = "inproc";
+    } else if (srun) {
+      l.store = slurm_store_address(l);
     } else {
       l.store = torchrun_store_address(
           fmt::format("{} started this rank (RANK={}, WORLD_SIZE={})", l.launcher, l.rank, l.size));
     }
     if (!own_store) store_scheme_of(l.store, "HOPWISE_STORE=" + l.store);  // throws for an unknown scheme
-    l.job = env::get_or("TORCHELASTIC_RUN_ID", fmt::format("hopwise:{}:{}", l.store, l.size));
+    l.job = env::get_or("TORCHELASTIC_RUN_ID", srun ? fmt::format("slurm:{}.{}:{}", env::get_or("SLURM_JOB_ID", "?"),
+                                                                  env::get_or("SLURM_STEP_ID", "?"), l.size)
+                                                    : fmt::format("hopwise:{}:{}", l.store, l.size));
     if (env::get("TORCHELASTIC_RESTART_COUNT")) l.attempt = required_int("TORCHELASTIC_RESTART_COUNT", 0);
     const long local_size = env::get_int("LOCAL_WORLD_SIZE", 0);
-    l.hosts_known_many = !mpirun && local_size > 0 && local_size < l.size;
+    if (!srun) l.hosts_known_many = !mpirun && local_size > 0 && local_size < l.size;
   }
   l.why = fmt::format(
       "{} (rank {} of {}): {}{}", l.launcher, l.rank, l.size,

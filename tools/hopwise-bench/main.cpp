@@ -28,7 +28,7 @@ namespace {
 int run(int argc, char** argv) {
   const comm::Launch launch = comm::detect_launch();
   // MPI's own collectives are the first peer wherever MPI runs (under mpirun, whichever transport hopwise uses).
-  const bool with_mpi = launch.launcher == "mpirun";
+  const bool with_mpi = launch.mpi_world;
   if (with_mpi) comm::ensure_mpi_initialized();
   comm::Communicator comm;  // as launched: MPI under mpirun, UCX under torchrun
   Control control;

@@ -119,7 +119,7 @@ void call(hc::Communicator& comm, hc::Collective c, std::vector<char>& in, std::
 
 int run(int argc, char** argv) {
   const hc::Launch launch = hc::detect_launch();
-  if (launch.launcher == "mpirun") hc::ensure_mpi_initialized();
+  if (launch.mpi_world) hc::ensure_mpi_initialized();
   hc::Options co = hc::Options::from_env();
   Options o;
   try {

@@ -7,7 +7,10 @@
 //    inproc, which launches use themselves.
 // The choice: under mpirun (OMPI_COMM_WORLD_*, PMI_SIZE, PMIX_RANK) MPI within one host and UCX meeting through MPI
 // once the job spans hosts; under torchrun or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT,
-// UCX over the TCP store at MASTER; HOPWISE_TRANSPORT=<row> forces one. Every check and its message comes from the
+// UCX over the TCP store at MASTER; under srun (SLURM_STEP_ID, SLURM_PROCID, SLURM_STEP_NUM_TASKS), as under mpirun
+// where srun hands MPI the step (--mpi=pmix), else UCX over a TCP store that rank 0 serves on the step's first node
+// (SLURM_STEP_NODELIST), on a port from SLURM_JOB_ID and SLURM_STEP_ID (HOPWISE_SLURM_PORT overrides it);
+// HOPWISE_TRANSPORT=<row> forces one. Every check and its message comes from the
 // rows, so a registered transport or store scheme is accepted and named like the built-in ones.
 #pragma once
 
@@ -24,10 +27,11 @@ namespace hopwise::comm {
 struct Launch {
   std::string transport = "mpi";  // the TransportRow's name
   int rank = 0, size = 1;
-  std::string launcher;  // "mpirun", "torchrun", "environment" (RANK/WORLD_SIZE), "single process"
-  std::string store;     // where the ranks meet when the transport needs a store: "mpi", "tcp://host:port", ...
-  std::string job;       // the job's name, which a TCP or file store checks
-  int attempt = 0;       // torchrun's restart count (TORCHELASTIC_RESTART_COUNT): each attempt meets afresh
+  std::string launcher;    // "mpirun", "torchrun", "srun", "environment" (RANK/WORLD_SIZE), "single process"
+  bool mpi_world = false;  // MPI_Init joins the job's ranks into one world: mpirun, or srun --mpi=pmix
+  std::string store;       // where the ranks meet when the transport needs a store: "mpi", "tcp://host:port", ...
+  std::string job;         // the job's name, which a TCP or file store checks
+  int attempt = 0;         // torchrun's restart count (TORCHELASTIC_RESTART_COUNT): each attempt meets afresh
   bool hosts_known_many = false;  // torchrun says the job spans hosts (LOCAL_WORLD_SIZE below WORLD_SIZE)
   std::string why;                // one line for the log: what was read and what it chose
   bool spans_hosts = false;       // mpirun's local size is below the job's (known before any rank talks)
@@ -44,8 +48,8 @@ struct GroupRequest {
 };
 
 struct TransportRow {
-  std::string name;          // HOPWISE_TRANSPORT's value, Transport::name()
-  std::string launcher;      // the launcher it needs ("mpirun"), empty: any
+  std::string name;      // HOPWISE_TRANSPORT's value, Transport::name()
+  std::string launcher;  // the launcher it needs ("mpirun": MPI's runtime, which srun --mpi=pmix gives too); empty: any
   bool needs_store = false;  // meets its peers through a store (Launch::store), not through its launcher
   std::function<std::unique_ptr<Transport>(const Launch&, const GroupRequest&)> make;
 };
@@ -63,6 +67,10 @@ void register_store_scheme(StoreScheme scheme);
 // The row of `name`; InvalidArgument listing the known names where there is none.
 TransportRow transport_row(const std::string& name);
 std::vector<std::string> transport_names();
+
+// The first host of a Slurm host list ("node[07-09],gpu1" -> node07); InvalidArgument naming SLURM_STEP_NODELIST
+// where it is malformed.
+std::string slurm_first_host(const std::string& nodelist);
 
 // Throws InvalidArgument naming the variable that is missing or malformed. `own_store`: the caller brings the store
 // its ranks meet through (a framework's): launched outside mpirun, the job then runs over a store-meeting transport

@@ -1,0 +1,36 @@
+# A real Slurm (scripts/local-slurm.sh: munge, slurmctld, a slurmd per host) on the emulated cluster of
+# cluster.cmake, brought up once for these tests (fixture) and stopped after them. Jobs go through sbatch, as a user
+# submits them: the examples in examples/slurm, on 2 of the cluster's hosts. Skipped where the cluster is.
+set(slurm ${HOPWISE_CLUSTER_SCRIPT} slurm)
+set(slurm_job ${CMAKE_CURRENT_SOURCE_DIR}/slurm_job.sh)
+
+function(hopwise_slurm_test name)
+  hopwise_cluster_test(${name} ${ARGN})
+  get_test_property(${name} FIXTURES_SETUP is_setup)
+  get_test_property(${name} FIXTURES_CLEANUP is_cleanup)
+  if(NOT is_setup AND NOT is_cleanup)
+    set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED "hopwise_cluster;hopwise_slurm" TIMEOUT 300)
+  endif()
+endfunction()
+
+hopwise_cluster_test(slurm_up MAX_SECONDS 60 COMMAND ${slurm} up EXPECT "slurm up on cluster '@HOST@'" "idle")
+set_tests_properties(slurm_up PROPERTIES FIXTURES_SETUP hopwise_slurm)
+hopwise_cluster_test(slurm_down MAX_SECONDS 60 COMMAND ${slurm} down EXPECT "slurm down on cluster '@HOST@'")
+set_tests_properties(slurm_down PROPERTIES FIXTURES_CLEANUP hopwise_slurm FIXTURES_REQUIRED hopwise_cluster)
+
+# One task per rank under srun --mpi=pmix: 4 ranks on 2 nodes, UCX between them meeting through MPI.
+hopwise_slurm_test(slurm_train_mnist_sbatch MAX_SECONDS 240
+                   COMMAND ${slurm_job} ${PROJECT_SOURCE_DIR}/examples/slurm/train_mnist.sbatch -- --limit 12800
+                   EXPECT "train_mnist: 4 ranks over ucx on 2 host\\(s\\)"
+                          "test accuracy (79|8[0-9])\\.[0-9]+% after 1 epoch" "sbatch --wait exited with 0")
+
+# One torchrun per node (srun torchrun, c10d rendezvous at the first node): the PyTorch example over the hopwise
+# backend, 2 workers per node.
+if(HOPWISE_TORCHRUN AND HOPWISE_PYTHON)
+  hopwise_slurm_test(slurm_torch_ddp_sbatch MAX_SECONDS 280
+                     COMMAND ${slurm_job} ${PROJECT_SOURCE_DIR}/examples/slurm/torch_ddp.sbatch
+                             --export=ALL,TORCHRUN=${HOPWISE_TORCHRUN},PYTHONPATH=${CMAKE_BINARY_DIR}/python
+                             -- --epochs 0.25 --hidden 256
+                     EXPECT "train.py: 4 ranks, backend hopwise" "2 hosts" "test accuracy 0\\.[6-9]"
+                            "sbatch --wait exited with 0")
+endif()
