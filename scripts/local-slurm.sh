@@ -154,7 +154,11 @@ cmd_down() {
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
   done
-  if [ -e "$slurm/munge-started" ]; then pkill -x munged 2>/dev/null || true; fi
+  # munged serves every cluster on this machine: stopped only by the cluster that started it, once no other
+  # cluster's Slurm is up.
+  local others
+  others=$(find "$state_root" -mindepth 3 -maxdepth 3 -path "*/slurm/up" ! -path "$slurm/up" 2>/dev/null | head -1)
+  if [ -e "$slurm/munge-started" ] && [ -z "$others" ]; then pkill -x munged 2>/dev/null || true; fi
   rm -rf "${slurm:?}"
   echo "slurm down on cluster '$prefix'"
 }

@@ -22,7 +22,7 @@ set_tests_properties(slurm_down PROPERTIES FIXTURES_CLEANUP hopwise_slurm FIXTUR
 hopwise_slurm_test(slurm_train_mnist_sbatch MAX_SECONDS 240
                    COMMAND ${slurm_job} ${PROJECT_SOURCE_DIR}/examples/slurm/train_mnist.sbatch -- --limit 12800
                    EXPECT "train_mnist: 4 ranks over ucx on 2 host\\(s\\)"
-                          "test accuracy (79|8[0-9])\\.[0-9]+% after 1 epoch" "sbatch --wait exited with 0")
+                          "test accuracy (79|8[0-9])\\.[0-9]+% after 1 epoch" "job [0-9]+ ended COMPLETED")
 
 # One torchrun per node (srun torchrun, c10d rendezvous at the first node): the PyTorch example over the hopwise
 # backend, 2 workers per node.
@@ -31,6 +31,6 @@ if(HOPWISE_TORCHRUN AND HOPWISE_PYTHON)
                      COMMAND ${slurm_job} ${PROJECT_SOURCE_DIR}/examples/slurm/torch_ddp.sbatch
                              --export=ALL,TORCHRUN=${HOPWISE_TORCHRUN},PYTHONPATH=${CMAKE_BINARY_DIR}/python
                              -- --epochs 0.25 --hidden 256
-                     EXPECT "train.py: 4 ranks, backend hopwise" "2 hosts" "test accuracy 0\\.[6-9]"
-                            "sbatch --wait exited with 0")
+                     EXPECT "train.py: 4 ranks, backend hopwise" "on 2 host\\(s\\)" "test accuracy 0\\.[6-9]"
+                            "job [0-9]+ ended COMPLETED")
 endif()
