@@ -34,3 +34,14 @@ if(HOPWISE_TORCHRUN AND HOPWISE_PYTHON)
                      EXPECT "train.py: 4 ranks, backend hopwise" "on 2 host\\(s\\)" "test accuracy 0\\.[6-9]"
                             "job [0-9]+ ended COMPLETED")
 endif()
+
+# Faults (tests/slurm_faults.sh): the job cancelled mid-run, and one rank killed; either way the job ends, each rank
+# or srun names what happened (srun, with --kill-on-bad-exit, ends the others at once: before hopwise's own timeout
+# names the dead rank, which it does where srun does not end them), and no train_mnist is left on any host.
+hopwise_slurm_test(slurm_fault_scancel MAX_SECONDS 200 COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/slurm_faults.sh scancel
+                   EXPECT "ended CANCELLED" "JOB [0-9]+ ON @HOST@0 CANCELLED AT"
+                          "train_mnist: rank 3 got SIGTERM \\(scancel, a time limit or a preemption\\)"
+                          "no train_mnist left on any of the 4 hosts")
+hopwise_slurm_test(slurm_fault_kill_task MAX_SECONDS 200 COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/slurm_faults.sh kill
+                   EXPECT "ended (FAILED|CANCELLED)" "srun: error: @HOST@1: task [23]: Killed"
+                          "no train_mnist left on any of the 4 hosts")

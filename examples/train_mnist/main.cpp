@@ -3,9 +3,12 @@
 //   mpirun -np 4 build/bin/train_mnist --epochs 5 [--averaging local:period=8] [--target-accuracy 0.85]
 // The flags are flags.cpp, the loop trainer.cpp.
 #include <fmt/core.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "flags.h"
@@ -17,6 +20,26 @@
 namespace {
 
 namespace ex = hopwise::examples;
+
+// SIGTERM is how a scheduler stops a job (scancel, a time limit, a preemption; torchrun and mpirun too): the rank
+// says so in one line before it goes, so that a log tells a stopped job from a crashed one. Formatted before, as a
+// handler may only write.
+char sigterm_line[160];
+
+extern "C" void on_sigterm(int sig) {
+  const ssize_t written = ::write(STDERR_FILENO, sigterm_line, std::strlen(sigterm_line));
+  (void)written;
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void say_why_on_sigterm(int rank) {
+  std::snprintf(sigterm_line, sizeof sigterm_line,
+                "train_mnist: rank %d got SIGTERM (scancel, a time limit or a preemption): stopping; resume with "
+                "--checkpoint ... --resume auto\n",
+                rank);
+  std::signal(SIGTERM, on_sigterm);
+}
 
 int run(int argc, char** argv) {
   // HOPWISE_ELASTIC=shrink|grow: the ranks form an elastic group (over a store; UCX), whose survivors carry on and
@@ -30,6 +53,7 @@ int run(int argc, char** argv) {
     plain = std::make_unique<hopwise::comm::Communicator>();
   hopwise::comm::Communicator& comm = elastic ? elastic->comm() : *plain;
   const int rank = comm.rank(), p = comm.size();
+  say_why_on_sigterm(rank);
   ex::Flags f;
   try {
     f = ex::parse_flags(argc, argv);
