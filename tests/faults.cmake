@@ -103,7 +103,7 @@ function(hopwise_all_ranks_say out ranks pattern)
   set(${out} ${lines} PARENT_SCOPE)
 endfunction()
 # (a) A rank stops: the others name it after the timeout, through shared memory and through a ring.
-hopwise_all_ranks_say(expect "0;1;3" "[12][0-9]\\.[0-9] s in iteration 5: .*timed out after 10\\.0 s.*rank 2 did not answer")
+hopwise_all_ranks_say(expect "0;1;3" "[12][0-9]\\.[0-9] s in iteration 5: .*(timed out after 10\\.0 s|gave up on this job).*rank 2 did not answer")
 hopwise_ucx_fault_test(ucx_fault_sigstop_np4 NP 4 MAX_SECONDS 40 ARGS --fault stop --rank 2 --at 5
                        EXPECT ${expect} REJECT "ok after")
 hopwise_ucx_fault_test(ucx_fault_sigstop_ring_np4 NP 4 MAX_SECONDS 40
