@@ -142,23 +142,32 @@ int main(int argc, char** argv) {
     rank = comm.rank();
     if (!a.algo.empty()) comm.set_algorithm(hc::parse_algorithm(a.algo));
     std::vector<double> buf;
-    for (int i = 0; i < a.iters; ++i) {
-      at = i;
-      started = std::chrono::steady_clock::now();
-      const bool mine = rank == a.rank && i == a.at;
-      if (mine && a.fault == "stop") {
-        say(fmt::format("rank {}: stopping itself (SIGSTOP) before iteration {}", rank, i));
-        std::raise(SIGSTOP);
-      } else if (mine && a.fault == "kill") {
-        say(fmt::format("rank {}: killing itself (SIGKILL) before iteration {}", rank, i));
-        std::raise(SIGKILL);
-      } else if (mine && a.fault == "skip") {
-        say(fmt::format("rank {}: skipping the {} of iteration {}", rank, a.coll, i));
-        continue;
-      } else if (mine && a.fault == "mismatch") {
-        say(fmt::format("rank {}: calling iteration {}'s {} with another {}", rank, i, a.coll, a.what));
+    // The failure is said while the communicator still stands: its teardown (closing endpoints to a stopped or
+    // dead peer) must not delay the line a harness waits for.
+    try {
+      for (int i = 0; i < a.iters; ++i) {
+        at = i;
+        started = std::chrono::steady_clock::now();
+        const bool mine = rank == a.rank && i == a.at;
+        if (mine && a.fault == "stop") {
+          say(fmt::format("rank {}: stopping itself (SIGSTOP) before iteration {}", rank, i));
+          std::raise(SIGSTOP);
+        } else if (mine && a.fault == "kill") {
+          say(fmt::format("rank {}: killing itself (SIGKILL) before iteration {}", rank, i));
+          std::raise(SIGKILL);
+        } else if (mine && a.fault == "skip") {
+          say(fmt::format("rank {}: skipping the {} of iteration {}", rank, a.coll, i));
+          continue;
+        } else if (mine && a.fault == "mismatch") {
+          say(fmt::format("rank {}: calling iteration {}'s {} with another {}", rank, i, a.coll, a.what));
+        }
+        iteration(comm, a, i, buf, mine && a.fault == "mismatch");
       }
-      iteration(comm, a, i, buf, mine && a.fault == "mismatch");
+    } catch (const std::exception& e) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      say(fmt::format("rank {}: FAILED after {:.1f} s in iteration {}: {}", rank, s, at, e.what()));
+      if (a.linger_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(a.linger_s));
+      return 1;
     }
     say(fmt::format("rank {}: ok after {} iterations", rank, a.iters));
     return 0;
