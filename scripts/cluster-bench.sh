@@ -8,19 +8,14 @@
 # scripts/build.sh first). Brings up its own cluster "cb" and removes it at the end.
 set -Eeuo pipefail
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
 rate=${1:-1gbit}
 iters=${2:-5}
 export HOPWISE_CLUSTER_PREFIX=cb HOPWISE_CLUSTER_SUBNET=10.203.0
-cluster="$repo/scripts/local-cluster.sh"
+# shellcheck source=scripts/cluster-env.sh
+. "$(dirname "$0")/cluster-env.sh"
 bench="build/bin/hopwise-bench"
-[ -x "$repo/$bench" ] || { echo "cluster-bench.sh: $bench is missing; run scripts/build.sh first" >&2; exit 1; }
-out=$(mktemp -d)
-trap '"$cluster" down >/dev/null 2>&1 || true; rm -rf "$out"' EXIT
-
-"$cluster" down >/dev/null 2>&1 || true
-"$cluster" up 2 >/dev/null
-"$cluster" shape "$rate" >/dev/null
+need_built "$bench"
+own_cluster 2 "$rate"
 
 # time_us of each row of a CSV, keyed by algo (column 5) and size (column 1).
 rows() { awk -F, 'NR > 1 { gsub(/"/, "", $5); print $1, $5, $7 }' "$1"; }

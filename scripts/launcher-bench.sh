@@ -7,20 +7,15 @@
 # scripts/build.sh first). Brings up its own cluster "lb" and removes it at the end.
 set -Eeuo pipefail
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
 rate=${1:-1gbit}
 reps=${2:-3}
 export HOPWISE_CLUSTER_PREFIX=lb HOPWISE_CLUSTER_SUBNET=10.204.0
-cluster="$repo/scripts/local-cluster.sh"
+# shellcheck source=scripts/cluster-env.sh
+. "$(dirname "$0")/cluster-env.sh"
 train=build/bin/train_mnist
-[ -x "$repo/$train" ] || { echo "launcher-bench.sh: $train is missing; run scripts/build.sh first" >&2; exit 1; }
-out=$(mktemp -d)
-trap '"$cluster" down >/dev/null 2>&1 || true; rm -rf "$out"' EXIT
+need_built "$train"
+own_cluster 2 "$rate" slurm
 cd "$repo"
-"$cluster" down >/dev/null 2>&1 || true
-"$cluster" up 2 >/dev/null
-"$cluster" slurm up >/dev/null
-"$cluster" shape "$rate" >/dev/null
 
 flags=(--epochs 1 --limit 12800 --batch 128)
 launchers=(mpirun torchrun "srun --mpi=pmix" "srun --mpi=none")

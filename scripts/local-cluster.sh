@@ -19,28 +19,14 @@
 # build/bin/hopwise-link-delay (built where libnetfilter-queue is installed).
 set -Eeuo pipefail
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
-prefix=${HOPWISE_CLUSTER_PREFIX:-h}
-subnet=${HOPWISE_CLUSTER_SUBNET:-10.200.0}
-state_root=${HOPWISE_CLUSTER_STATE_ROOT:-/run/hopwise-cluster}
-state=$state_root/$prefix
+# shellcheck source=scripts/cluster-env.sh
+. "$(dirname "$0")/cluster-env.sh"
 bridge=hwbr-$prefix
-
-die() {
-  echo "local-cluster.sh: $*" >&2
-  exit 1
-}
 
 usage() {
   sed -n '6,13p' "$0" | sed 's/^# \{0,1\}//' >&"$((${1:-2} == 0 ? 1 : 2))"
   exit "${1:-2}"
 }
-
-# Ends in a letter so that the host number after it is unambiguous; short enough for 15-character link names.
-[[ $prefix =~ ^[a-z]([a-z0-9]{0,7}[a-z])?$ ]] ||
-  die "HOPWISE_CLUSTER_PREFIX='$prefix' must be 1 to 9 lower-case letters or digits, first and last a letter"
-[[ $subnet =~ ^(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){2}$ ]] ||
-  die "HOPWISE_CLUSTER_SUBNET='$subnet' must be three octets, e.g. 10.200.0"
 
 need_root() {
   [ "$(id -u)" -eq 0 ] ||
@@ -54,26 +40,8 @@ need_tools() {
     die "missing ${missing[*]}: install iproute2 (ip, tc) and util-linux (unshare), e.g. with scripts/setup.sh"
 }
 
-# Settings written by up: N, SLOTS.
-load_state() {
-  [ -f "$state/cluster.env" ] ||
-    die "no cluster '$prefix' is up (no $state/cluster.env); start one with: $0 up N"
-  # shellcheck disable=SC1091
-  . "$state/cluster.env"
-}
-
-host() { echo "$prefix$1"; }
 netns_exists() { [ -e "/run/netns/$1" ]; }
 veth() { echo "hw-$prefix$1"; }   # the root-namespace end of host i's link
-address() { echo "$subnet.$(($1 + 1))"; }
-
-# Runs a command inside host i, with that host's name (Open MPI groups ranks into nodes by host name).
-in_host() {
-  local h
-  h=$(host "$1")
-  shift
-  ip netns exec "$h" unshare --uts sh -c 'hostname "$0"; exec "$@"' "$h" "$@"
-}
 
 cmd_up() {
   local n="" slots=2
