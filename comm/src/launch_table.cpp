@@ -98,7 +98,10 @@ struct Tables {
   std::vector<StoreScheme> schemes{
       {"tcp://", "tcp://HOST:PORT", make_tcp_store},
       {"file://", "file:///DIR", make_file_store},
-      {"mpi", "", [](const Launch&, const std::string&, Store::Seconds) { return std::make_shared<MpiStore>(); }},
+      {"mpi", "",
+       [](const Launch&, const std::string&, Store::Seconds timeout) {
+         return std::make_shared<MpiStore>(MPI_COMM_WORLD, timeout);
+       }},
       {"inproc", "",
        [](const Launch&, const std::string&, Store::Seconds) { return std::make_shared<InProcessStore>(); }},
   };

@@ -264,7 +264,7 @@ DeviceCommunicator::DeviceCommunicator(MPI_Comm comm, DeviceOptions options) : i
     check_mpi(MPI_Comm_split_type(m.mpi, MPI_COMM_TYPE_SHARED, m.rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
     check_mpi(MPI_Comm_rank(node, &m.local_rank), "MPI_Comm_rank");
     MPI_Comm_free(&node);
-    m.store = std::make_shared<MpiStore>(m.mpi);
+    m.store = std::make_shared<MpiStore>(m.mpi, Store::Seconds(m.options.timeout_s));
     m.owns_store = true;
     m.init();
   } catch (...) {

@@ -77,7 +77,7 @@ struct MpiStore::Server {
   }
 };
 
-MpiStore::MpiStore(MPI_Comm comm) {
+MpiStore::MpiStore(MPI_Comm comm, Seconds reply_timeout) : reply_timeout_(reply_timeout) {
   ensure_mpi_initialized();
   check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -142,7 +142,7 @@ std::string MpiStore::call(int op, const std::vector<std::string>& keys, const s
 }
 
 void MpiStore::set(const std::string& key, const std::string& value) {
-  call(store_protocol::kSet, {key}, value, 0, Seconds(300));
+  call(store_protocol::kSet, {key}, value, 0, reply_timeout_);
 }
 std::string MpiStore::get(const std::string& key, Seconds timeout) {
   return call(store_protocol::kGet, {key}, {}, 0, timeout);
@@ -151,10 +151,10 @@ void MpiStore::wait(const std::vector<std::string>& keys, Seconds timeout) {
   call(store_protocol::kWait, keys, {}, 0, timeout);
 }
 bool MpiStore::check(const std::vector<std::string>& keys) {
-  return call(store_protocol::kCheck, keys, {}, 0, Seconds(300)) == "1";
+  return call(store_protocol::kCheck, keys, {}, 0, reply_timeout_) == "1";
 }
 std::int64_t MpiStore::add(const std::string& key, std::int64_t delta) {
-  const std::string reply = call(store_protocol::kAdd, {key}, {}, delta, Seconds(300));
+  const std::string reply = call(store_protocol::kAdd, {key}, {}, delta, reply_timeout_);
   if (const auto v = store_protocol::parse_integer(reply)) return *v;
   throw TransportError(fmt::format("store (MPI): add on '{}' returned '{}', not an integer", key, reply.substr(0, 40)));
 }

@@ -17,8 +17,10 @@ namespace hopwise::comm {
 
 class MpiStore final : public Store {
  public:
-  // Collective over `comm` (duplicated); initializes MPI if the caller has not.
-  explicit MpiStore(MPI_Comm comm = MPI_COMM_WORLD);
+  // Collective over `comm` (duplicated); initializes MPI if the caller has not. `reply_timeout` bounds set, check
+  // and add: MPI cannot tell that rank 0 died, so a rank probing the store for a lost peer's mark must not wait
+  // longer than the job's timeout for an answer that will never come.
+  explicit MpiStore(MPI_Comm comm = MPI_COMM_WORLD, Seconds reply_timeout = Seconds(300));
   ~MpiStore() override;
   MpiStore(const MpiStore&) = delete;
   MpiStore& operator=(const MpiStore&) = delete;
@@ -41,6 +43,7 @@ class MpiStore final : public Store {
   int rank_ = 0, size_ = 1;
   std::unique_ptr<Server> server_;     // rank 0 only
   std::atomic<std::uint64_t> seq_{0};  // numbers the requests (their reply tags)
+  Seconds reply_timeout_;
 };
 
 }  // namespace hopwise::comm
