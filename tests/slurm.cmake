@@ -35,13 +35,24 @@ if(HOPWISE_TORCHRUN AND HOPWISE_PYTHON)
                             "job [0-9]+ ended COMPLETED")
 endif()
 
-# Faults (tests/slurm_faults.sh): the job cancelled mid-run, and one rank killed; either way the job ends, each rank
-# or srun names what happened (srun, with --kill-on-bad-exit, ends the others at once: before hopwise's own timeout
-# names the dead rank, which it does where srun does not end them), and no train_mnist is left on any host.
+# Faults (tests/slurm_faults.sh): the job cancelled mid-run, one rank killed, a node's slurmd stopped; each time the
+# job ends, each rank or srun names what happened, and no train_mnist is left on any host. srun, with
+# --kill-on-bad-exit, ends the others at once when a rank dies: before hopwise's own timeout names the dead rank,
+# which it does where nobody ends them (the ranks stranded on the node whose slurmd stopped).
 hopwise_slurm_test(slurm_fault_scancel MAX_SECONDS 200 COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/slurm_faults.sh scancel
-                   EXPECT "ended CANCELLED" "JOB [0-9]+ ON @HOST@0 CANCELLED AT"
+                   EXPECT "ended CANCELLED" "JOB [0-9]+ ON @HOST@[0-9]+ CANCELLED AT"
                           "train_mnist: rank 3 got SIGTERM \\(scancel, a time limit or a preemption\\)"
                           "no train_mnist left on any of the 4 hosts")
 hopwise_slurm_test(slurm_fault_kill_task MAX_SECONDS 200 COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/slurm_faults.sh kill
-                   EXPECT "ended (FAILED|CANCELLED)" "srun: error: @HOST@1: task [23]: Killed"
+                   EXPECT "ended (FAILED|CANCELLED)" "srun: error: @HOST@[0-9]+: task [23]: Killed"
                           "no train_mnist left on any of the 4 hosts")
+hopwise_slurm_test(slurm_fault_slurmd_stopped MAX_SECONDS 240
+                   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/slurm_faults.sh slurmd
+                   EXPECT "ended NODE_FAIL" "srun: error: Node failure on @HOST@[0-9]+"
+                          "task [23]: .*train_mnist: hopwise: rank [23]: .* the connection to rank [01] failed"
+                          "the node is idle" "no train_mnist left on any of the 4 hosts")
+# Requeue (a preemption, a node failure): the job runs again and resumes from its checkpoint, to the same accuracy
+# as the job run straight through.
+hopwise_slurm_test(slurm_requeue_resumes MAX_SECONDS 240 COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/slurm_faults.sh requeue
+                   EXPECT "ended COMPLETED" "got SIGTERM" "resumed at step [1-9][0-9]* \\(epoch 1"
+                          "requeued job: accuracy [0-9.]+%, straight" "no train_mnist left on any of the 4 hosts")
