@@ -9,7 +9,7 @@ target_link_libraries(fault_driver PRIVATE hopwise::comm)
 
 hopwise_test(test_collective_check test_collective_check.cpp)
 target_link_libraries(test_collective_check PRIVATE hopwise::comm GTest::gtest_main Threads::Threads)
-gtest_discover_tests(test_collective_check DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "faults;unit" TIMEOUT 120)
+gtest_discover_tests(test_collective_check DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)
 
 # hopwise_fault_test(NAME NP n MAX_SECONDS s [EXIT zero|nonzero|any] ARGS driver-args... [MPI mpirun-args...]
 #                    [EXPECT regex...] [REJECT regex...]): fault_driver under mpirun -np n with HOPWISE_TIMEOUT_S=10.
