@@ -47,13 +47,11 @@ ranks_on() {  # HOST: the pids of train_mnist processes in its namespace
   done
 }
 
-trap '"${slurm[@]}" run scancel "${job:-0}" 2>/dev/null || true; rm -rf "$out"' EXIT
+trap '"${slurm[@]}" run scancel "${job:-0}" "${straight:-0}" 2>/dev/null || true; rm -rf "$out"' EXIT
 case $fault in
   requeue)
     # The same reduction order in both jobs (no tuning), so that equal training gives equal bits.
     flags=(--limit 12800 --algo ring)
-    straight=$(submit --output="$out/straight.out" -- "${flags[@]}")
-    echo "slurm_faults.sh: the straight job $straight ended $(wait_end "$straight"): accuracy $(accuracy "$out/straight.out")"
     job=$(submit --requeue --open-mode=append --output="$out/job.out" -- "${flags[@]}" --checkpoint "$out/ckpt" \
       --checkpoint-every 20 --resume auto) ;;
   slurmd)
@@ -75,9 +73,15 @@ grep -qs "$trained" "$log" || { cat "$log"; echo "slurm_faults.sh: the job never
 second=$("${slurm[@]}" run scontrol show hostnames "$("${slurm[@]}" run squeue -h -j "$job" -o %N)" | sed -n 2p)
 [ -n "$second" ] || { echo "slurm_faults.sh: job $job has no second node"; exit 1; }
 echo "slurm_faults.sh: the job runs on 2 nodes; the second is $second"
+t0=$(date +%s)
 case $fault in
   scancel) "${slurm[@]}" run scancel "$job" ;;
-  requeue) "${slurm[@]}" run scontrol requeue "$job" ;;
+  requeue)
+    "${slurm[@]}" run scontrol requeue "$job"
+    # The same job straight through, while Slurm holds the requeued one (the step credential's lifetime): the
+    # nodes are free then, and the requeued job starts after it.
+    straight=$(submit --output="$out/straight.out" -- "${flags[@]}")
+    echo "slurm_faults.sh: the straight job $straight ended $(wait_end "$straight"): accuracy $(accuracy "$out/straight.out")" ;;
   kill)
     mapfile -t pids < <(ranks_on "$second")
     [ ${#pids[@]} -gt 0 ] || { echo "slurm_faults.sh: no train_mnist on $second"; exit 1; }
@@ -85,7 +89,6 @@ case $fault in
   slurmd) "${slurm[@]}" slurmd stop "${second#"$prefix"}" ;;
 esac
 echo "slurm_faults.sh: $fault done"
-t0=$(date +%s)
 ended=$(wait_end "$job")
 echo "slurm_faults.sh: job $job ended $ended within $(($(date +%s) - t0)) s"
 cat "$out/job.out"
