@@ -104,6 +104,14 @@ MpiStore::~MpiStore() {
 
 std::string MpiStore::call(int op, const std::vector<std::string>& keys, const std::string& value, std::int64_t delta,
                            Seconds timeout) {
+  // set, check and add are answered at once by a live server; get and wait may rightly wait for a key.
+  const bool immediate = op == store_protocol::kSet || op == store_protocol::kCheck || op == store_protocol::kAdd;
+  if (silent_)
+    throw TransportError(fmt::format("store (rank {} of {}): rank 0, which serves the store, left an earlier call "
+                                     "unanswered: it is gone",
+                                     rank_, size_),
+                         {0});
+  if (immediate && lost_) timeout = std::min(timeout, kReplyAfterLoss);
   const int reply_tag = kFirstReplyTag + static_cast<int>(seq_++ % kReplyTags);
   const std::string req = store_protocol::pack({op, reply_tag, delta, keys, value});
   MPI_Request send = MPI_REQUEST_NULL;
@@ -129,6 +137,7 @@ std::string MpiStore::call(int op, const std::vector<std::string>& keys, const s
     }
     if (std::chrono::steady_clock::now() > deadline) {
       MPI_Request_free(&send);
+      if (immediate) silent_ = true;
       std::string list;
       for (const auto& k : keys) list += (list.empty() ? "'" : ", '") + k + "'";
       throw TimeoutError(fmt::format("store (rank {} of {}): no answer for {} within {:.1f} s: the key is not set, "

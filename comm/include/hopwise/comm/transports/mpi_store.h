@@ -30,7 +30,13 @@ class MpiStore final : public Store {
   void wait(const std::vector<std::string>& keys, Seconds timeout) override;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
-  void peer_lost() override { mpi_peer_lost(); }
+  // A peer is lost: rank 0 may be the rank that is gone, so from now on set, check and add wait kReplyAfterLoss at
+  // most (a live server answers within milliseconds), and once one of them goes unanswered the rest fail at once.
+  void peer_lost() override {
+    lost_ = true;
+    mpi_peer_lost();
+  }
+  static constexpr Seconds kReplyAfterLoss{2.0};
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -44,6 +50,8 @@ class MpiStore final : public Store {
   std::unique_ptr<Server> server_;     // rank 0 only
   std::atomic<std::uint64_t> seq_{0};  // numbers the requests (their reply tags)
   Seconds reply_timeout_;
+  std::atomic<bool> lost_{false};    // peer_lost() was called
+  std::atomic<bool> silent_{false};  // a set, check or add went unanswered: rank 0 is gone
 };
 
 }  // namespace hopwise::comm
