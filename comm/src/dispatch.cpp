@@ -77,6 +77,8 @@ detail::CommunicatorImpl::Selected detail::CommunicatorImpl::select(Collective c
   const bool trivial = p() == 1 || (count == 0 && c != Collective::kBarrier);
   if (f != Algorithm::kAuto || !tuner || trivial) return {{choose(c, bytes, dt), 0, 0}};
   const detail::TuneKey key = key_of(c, bytes, dt);
+  // Most calls of a tuned job: a map lookup, untimed (the drift check reads only the calls just before it).
+  if (auto choice = tuner->steady(key)) return {*choice};
   auto pick = tuner->next(
       key, [&] { return candidates(c, bytes); }, [this](std::vector<double>& v) { agree_max(v); }, transport->rank());
   if (!pick) return {{model_choice(c, bytes), 0, 0}};

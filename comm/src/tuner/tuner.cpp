@@ -285,6 +285,16 @@ std::optional<Tuner::Pick> Tuner::next(const TuneKey& key, const Candidates& can
   return Pick{c.candidates[c.order[c.pos]], true, static_cast<double>(stats_.trial_calls) * 64 + key.size_class};
 }
 
+std::optional<TuningChoice> Tuner::steady(const TuneKey& key) {
+  if (!verified_) return std::nullopt;
+  auto it = classes_.find(key);
+  if (it == classes_.end()) return std::nullopt;
+  Class& c = it->second;
+  if (!c.decided || c.needs_candidates || c.since_check >= s_.check_every - s_.window) return std::nullopt;
+  ++c.since_check;
+  return c.choice;
+}
+
 void Tuner::record(const TuneKey& key, const TuningChoice& choice, double seconds) {
   std::lock_guard lock(mu_);
   auto it = classes_.find(key);

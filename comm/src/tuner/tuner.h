@@ -81,6 +81,11 @@ class Tuner {
     double step = 0;  // a trial's place in this rank's schedule (trials so far and the class): alike on every rank
   };
   std::optional<Pick> next(const TuneKey& key, const Candidates& candidates, const Agree& agree, int rank);
+  // A decided class between its drift checks, without the lock or the agreement next() may make: the choice, and
+  // the call counted; nullopt where the call must go through next() and record() (not decided, not yet checked
+  // against the other ranks' files, or among the `window` timed calls before a check). Safe without the lock: only
+  // the executing thread writes classes_, and no reader looks at the count it moves.
+  std::optional<TuningChoice> steady(const TuneKey& key);
   // The time this rank took for the call next() returned `choice` for.
   void record(const TuneKey& key, const TuningChoice& choice, double seconds);
 
