@@ -25,10 +25,22 @@ launch() {  # NAME [RESTARTS]: a torchrun job writing $dir/NAME.{log,json}, chec
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 accuracy() { /usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['test_accuracy'])" "$1"; }
-rank_pid() {  # the pid of rank $1 of this script's job $2 (torchrun's agent has no RANK)
-  for pid in $(pgrep -f -- "--checkpoint $dir/$2 "); do
-    tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | grep -qx "RANK=$1" && { echo "$pid"; return; }
+rank_pid() {  # the pid of rank $1 of this script's job $2 (torchrun's agent has no RANK); empty: none running
+  local pid
+  for pid in $(pgrep -f -- "--checkpoint $dir/$2 " || true); do
+    if tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | grep -qx "RANK=$1"; then echo "$pid"; return 0; fi
   done
+  return 0
+}
+fresh_step() {  # NAME MARKER MIN: a step >= MIN whose checkpoint every rank wrote after MARKER (empty: none yet)
+  local f s
+  for f in "$dir/$1".step*.rank0; do
+    [ -e "$f" ] && [ "$f" -nt "$2" ] || continue
+    s=${f#"$dir/$1.step"}
+    s=${s%.rank0}
+    [ "$s" -ge "$3" ] && [ "$dir/$1.step$s.rank$((np - 1))" -nt "$2" ] && { echo "$s"; return 0; }
+  done
+  return 0
 }
 
 t0=$(now)
@@ -43,21 +55,27 @@ for run in ${RUNS:-1 0}; do
   name=kill$run kills=1
   [[ $run == x* ]] && kills=${run#x}
   t0=$(now)
+  # Each kill waits for a checkpoint that every rank of the running attempt wrote (newer than the last kill): a
+  # step's files from before a kill, and ranks that torchrun is still stopping, belong to the attempt already lost.
+  marker="$dir/$name.last-kill"
+  : > "$marker"
   launch "$name" "$kills" &
   job=$!
   for ((k = 0; k < kills; k++)); do
-    step=$((kill_after + k * every))
-    for _ in $(seq 1 6000); do  # the checkpoint of `step`, then the kill
-      [ -e "$dir/$name.step$step.rank0" ] && [ -e "$dir/$name.step$step.rank$((np - 1))" ] && break
+    step="" pid=""
+    for _ in $(seq 1 6000); do
+      step=$(fresh_step "$name" "$marker" "$((k == 0 ? kill_after : 0))")
+      [ -n "$step" ] && break
       kill -0 "$job" 2> /dev/null || break
       sleep 0.05
     done
     sleep "$kill_delay"
     victim=$run
     [[ $run == x* ]] && victim=$((RANDOM % np))
-    pid=$(rank_pid "$victim" "$name")
-    [ -n "$pid" ] || { wait "$job" || true; cat "$dir/$name.log"; echo "rank $victim was not found running"; exit 1; }
+    [ -n "$step" ] && pid=$(rank_pid "$victim" "$name")
+    [ -n "$pid" ] || { wait "$job" || true; cat "$dir/$name.log"; echo "rank $victim was not found running (kill $((k + 1)) of $kills)"; exit 1; }
     kill -9 "$pid"
+    : > "$marker"
     echo "killed rank $victim (pid $pid) at $(since "$t0") s, after step $step's checkpoint"
   done
   rc=0
