@@ -81,7 +81,9 @@ case $fault in
     # The same job straight through, while Slurm holds the requeued one (the step credential's lifetime): the
     # nodes are free then, and the requeued job starts after it.
     straight=$(submit --output="$out/straight.out" -- "${flags[@]}")
-    echo "slurm_faults.sh: the straight job $straight ended $(wait_end "$straight"): accuracy $(accuracy "$out/straight.out")" ;;
+    st=$(wait_end "$straight")
+    echo "slurm_faults.sh: the straight job $straight ended $st: accuracy $(accuracy "$out/straight.out")"
+    [ "$st" = COMPLETED ] || { cat "$out/straight.out"; echo "slurm_faults.sh: the straight job did not complete"; exit 1; } ;;
   kill)
     mapfile -t pids < <(ranks_on "$second")
     [ ${#pids[@]} -gt 0 ] || { echo "slurm_faults.sh: no train_mnist on $second"; exit 1; }
@@ -95,7 +97,7 @@ cat "$out/job.out"
 case $fault in
   requeue)
     echo "slurm_faults.sh: requeued job: accuracy $(accuracy "$out/job.out"), straight: $(accuracy "$out/straight.out")"
-    [ "$(accuracy "$out/job.out")" = "$(accuracy "$out/straight.out")" ] ||
+    [ -n "$(accuracy "$out/job.out")" ] && [ "$(accuracy "$out/job.out")" = "$(accuracy "$out/straight.out")" ] ||
       { echo "slurm_faults.sh: the requeued job's accuracy differs from the straight job's"; exit 1; } ;;
   slurmd)
     # The stranded ranks (2 and 3) go by themselves once their peers are gone: within hopwise's timeout.
