@@ -91,6 +91,47 @@ TEST(TcpStore, ALateReplyAfterATimeoutIsNotTakenForTheNextAnswer) {
   EXPECT_EQ(client.get("later", std::chrono::seconds(5)), "the parked get's answer");
 }
 
+// A rank of a later attempt (its launcher restarted it first) waits for the earlier attempt's server to go and the
+// new one to serve, instead of failing and spending one of its launcher's restarts.
+TEST(TcpStore, ALaterAttemptWaitsForTheEarlierAttemptsServerToGo) {
+  auto old_server = std::make_unique<hc::TcpStore>("127.0.0.1", 0, true, "job");
+  const int port = old_server->port();
+  std::thread restart([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    old_server.reset();  // attempt 0's rank 0 fails and goes; attempt 1's comes up on the same port
+    hc::TcpStore new_server("127.0.0.1", port, true, "job (attempt 1)");
+    new_server.set("k", "attempt 1");
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // serve the client's get
+  });
+  const auto t0 = Clock::now();
+  hc::TcpStore client("127.0.0.1", port, false, "job (attempt 1)", std::chrono::seconds(10));
+  EXPECT_GE(since(t0), 0.3);
+  EXPECT_EQ(client.get("k", std::chrono::seconds(10)), "attempt 1");
+  restart.join();
+}
+
+TEST(TcpStore, ALaterAttemptNamesTheEarlierAttemptAtItsTimeoutAndAnEarlierOneIsRefusedAtOnce) {
+  hc::TcpStore server("127.0.0.1", 0, true, "job (attempt 1)");
+  try {
+    hc::TcpStore later("127.0.0.1", server.port(), false, "job (attempt 2)", duration<double>(0.5));
+    ADD_FAILURE() << "a later attempt was served";
+  } catch (const hopwise::TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("still serves attempt 1 of job 'job', and this rank belongs to attempt 2"),
+              std::string::npos)
+        << e.what();
+  }
+  const auto t0 = Clock::now();
+  try {
+    hc::TcpStore earlier("127.0.0.1", server.port(), false, "job", std::chrono::seconds(10));
+    ADD_FAILURE() << "an earlier attempt was served";
+  } catch (const hopwise::TimeoutError& e) {
+    ADD_FAILURE() << "an earlier attempt waited: " << e.what();
+  } catch (const hopwise::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("serves job 'job (attempt 1)', not 'job'"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(since(t0), 5.0);
+}
+
 TEST(TcpStore, ServingAPortInUseIsAnErrorNamingIt) {
   hc::TcpStore first("127.0.0.1", 0, true, "job");
   try {

@@ -18,6 +18,7 @@
 #include "hopwise/common/error.h"
 #include "hopwise/common/log.h"
 #include "launch_table.h"
+#include "stores/store_protocol.h"
 
 namespace hopwise::comm {
 
@@ -85,8 +86,8 @@ std::shared_ptr<Store> make_tcp_store(const Launch& l, const std::string& addres
         host, resolved);
     options.bind = "0.0.0.0";
   }
-  const std::string job = l.attempt ? fmt::format("{} (attempt {})", l.job, l.attempt) : l.job;
-  return std::make_shared<TcpStore>(host, port, l.rank == 0, job, timeout, options);
+  return std::make_shared<TcpStore>(host, port, l.rank == 0, store_protocol::job_attempt(l.job, l.attempt), timeout,
+                                    options);
 }
 
 struct Tables {

@@ -93,6 +93,19 @@ Request unpack(std::string_view b) {
   return r;
 }
 
+std::string job_attempt(const std::string& job, int attempt) {
+  return attempt ? fmt::format("{} (attempt {})", job, attempt) : job;
+}
+
+std::pair<std::string, int> split_attempt(const std::string& text) {
+  constexpr std::string_view mark = " (attempt ";
+  const auto at = text.rfind(mark);
+  if (at == std::string::npos || text.back() != ')') return {text, 0};
+  const auto n = parse_integer(text.substr(at + mark.size(), text.size() - 1 - at - mark.size()));
+  if (!n || *n < 1 || *n >= (1 << 30)) return {text, 0};
+  return {text.substr(0, at), static_cast<int>(*n)};
+}
+
 std::optional<std::int64_t> parse_integer(const std::string& text) {
   std::int64_t v = 0;
   const char* end = text.data() + text.size();

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace hopwise::comm::store_protocol {
@@ -25,6 +26,10 @@ constexpr std::size_t kMaxKeys = 1u << 20;
 constexpr std::size_t kMaxKeyListBytes = 64u << 20;  // all keys of one request together
 constexpr std::size_t kHeaderBytes = 24;             // op, id, delta, key count
 constexpr std::size_t kMaxRequestBytes = kHeaderBytes + kMaxKeyListBytes + 4 + kMaxValueBytes;
+
+// A restarted job's rank introduces itself as `job (attempt N)`. The job's name and attempt, parsed back.
+std::string job_attempt(const std::string& job, int attempt);
+std::pair<std::string, int> split_attempt(const std::string& job_attempt);
 
 struct Request {
   std::int32_t op = 0;

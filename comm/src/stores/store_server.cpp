@@ -56,12 +56,16 @@ void Core::open(int client, std::string peer, Clock::time_point now) {
 const std::string& Core::peer(int client) const { return clients_.at(client).peer; }
 
 void Core::push_reply(Client& c, std::int32_t request_id, bool ok, const Value& value) {
+  push_status(c, request_id, ok ? 0 : 1, value);
+}
+
+void Core::push_status(Client& c, std::int32_t request_id, char status, const Value& value) {
   const std::size_t body = value ? value->size() : 0;
   std::string head(9, '\0');
   const auto n = static_cast<std::uint32_t>(5 + body);  // a value is capped far below 4 GiB
   std::memcpy(head.data(), &n, 4);
   std::memcpy(head.data() + 4, &request_id, 4);
-  head[8] = ok ? 0 : 1;
+  head[8] = status;
   c.out.emplace_back(std::make_shared<const std::string>(std::move(head)), 0);
   if (body) c.out.emplace_back(value, 0);
   c.out_bytes += 9 + body;
@@ -74,9 +78,29 @@ void Core::abandon(Client& c) {
   c.out_bytes = 0;
 }
 
-void Core::refuse(Client& c, std::int32_t request_id, const std::string& why) {
-  push_reply(c, request_id, false, std::make_shared<const std::string>(why));
+void Core::refuse(Client& c, std::int32_t request_id, const std::string& why, char status) {
+  push_status(c, request_id, status, std::make_shared<const std::string>(why));
   c.closing = true;
+}
+
+// A later attempt of this job (its launcher restarted some rank) waits for this attempt's server to go rather than
+// failing: every rank of this attempt is about to fail and be restarted too.
+void Core::refuse_other_job(Client& c, std::int32_t request_id, const std::string& theirs) {
+  const auto [job, attempt] = store_protocol::split_attempt(job_);
+  const auto [their_job, their_attempt] = store_protocol::split_attempt(theirs);
+  if (their_job != job || their_attempt <= attempt) {
+    refuse(c, request_id,
+           fmt::format("this store serves job '{}', not '{}' (a port reused by another job?)", job_, theirs));
+    return;
+  }
+  warning_("attempt", fmt::format("store: a rank of attempt {} of job '{}' asked for this store, which serves attempt "
+                                  "{}: its launcher restarted it, so this attempt has lost a rank",
+                                  their_attempt, job, attempt));
+  refuse(c, request_id,
+         fmt::format("this store still serves attempt {} of job '{}', and this rank belongs to attempt {}: waiting "
+                     "for that attempt's rank 0 to go and the new one to serve",
+                     attempt, job, their_attempt),
+         kEarlierAttempt);
 }
 
 void Core::on_frame(int id, Client& c, std::string_view frame) {
@@ -106,8 +130,7 @@ void Core::on_frame(int id, Client& c, std::string_view frame) {
       return;
     }
     if (r.value != job_) {
-      refuse(c, r.id,
-             fmt::format("this store serves job '{}', not '{}' (a port reused by another job?)", job_, r.value));
+      refuse_other_job(c, r.id, r.value);
       return;
     }
     c.introduced = true;

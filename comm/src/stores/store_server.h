@@ -43,7 +43,10 @@ class RateLimitedWarning {
   std::map<std::string, Seen> seen_;
 };
 
-// Frames: [u32 length][bytes]. A reply's bytes are [i32 request id][u8 status: 0 ok, 1 refused][value or reason].
+// Frames: [u32 length][bytes]. A reply's bytes are [i32 request id][u8 status][value or reason]; status 0 ok, 1
+// refused, kEarlierAttempt refused because this server belongs to an earlier attempt of the client's job (retry).
+constexpr char kEarlierAttempt = 2;
+
 class Core {
  public:
   Core(std::string job, std::string token, Limits limits);
@@ -90,7 +93,9 @@ class Core {
   };
   void on_frame(int id, Client& c, std::string_view frame);
   void push_reply(Client& c, std::int32_t request_id, bool ok, const store_protocol::Value& value);
-  void refuse(Client& c, std::int32_t request_id, const std::string& why);
+  void push_status(Client& c, std::int32_t request_id, char status, const store_protocol::Value& value);
+  void refuse(Client& c, std::int32_t request_id, const std::string& why, char status = 1);
+  void refuse_other_job(Client& c, std::int32_t request_id, const std::string& theirs);
   void abandon(Client& c);
   std::string job_, token_;
   Limits limits_;

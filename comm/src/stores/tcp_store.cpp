@@ -35,6 +35,11 @@ constexpr std::size_t kMaxReply = 5 + store_protocol::kMaxValueBytes;
 
 std::string errno_text() { return std::strerror(errno); }
 
+// The server belongs to an earlier attempt of this rank's job: connect_and_introduce tries again.
+struct ServesEarlierAttempt : TransportError {
+  using TransportError::TransportError;
+};
+
 std::string text_of(const sockaddr_in& a) {
   char ip[INET_ADDRSTRLEN] = {0};
   ::inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
@@ -262,8 +267,9 @@ TcpStore::TcpStore(std::string host, int port, bool serve, std::string job, Seco
   connect_and_introduce(job, timeout);
 }
 
-// Connects, retrying while nobody listens yet (rank 0 may start last) or while the server closes this connection
-// before answering (it was full of connections that never introduced themselves).
+// Connects, retrying while nobody listens yet (rank 0 may start last), while the server closes this connection
+// before answering (it was full of connections that never introduced themselves), or while it still serves an
+// earlier attempt of this job (this rank's launcher restarted it before the others').
 void TcpStore::connect_and_introduce(const std::string& job, Seconds timeout) {
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
   addrinfo hints{}, *res = nullptr;
@@ -274,6 +280,7 @@ void TcpStore::connect_and_introduce(const std::string& job, Seconds timeout) {
                                       host_, ::gai_strerror(rc)));
   auto pause = std::chrono::milliseconds(10);
   std::string last;
+  bool earlier_attempt = false;
   for (;;) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd_ >= 0 && ::connect(fd_, res->ai_addr, res->ai_addrlen) == 0) {
@@ -285,20 +292,30 @@ void TcpStore::connect_and_introduce(const std::string& job, Seconds timeout) {
              std::max(left, Seconds(0.1)));
         ::freeaddrinfo(res);
         return;
+      } catch (const ServesEarlierAttempt& e) {
+        last = e.what();
+        earlier_attempt = true;
       } catch (const TransportError& e) {
         last = e.what();
+        earlier_attempt = false;
       } catch (...) {
         ::freeaddrinfo(res);
         throw;
       }
     } else {
       last = errno_text();
+      earlier_attempt = false;
     }
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
     inbox_.clear();
     if (Clock::now() + pause > deadline) {
       ::freeaddrinfo(res);
+      if (earlier_attempt)
+        throw TimeoutError(fmt::format("{} (waited {:.1f} s; did that attempt's rank 0 not fail? raise "
+                                       "HOPWISE_TIMEOUT_S if it is only slow)",
+                                       last, timeout.count()),
+                           {0});
       throw TimeoutError(fmt::format("store: nobody serves {} (tried for {:.1f} s, last: {}); is rank 0 up, and is "
                                      "this its address? (raise HOPWISE_TIMEOUT_S if it is only slow)",
                                      address(), timeout.count(), last),
@@ -347,7 +364,9 @@ std::string TcpStore::call(int op, const std::vector<std::string>& keys, const s
       if (frame.size() < 5) throw TransportError(fmt::format("store: a malformed reply from {}", address()));
       std::int32_t got = 0;
       std::memcpy(&got, frame.data(), 4);
-      if (got != id) continue;  // the late answer to a request that timed out
+      if (got != id) continue;                        // the late answer to a request that timed out
+      if (frame[4] == store_server::kEarlierAttempt)  // retried by connect_and_introduce
+        throw ServesEarlierAttempt(fmt::format("store {}: {}", address(), frame.substr(5)));
       if (frame[4] != 0) throw Error(fmt::format("store {}: {}", address(), frame.substr(5)));
       return frame.substr(5);
     }

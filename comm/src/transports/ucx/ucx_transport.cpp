@@ -500,7 +500,11 @@ int UcxTransport::settle(Request& r, std::string& error) {
 }
 
 // Withdraws an active request: a receive is cancelled and progressed until UCX lets it go (so it never writes
-// later); a send is released to finish in the background (it only reads the caller's buffer).
+// later); a send is released to finish in the background (it only reads the caller's buffer). A receive already
+// matched to a message that a dead peer was sending cannot be cancelled, and UCX never completes it: it is let go
+// at once (nothing more can come from that peer; UCX frees it if it ever completes). Waiting for it held a rank
+// for its whole timeout, long after UCX had reported the peer's endpoint failed, so that a peer's restarted
+// attempt (torchrun's agent on its host) came to this rank's store too early.
 void UcxTransport::cancel(Request& r) {
   if (!r.active) return;
   if (ucx::SingleCopy::is_op(r.handle)) {
@@ -512,8 +516,11 @@ void UcxTransport::cancel(Request& r) {
   if (r.is_recv) {
     Peer& p = *s_->peers[static_cast<std::size_t>(r.peer)];
     ucp_request_cancel(p.worker, req);
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_);
+    // Dead: its endpoint failed or its process exited (a peer that only gave up may still be sending).
+    const bool dead = p.failure != UCS_OK && !p.gave_up;
+    const auto deadline = std::chrono::steady_clock::now() +
+                          (dead ? std::chrono::steady_clock::duration(std::chrono::milliseconds(100))
+                                : std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_));
     while (ucp_request_check_status(req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < deadline)
       s_->progress();
   }
