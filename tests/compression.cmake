@@ -11,3 +11,7 @@ endforeach()
 hopwise_test(test_compressed_allreduce test_compressed_allreduce.cpp)
 target_link_libraries(test_compressed_allreduce PRIVATE hopwise::comm hopwise::compression GTest::gtest_main Threads::Threads)
 gtest_discover_tests(test_compressed_allreduce DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 300)
+hopwise_test(test_network_compression test_network_compression.cpp)
+target_link_libraries(test_network_compression PRIVATE hopwise::comm hopwise::compression hopwise::topology
+                                                       GTest::gtest_main Threads::Threads)
+gtest_discover_tests(test_network_compression DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 300)

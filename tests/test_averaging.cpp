@@ -19,6 +19,7 @@
 #include "hopwise/compression/codec.h"
 #include "hopwise/topology/cluster.h"
 #include "hopwise/topology/formats.h"
+#include "hosts_file.h"
 #include "inproc_group.h"
 
 namespace hc = hopwise::comm;
@@ -58,33 +59,10 @@ TEST(Averaging, EveryMethodMatchesTheSerialSimulationOnOneToEightRanks) {
   }
 }
 
-// A machine of `gpus` GPUs (ranks go round-robin on them, host after host), written as a topology file of
-// `hosts` such machines, for HOPWISE_TOPO_FILE.
-fs::path hosts_file(int hosts, int gpus) {
-  std::vector<std::string> views;
-  ht::Topology m;
-  const int host = m.add_node({.kind = ht::NodeKind::Host, .name = "m"});
-  const int numa =
-      m.add_node({.kind = ht::NodeKind::Numa, .name = "NUMA0", .numa = 0, .index = 0, .cpu_affinity = "0-7"});
-  m.add_link({host, numa, ht::LinkKind::Internal});
-  for (int g = 0; g < gpus; ++g) {
-    const int gpu = m.add_node({.kind = ht::NodeKind::Gpu, .name = "GPU" + std::to_string(g), .index = g});
-    m.add_link({numa, gpu, ht::LinkKind::PCIe, 1, 4, 16, 0, 0});
-  }
-  const int nic = m.add_node({.kind = ht::NodeKind::Nic, .name = "eth0", .speed_gbps = 10});
-  m.add_link({numa, nic, ht::LinkKind::PCIe, 1, 4, 16, 0, 0});
-  for (int h = 0; h < hosts; ++h) views.push_back(ht::encode_view({h, "host" + std::to_string(h), "", ""}, &m));
-  const ht::Cluster c = ht::assemble_cluster(views);
-  const fs::path file =
-      fs::temp_directory_path() / fmt::format("hopwise-averaging-{}x{}-{}.json", hosts, gpus, getpid());
-  ht::save_text(file.string(), ht::to_json(c.topology));
-  return file;
-}
-
 TEST(Averaging, HierarchicalAveragesGradientsWithinEachHost) {
   // 2 hosts x 2 ranks, 3 hosts of 2, 2 and 1, 2 hosts x 4.
   for (auto [hosts, gpus, n] : {std::tuple{2, 2, 4}, std::tuple{3, 2, 5}, std::tuple{2, 4, 8}}) {
-    const fs::path file = hosts_file(hosts, gpus);
+    const fs::path file = hwtest::hosts_file(hosts, gpus);
     ::setenv("HOPWISE_TOPO_FILE", file.c_str(), 1);
     hwtest::Group g(n, hwtest::test_options());
     ::unsetenv("HOPWISE_TOPO_FILE");
@@ -103,7 +81,7 @@ TEST(Averaging, HierarchicalAveragesGradientsWithinEachHost) {
 }
 
 TEST(Averaging, WithinHostAllreduceMatchesAPlainSumPerHost) {
-  const fs::path file = hosts_file(3, 2);
+  const fs::path file = hwtest::hosts_file(3, 2);
   ::setenv("HOPWISE_TOPO_FILE", file.c_str(), 1);
   hc::Options o = hwtest::test_options(hc::Algorithm::kAuto, 1024);  // small chunks: the pipelined tree
   hwtest::Group g(5, o);

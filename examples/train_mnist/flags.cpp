@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "hopwise/comm/averaging.h"
+#include "hopwise/comm/communicator.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/powersgd.h"
@@ -22,7 +23,7 @@ constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
   --lr X            learning rate of SGD with momentum 0.9 (default 0.05)
   --hidden N        width of the two hidden layers (default 1024: 784-1024-1024-10)
   --compression S   gradient codec spec, e.g. fp16, int8, topk:ratio=0.01, powersgd:rank=4 (default none /
-                    HOPWISE_COMPRESSION)
+                    HOPWISE_COMPRESSION); network:SPEC compresses only between hosts (full precision within a host)
   --bucket-mb X     gradient bucket cap in MB (default 1; the first bucket is at most 1 MB); auto: measured in the
                     first steps (caps 1, 2, 4, 8, 25 MB, 5 steps each; the fastest stays)
   --chunks N        hand each weight gradient to the reducer in N column blocks, each as soon as it is computed,
@@ -159,7 +160,8 @@ Flags parse_flags(int argc, char** argv) {
     throw hopwise::InvalidArgument(
         "--averaging hier averages gradients within each host uncompressed; drop --compression");
   // A bad spec fails here, with the codec's own message.
-  if (const auto spec = hopwise::compression::parse_codec_spec(f.compression); spec.name == "powersgd")
+  if (const auto spec = hopwise::compression::parse_codec_spec(hc::split_compression_scope(f.compression).second);
+      spec.name == "powersgd")
     hopwise::compression::PowerSgd::from_spec(spec);
   else if (spec.name != "none")
     hopwise::compression::make_codec(spec);

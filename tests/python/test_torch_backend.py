@@ -77,7 +77,8 @@ def test_ddp_hooks():
     hooks = lines(out, r"hook (.+?): ok, loss")
     assert rc == 0, out[-6000:]
     for name in ["none", "fp16", "bf16", "int8", "qsgd", "terngrad", "sign", "topk:ratio=0.3", "randomk:ratio=0.5",
-                 "powersgd:rank=2", "torch fp16_compress_hook", "torch powerSGD_hook"]:
+                 "powersgd:rank=2", "network:int8", "network:powersgd:rank=2", "torch fp16_compress_hook",
+                 "torch powerSGD_hook"]:
         assert name in hooks, f"hook {name} did not run: {out[-6000:]}"
 
 

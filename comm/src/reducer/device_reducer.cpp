@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "hopwise/comm/communicator.h"
 #include "hopwise/common/cuda_check.h"
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/common/error.h"
@@ -57,6 +58,11 @@ struct DeviceGradientReducer::Impl {
 
   Impl(DeviceCommunicator& c, ReducerOptions o)
       : comm(c), options(std::move(o)), rank(c.rank()), size(c.size()), device(c.device()) {
+    if (split_compression_scope(options.compression).first == CompressionScope::kNetwork)
+      throw InvalidArgument(fmt::format(
+          "DeviceGradientReducer: compression '{}' (between hosts only) runs on host gradients; on the GPU use a "
+          "codec over every link (e.g. int8) or none",
+          options.compression));
     const auto spec = compression::parse_codec_spec(options.compression);
     if (spec.name == "powersgd")
       throw InvalidArgument(

@@ -42,16 +42,19 @@ struct BucketMemory {
 struct GradientReducer::Impl {
   Communicator& comm;
   ReducerOptions options;
-  std::unique_ptr<compression::Codec> codec;        // null: plain allreduce (or PowerSGD)
-  std::unique_ptr<compression::PowerSgd> powersgd;  // "powersgd:...": per-matrix low-rank factors
-  std::vector<Memory> memory;                       // per gradient
-  std::vector<BucketMemory> bucket_memory;          // per bucket
+  std::unique_ptr<compression::Codec> codec;                   // null: plain allreduce (or PowerSGD)
+  std::unique_ptr<compression::PowerSgd> powersgd;             // "powersgd:...": per-matrix low-rank factors
+  CompressionScope compress_where = CompressionScope::kWorld;  // "network:CODEC": between hosts only
+  std::vector<Memory> memory;                                  // per gradient
+  std::vector<BucketMemory> bucket_memory;                     // per bucket
   GradientScope scope = GradientScope::kWorld;
   std::vector<BucketTiming> timings;
   std::optional<reducer::Schedule> schedule;
 
   Impl(Communicator& c, ReducerOptions o) : comm(c), options(std::move(o)) {
-    const auto spec = compression::parse_codec_spec(options.compression);
+    const auto [where, codec_spec] = split_compression_scope(options.compression);
+    compress_where = where;
+    const auto spec = compression::parse_codec_spec(codec_spec);
     if (spec.name == "powersgd")
       powersgd = std::make_unique<compression::PowerSgd>(compression::PowerSgd::from_spec(spec));
     else if (spec.name != "none")
@@ -102,7 +105,7 @@ struct GradientReducer::Impl {
       ts.push_back({data, data, g.rows, p.cols, p.powersgd.get()});
       m.wire_bytes += powersgd->step_bytes(g.rows, p.cols, *p.powersgd);
     }
-    return comm.allreduce_powersgd_async(ts, *powersgd, ReduceOp::kAvg);
+    return comm.allreduce_powersgd_async(ts, *powersgd, ReduceOp::kAvg, compress_where);
   }
 
   void launch(int k) {
@@ -117,7 +120,8 @@ struct GradientReducer::Impl {
       m.work = launch_powersgd(b, m);
     } else if (codec && scope == GradientScope::kWorld) {
       m.wire_bytes = codec->payload_bytes(b.count) + codec->scale_count(b.count) * sizeof(float);
-      m.work = comm.allreduce_compressed_async(m.data(), m.data(), b.count, *codec, m.codec_state, ReduceOp::kAvg);
+      m.work = comm.allreduce_compressed_async(m.data(), m.data(), b.count, *codec, m.codec_state, ReduceOp::kAvg,
+                                               compress_where);
     } else {  // uncompressed, over the world or the host (set_scope keeps codecs to the world)
       m.wire_bytes = scope == GradientScope::kWorld || comm.host_ranks() > 1 ? b.count * sizeof(float) : 0;
       m.work = *average_in_scope_async(comm, scope, m.data(), b.count);

@@ -74,7 +74,10 @@ void check_bucket(const at::Tensor& buffer, const char* what) {
 }  // namespace
 
 CodecHookState::CodecHookState(const std::string& spec, int rank, int size)
-    : codec_(translated([&] { return compression::make_codec(spec); })), rank_(rank), size_(size) {}
+    : scope_(translated([&] { return comm::split_compression_scope(spec).first; })),
+      codec_(translated([&] { return compression::make_codec(comm::split_compression_scope(spec).second); })),
+      rank_(rank),
+      size_(size) {}
 
 // The codec runs once over the whole bucket; its error-feedback residual is assembled from the parameters' own
 // before the call and handed back to them after it.
@@ -117,8 +120,8 @@ c10::intrusive_ptr<c10d::Work> CodecHookState::allreduce(HopwiseBackend& pg, con
   auto work = pg.make_work(c10d::OpType::ALLREDUCE, "hopwise:compressed_all_reduce", {buffer});
   auto* data = buffer.data_ptr<float>();
   auto start = [this, &c, data, n, state, buffer] {
-    return std::vector{
-        translated([&] { return c.allreduce_compressed_async(data, data, n, *codec_, *state, ReduceOp::kAvg); })};
+    return std::vector{translated(
+        [&] { return c.allreduce_compressed_async(data, data, n, *codec_, *state, ReduceOp::kAvg, scope_); })};
   };
   pg.sequencer().launch(work, start, [this, state, keys, sizes](std::exception_ptr e) {
     if (e || state->residual.empty()) return;
@@ -137,7 +140,7 @@ std::string CodecHookState::save() const {
   std::lock_guard lock(mutex_);
   Writer w;
   w.put_string("hopwise-codec-hook/2");
-  w.put_string(codec_->name());
+  w.put_string(spec());
   w.put<std::uint64_t>(step_);
   w.put<std::uint64_t>(residuals_.size());
   for (const auto& [key, r] : residuals_) {
@@ -151,8 +154,8 @@ void CodecHookState::load(const std::string& bytes) {
   Reader r{bytes};
   TORCH_CHECK_VALUE(r.get_string() == "hopwise-codec-hook/2", "hopwise: not a saved codec hook state");
   const std::string spec = r.get_string();
-  TORCH_CHECK_VALUE(spec == codec_->name(), "hopwise: the saved hook state is of codec '", spec, "', this hook's is '",
-                    codec_->name(), "'");
+  TORCH_CHECK_VALUE(spec == this->spec(), "hopwise: the saved hook state is of codec '", spec, "', this hook's is '",
+                    this->spec(), "'");
   const auto step = r.get<std::uint64_t>();
   std::map<int64_t, std::vector<float>> residuals;
   for (auto n = r.get<std::uint64_t>(); n > 0; --n) {
@@ -165,7 +168,8 @@ void CodecHookState::load(const std::string& bytes) {
 }
 
 PowerSgdHookState::PowerSgdHookState(const std::string& spec)
-    : ps_(translated([&] { return compression::PowerSgd::from_spec(spec); })) {}
+    : scope_(translated([&] { return comm::split_compression_scope(spec).first; })),
+      ps_(translated([&] { return compression::PowerSgd::from_spec(comm::split_compression_scope(spec).second); })) {}
 
 c10::intrusive_ptr<c10d::Work> PowerSgdHookState::allreduce(HopwiseBackend& pg, const at::Tensor& buffer,
                                                             const std::vector<at::Tensor>& gradients,
@@ -194,7 +198,7 @@ c10::intrusive_ptr<c10d::Work> PowerSgdHookState::allreduce(HopwiseBackend& pg, 
   auto work = pg.make_work(c10d::OpType::ALLREDUCE, "hopwise:powersgd_all_reduce", {buffer});
   auto start = [this, &pg, tensors, gradients] {
     return std::vector{
-        translated([&] { return pg.communicator().allreduce_powersgd_async(tensors, ps_, ReduceOp::kAvg); })};
+        translated([&] { return pg.communicator().allreduce_powersgd_async(tensors, ps_, ReduceOp::kAvg, scope_); })};
   };
   pg.sequencer().launch(work, start);
   return work;
@@ -204,7 +208,7 @@ std::string PowerSgdHookState::save() const {
   std::lock_guard lock(mutex_);
   Writer w;
   w.put_string("hopwise-powersgd-hook/2");
-  w.put_string(ps_.name());
+  w.put_string(spec());
   w.put<std::uint64_t>(states_.size());
   for (const auto& [key, s] : states_) {
     w.put<std::int64_t>(key);
@@ -222,8 +226,8 @@ void PowerSgdHookState::load(const std::string& bytes) {
   Reader r{bytes};
   TORCH_CHECK_VALUE(r.get_string() == "hopwise-powersgd-hook/2", "hopwise: not a saved PowerSGD hook state");
   const std::string spec = r.get_string();
-  TORCH_CHECK_VALUE(spec == ps_.name(), "hopwise: the saved hook state is of '", spec, "', this hook's is '",
-                    ps_.name(), "'");
+  TORCH_CHECK_VALUE(spec == this->spec(), "hopwise: the saved hook state is of '", spec, "', this hook's is '",
+                    this->spec(), "'");
   std::map<int64_t, compression::PowerSgdState> loaded;
   for (auto n = r.get<std::uint64_t>(); n > 0; --n) {
     const auto key = r.get<std::int64_t>();

@@ -19,8 +19,9 @@ namespace hopwise::torch_backend {
 
 class CodecHookState {
  public:
+  // spec: a codec's, or network:CODEC to compress only between hosts (comm::split_compression_scope).
   CodecHookState(const std::string& spec, int rank, int size);
-  std::string spec() const { return codec_->name(); }
+  std::string spec() const { return prefix() + codec_->name(); }
   // Average of `buffer` (float32, contiguous: DDP's flat bucket, whose parameters' gradients are `gradients`,
   // keyed `keys`) over the group, in place, in one compressed call.
   c10::intrusive_ptr<c10d::Work> allreduce(HopwiseBackend& pg, const at::Tensor& buffer,
@@ -30,6 +31,8 @@ class CodecHookState {
   void load(const std::string& bytes);
 
  private:
+  std::string prefix() const { return scope_ == comm::CompressionScope::kNetwork ? "network:" : ""; }
+  comm::CompressionScope scope_;
   std::unique_ptr<compression::Codec> codec_;
   int rank_, size_;
   mutable std::mutex mutex_;
@@ -40,8 +43,8 @@ class CodecHookState {
 
 class PowerSgdHookState {
  public:
-  explicit PowerSgdHookState(const std::string& spec);
-  std::string spec() const { return ps_.name(); }
+  explicit PowerSgdHookState(const std::string& spec);  // powersgd:... or network:powersgd:...
+  std::string spec() const { return prefix() + ps_.name(); }
   // Average of the bucket's gradients (views of its buffer) over the group, in place.
   c10::intrusive_ptr<c10d::Work> allreduce(HopwiseBackend& pg, const at::Tensor& buffer,
                                            const std::vector<at::Tensor>& gradients, const std::vector<int64_t>& keys);
@@ -49,6 +52,8 @@ class PowerSgdHookState {
   void load(const std::string& bytes);
 
  private:
+  std::string prefix() const { return scope_ == comm::CompressionScope::kNetwork ? "network:" : ""; }
+  comm::CompressionScope scope_;
   compression::PowerSgd ps_;
   mutable std::mutex mutex_;
   std::map<int64_t, compression::PowerSgdState> states_;  // per parameter key; node-stable

@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hopwise/comm/algorithm.h"
@@ -61,6 +62,14 @@ struct Options {
   // HOPWISE_TIMEOUT_S alone (checked), for the communicators that read no other knob of these.
   static double timeout_from_env();
 };
+
+// Where a codec (or PowerSGD) compresses. kWorld: every rank's payload, between every pair of ranks. kNetwork
+// ("network:CODEC"): only between hosts: each host sums its ranks' floats over shared memory at full precision, the
+// hosts' leaders all-reduce the sums through the codec, and each leader hands the result to its host. On one host
+// nothing is compressed; with one rank per host it is the codec over the world.
+enum class CompressionScope { kWorld, kNetwork };
+// "network:int8" -> {kNetwork, "int8"}; any other spec -> {kWorld, spec}. InvalidArgument for "network:" alone.
+std::pair<CompressionScope, std::string> split_compression_scope(const std::string& spec);
 
 // One gradient matrix of a PowerSGD allreduce: rows x cols float32, row-major; `state` is the tensor's own
 // (warm start Q, error-feedback residual, step), kept by the caller across steps.
@@ -129,19 +138,23 @@ class Communicator {
   // Aggregatable codecs (fp16, bf16, int8, randomk, none) all-reduce their payloads; gather codecs (topk, sign,
   // qsgd, terngrad) all-gather them; every rank decodes. `state` is the tensor's codec state (error-feedback
   // residual, step), kept by the caller across steps. op: sum or avg. The codec and state must outlive the call.
+  // Under CompressionScope::kNetwork only the hosts' leaders encode, and the state's rank and world_size become
+  // the leader's among the hosts.
   void allreduce_compressed(const float* in, float* out, std::size_t count, const compression::Codec& codec,
-                            compression::CodecState& state, ReduceOp op = ReduceOp::kSum);
+                            compression::CodecState& state, ReduceOp op = ReduceOp::kSum,
+                            CompressionScope scope = CompressionScope::kWorld);
   Work allreduce_compressed_async(const float* in, float* out, std::size_t count, const compression::Codec& codec,
-                                  compression::CodecState& state, ReduceOp op = ReduceOp::kSum);
+                                  compression::CodecState& state, ReduceOp op = ReduceOp::kSum,
+                                  CompressionScope scope = CompressionScope::kWorld);
 
   // PowerSGD over several matrices at once (a bucket): the P factors of all compressed matrices travel in one
   // float32 allreduce, their Q factors in a second; matrices in warm-up or not worth compressing (1-D, or too
   // small, see PowerSgd::compresses) are all-reduced plainly in one more call. op: sum or avg. The PowerSgd object
   // and every state must outlive the call; every rank passes the same shapes in the same order.
   void allreduce_powersgd(std::span<const PowerSgdTensor> tensors, const compression::PowerSgd& ps,
-                          ReduceOp op = ReduceOp::kSum);
+                          ReduceOp op = ReduceOp::kSum, CompressionScope scope = CompressionScope::kWorld);
   Work allreduce_powersgd_async(std::span<const PowerSgdTensor> tensors, const compression::PowerSgd& ps,
-                                ReduceOp op = ReduceOp::kSum);
+                                ReduceOp op = ReduceOp::kSum, CompressionScope scope = CompressionScope::kWorld);
 
   // ---- within this rank's host only (the plan's hosts; every rank one host where there is no plan) ----
   // Each host all-reduces among its own ranks (a pipelined tree over the host's ranks, never a link between

@@ -6,6 +6,8 @@
 Specs: fp16, bf16, int8, qsgd, terngrad, sign, topk, randomk, none (each with its parameters, e.g.
 "topk:ratio=0.01,ef=1"), and powersgd (e.g. "powersgd:rank=4,ef=1,warmup=10"), which views each gradient as a
 matrix (its first dimension the rows) and sends all of a bucket's P factors in one allreduce, all Q in a second.
+"network:SPEC" (e.g. "network:int8", "network:powersgd:rank=4") compresses only between hosts: each host sums its
+ranks' gradients at full precision, and only the hosts' leaders send the codec's payloads to each other.
 The hooks average (DDP does not divide gradients when a hook is registered).
 """
 import torch
@@ -19,6 +21,9 @@ def _group(group):
 
 
 def _is_powersgd(spec):
+    spec = spec.strip()
+    if spec.lower().startswith("network:"):
+        spec = spec[len("network:"):]
     return spec.split(":", 1)[0].strip().lower() == "powersgd"
 
 
@@ -99,5 +104,5 @@ def compression_hook(spec, process_group=None, state=None):
                                          bucket.index())
             return work.get_future().then(_first)
 
-    hook.__name__ = f"hopwise_{spec.split(':', 1)[0]}_hook"
+    hook.__name__ = "hopwise_" + "_".join(spec.split(":", 2)[:2 if spec.startswith("network:") else 1]) + "_hook"
     return state, hook
