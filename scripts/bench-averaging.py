@@ -7,6 +7,9 @@ interleaved over rounds, medians quoted.
     scripts/bench-averaging.py [--ranks-per-host 1] [--epochs 5] [--target 0.85] [--rounds 1] [--json FILE]
                                [--method SPEC ...]
 
+A row is an --averaging spec, optionally with a gradient codec after " / " ("sync / network:int8": synchronous
+training with int8 between hosts only).
+
 Per row: bytes a rank sends per step, step time, compute utilization (forward, backward and optimizer step over the
 step), seconds and epochs until the test accuracy first reached the target (evaluated every 20 steps off the
 clock; hopwise evaluates the ranks' mean model, leaving theirs alone), the accuracy after the epochs, its distance
@@ -42,9 +45,11 @@ def ddp_gloo(args, out):
 
 def hopwise(args, method, out):
     n = args.hosts * args.ranks_per_host
+    method, _, codec = (part.strip() for part in method.partition("/"))
     cmd = [CLUSTER, "run", "-np", str(n)] + (["--map-by", "node"] if args.ranks_per_host == 1 else []) + [
         str(ROOT / "build" / "bin" / "train_mnist"), "--epochs", str(args.epochs), "--averaging", method,
-        "--target-accuracy", str(args.target), "--eval-every", "20", "--json", out]
+        "--target-accuracy", str(args.target), "--eval-every", "20", "--json", out] + (
+        ["--compression", codec] if codec else [])
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=3600)
     if p.returncode != 0:
         sys.exit(f"bench-averaging.py: {method} failed:\n{p.stdout[-3000:]}")

@@ -54,13 +54,15 @@ void write_json(const std::string& path, const Summary& s) {
       j,
       "{{\"ranks\": {}, \"epochs\": {}, \"test_accuracy\": {:.4f}, \"images_per_s\": {:.1f}, \"train_s\": {:.3f}, "
       "\"step_ms\": {:.3f}, \"compute_ms\": {:.3f}, \"compute_utilization\": {:.4f}, \"comm_ms\": {:.3f}, "
-      "\"exposed_comm_ms\": {:.3f}, \"averaging_ms\": {:.3f}, \"overlap_pct\": {:.1f}, "
+      "\"exposed_comm_ms\": {:.3f}, \"averaging_ms\": {:.3f}, \"overlap_pct\": {:.1f}, \"forward_ms\": {:.3f}, "
+      "\"backward_ms\": {:.3f}, \"optimizer_ms\": {:.3f}, \"first_bucket_ms\": {:.3f}, "
       "\"bytes_per_step\": {:.0f}, \"gradient_bytes_per_step\": {:.0f}, \"averaging_bytes_per_step\": {:.0f}, "
       "\"compression\": \"{}\", \"averaging\": \"{}\", \"overlap\": {}, \"batch\": {}, \"steps\": {}, "
       "\"target_accuracy\": {}, \"seconds_to_target\": {}, \"epochs_to_target\": {}, \"steps_to_target\": {}, "
       "\"epoch_accuracy\": [{:.4f}], \"elastic_events\": {}, \"steps_redone\": {}, \"stood_still_s\": {:.3f}}}\n",
       s.ranks, s.epochs, s.test_accuracy, s.images_per_s, s.train_s, s.step_ms, s.compute_ms, s.compute_utilization,
-      s.comm_ms, s.exposed_comm_ms, s.averaging_ms, s.overlap_pct, s.bytes_per_step, s.gradient_bytes_per_step,
+      s.comm_ms, s.exposed_comm_ms, s.averaging_ms, s.overlap_pct, s.forward_ms, s.backward_ms, s.optimizer_ms,
+      s.first_bucket_ms, s.bytes_per_step, s.gradient_bytes_per_step,
       s.averaging_bytes_per_step, s.compression, s.averaging, s.overlap ? "true" : "false", s.batch, s.steps,
       s.target_accuracy > 0 ? fmt::format("{:.4f}", s.target_accuracy) : std::string("null"),
       or_null(s.seconds_to_target, "{:.3f}"), or_null(s.epochs_to_target, "{:.4f}"),

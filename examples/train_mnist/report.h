@@ -30,6 +30,7 @@ struct Summary {
   // (its epoch-end full averages included); comm_ms: the reducer's buckets on the progress thread.
   double step_ms = 0, compute_ms = 0, comm_ms = 0, exposed_comm_ms = 0, averaging_ms = 0, overlap_pct = 0;
   double compute_utilization = 0;
+  double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, first_bucket_ms = 0;  // see Trainer::Totals
   double bytes_per_step = 0, gradient_bytes_per_step = 0, averaging_bytes_per_step = 0;
   std::string compression, averaging;
   bool overlap = true;

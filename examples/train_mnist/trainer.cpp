@@ -309,6 +309,14 @@ void Trainer::step(std::size_t s, double& loss_sum) {
   }
   Totals& t = totals_;
   t.compute_ms += step_compute_ms;
+  t.forward_ms += ms(t_fwd - t0);
+  t.backward_ms += ms(t_bwd - t_fwd);
+  t.optimizer_ms += ms(t_opt_end - t_opt);
+  if (!reducer_->last_timings().empty()) {
+    auto first = reducer_->last_timings().front().start;
+    for (const auto& b : reducer_->last_timings()) first = std::min(first, b.start);
+    t.first_bucket_ms += ms(first - t0);
+  }
   t.comm_ms += st.comm_ms;
   t.exposed_ms += st.exposed_comm_ms + averaged_ms;
   t.gradient_exposed_ms += st.exposed_comm_ms;
@@ -458,6 +466,10 @@ void Trainer::report() {
   sum.step_ms = t.step_ms / n_steps;
   sum.compute_ms = t.compute_ms / n_steps;
   sum.compute_utilization = t.step_ms > 0 ? t.compute_ms / t.step_ms : 0;
+  sum.forward_ms = t.forward_ms / n_steps;
+  sum.backward_ms = t.backward_ms / n_steps;
+  sum.optimizer_ms = t.optimizer_ms / n_steps;
+  sum.first_bucket_ms = t.first_bucket_ms / n_steps;
   sum.comm_ms = t.comm_ms / n_steps;
   sum.exposed_comm_ms = t.exposed_ms / n_steps;
   sum.averaging_ms = t.averaging_ms / n_steps;

@@ -42,6 +42,9 @@ class Trainer {
   struct Totals {
     double compute_ms = 0, comm_ms = 0, exposed_ms = 0, step_ms = 0, averaging_ms = 0;
     double gradient_exposed_ms = 0;  // of exposed_ms: waiting on the reducer (the rest: on the averager)
+    // Of compute_ms: forward, backward, the optimizer step; and from the step's start to its first bucket's
+    // launch (the link cannot carry this step's gradients before then).
+    double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, first_bucket_ms = 0;
     std::size_t steps = 0, gradient_bytes = 0;
   };
 
