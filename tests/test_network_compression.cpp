@@ -219,7 +219,8 @@ TEST(NetworkCompression, OnOneHostNothingIsCompressed) {
 }
 
 TEST(NetworkCompression, TheSpecIsSplitAndABareNetworkIsRefused) {
-  EXPECT_EQ(hc::split_compression_scope("network:int8"), std::pair(hc::CompressionScope::kNetwork, std::string("int8")));
+  EXPECT_EQ(hc::split_compression_scope("network:int8"),
+            std::pair(hc::CompressionScope::kNetwork, std::string("int8")));
   EXPECT_EQ(hc::split_compression_scope("network:powersgd:rank=4").second, "powersgd:rank=4");
   EXPECT_EQ(hc::split_compression_scope("int8").first, hc::CompressionScope::kWorld);
   for (const char* bad : {"network:", "network:none"}) {
