@@ -61,6 +61,33 @@ std::string run_on_hosts(const Layout& l, const std::function<void(int, hc::Comm
   return g.run(body);
 }
 
+// The reference: the codec run serially among the hosts, each host's sum its input (steps in a row, the last
+// step's result), divided by the ranks (avg).
+std::vector<float> codec_over_hosts(const cz::Codec& codec, const Layout& l, std::uint64_t seed, std::size_t n,
+                                    int steps) {
+  std::vector<cz::CodecState> st;
+  for (int h = 0; h < l.hosts; ++h) st.emplace_back(seed, h, l.hosts);
+  std::vector<float> want(n);
+  for (int step = 0; step < steps; ++step) {
+    const auto sums = host_sums(l, seed + static_cast<std::uint64_t>(step), n);
+    std::vector<float> scales(codec.scale_count(n), 0.0f), local(scales.size());
+    for (int h = 0; h < l.hosts; ++h) {
+      codec.local_scales(sums[static_cast<std::size_t>(h)].data(), n, local.data(), st[static_cast<std::size_t>(h)]);
+      for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = std::max(scales[i], local[i]);
+    }
+    std::fill(want.begin(), want.end(), 0.0f);
+    std::vector<std::byte> payload(codec.payload_bytes(n));
+    for (int h = 0; h < l.hosts; ++h) {
+      codec.encode(sums[static_cast<std::size_t>(h)].data(), n, payload.data(), st[static_cast<std::size_t>(h)],
+                   scales.empty() ? nullptr : scales.data());
+      codec.decode_add(payload.data(), n, want.data(), st[static_cast<std::size_t>(h)],
+                       scales.empty() ? nullptr : scales.data());
+    }
+  }
+  for (float& w : want) w /= static_cast<float>(l.ranks);
+  return want;
+}
+
 class NetworkCodec : public ::testing::TestWithParam<const char*> {};
 
 // Deterministic codecs (a stochastic one draws from the leader's rank, which follows the plan's ring).
@@ -72,28 +99,7 @@ TEST_P(NetworkCodec, EqualsTheCodecOverTheHostsSums) {
     for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{4099}}) {
       SCOPED_TRACE(::testing::Message() << codec->name() << ", " << l.hosts << " hosts of " << l.per_host << ", "
                                         << l.ranks << " ranks, n=" << n);
-      // The reference: the codec among the hosts, each host's sum its input.
-      std::vector<cz::CodecState> st;
-      for (int h = 0; h < l.hosts; ++h) st.emplace_back(seed, h, l.hosts);
-      std::vector<float> want(n);
-      for (int step = 0; step < steps; ++step) {
-        const auto sums = host_sums(l, seed + static_cast<std::uint64_t>(step), n);
-        std::vector<float> scales(codec->scale_count(n), 0.0f), local(scales.size());
-        for (int h = 0; h < l.hosts; ++h) {
-          codec->local_scales(sums[static_cast<std::size_t>(h)].data(), n, local.data(),
-                              st[static_cast<std::size_t>(h)]);
-          for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = std::max(scales[i], local[i]);
-        }
-        std::fill(want.begin(), want.end(), 0.0f);
-        std::vector<std::byte> payload(codec->payload_bytes(n));
-        for (int h = 0; h < l.hosts; ++h) {
-          codec->encode(sums[static_cast<std::size_t>(h)].data(), n, payload.data(), st[static_cast<std::size_t>(h)],
-                        scales.empty() ? nullptr : scales.data());
-          codec->decode_add(payload.data(), n, want.data(), st[static_cast<std::size_t>(h)],
-                            scales.empty() ? nullptr : scales.data());
-        }
-      }
-      for (float& w : want) w /= static_cast<float>(l.ranks);
+      const std::vector<float> want = codec_over_hosts(*codec, l, seed, n, steps);
       std::vector<std::vector<float>> got(static_cast<std::size_t>(l.ranks));
       std::vector<std::uint64_t> wire(static_cast<std::size_t>(l.ranks));
       const std::string err = run_on_hosts(l, [&](int r, hc::Communicator& c) {
@@ -198,6 +204,35 @@ TEST(NetworkPowerSgd, EqualsPowerSgdOverTheHostsSums) {
         EXPECT_EQ(got[static_cast<std::size_t>(r)][k], got[0][k]) << "rank " << r << ", matrix " << k;
         EXPECT_LT(hwtest::relative_l2(got[static_cast<std::size_t>(r)][k], want[k]), 1e-4) << "matrix " << k;
       }
+  }
+}
+
+// Stochastic codecs draw from the leader's place among the hosts: no serial reference, but every rank must end with
+// the leaders' bits, and the result must be the hosts' mean within the codec's error.
+TEST(NetworkCompression, StochasticCodecsGiveEveryRankTheSameBitsNearTheMean) {
+  const Layout l{2, 2, 4};
+  const std::size_t n = 4099;
+  for (const char* spec : {"qsgd", "terngrad", "int8:round=stochastic"}) {
+    SCOPED_TRACE(spec);
+    const auto codec = cz::make_codec(spec);
+    const auto sums = host_sums(l, 5, n);
+    std::vector<float> mean(n);
+    for (std::size_t i = 0; i < n; ++i) mean[i] = (sums[0][i] + sums[1][i]) / static_cast<float>(l.ranks);
+    std::vector<std::vector<float>> got(static_cast<std::size_t>(l.ranks));
+    const std::string err = run_on_hosts(l, [&](int r, hc::Communicator& c) {
+      cz::CodecState st(5, r, l.ranks);
+      const auto x = input(5, r, n);
+      auto& out = got[static_cast<std::size_t>(r)];
+      out.assign(n, 0.0f);
+      c.allreduce_compressed(x.data(), out.data(), n, *codec, st, hopwise::ReduceOp::kAvg,
+                             hc::CompressionScope::kNetwork);
+    });
+    ASSERT_EQ(err, "");
+    for (int r = 1; r < l.ranks; ++r) EXPECT_EQ(got[static_cast<std::size_t>(r)], got[0]) << "rank " << r;
+    // The serial run draws other random numbers (its hosts in host order, the leaders in ring order): its error
+    // is the scale to expect, not the bits.
+    const double expected = hwtest::relative_l2(codec_over_hosts(*codec, l, 5, n, 1), mean);
+    EXPECT_LT(hwtest::relative_l2(got[0], mean), 1.5 * expected + 1e-3) << "the serial run's error: " << expected;
   }
 }
 
