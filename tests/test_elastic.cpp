@@ -134,11 +134,21 @@ TEST(Elastic, ANewcomerIsLetInAtABoundary) {
       joined = true;
     } else {
       g = std::make_unique<hc::ElasticGroup>(store, t, 2, options(true), opts, worlds.factory());
-      int boundaries = 0;
-      while (!g->newcomers_waiting()) {  // steps go on until the newcomer has a ticket
-        ASSERT_LT(++boundaries, 100000);
+      // Steps go on until the newcomer has a ticket. Only every grow_every-th step asks (a collective): thread 1
+      // makes extra calls at the steps between, which must answer without one (it would pair with nothing).
+      std::int64_t step = 0;
+      for (;; ++step) {
+        ASSERT_LT(step, 100000);
+        if (step % 10 != 0) {
+          if (t == 1) {
+            EXPECT_FALSE(g->newcomers_waiting(step));
+          }
+          continue;
+        }
+        if (g->newcomers_waiting(step)) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
+      EXPECT_EQ(step % g->options().grow_every, 0);
       const hc::ElasticEvent ev = g->admit();
       EXPECT_EQ(ev.joined, std::vector<int>{2});
       EXPECT_EQ(ev.members, (std::vector<int>{0, 1, 2}));
@@ -240,6 +250,17 @@ TEST(Elastic, ModesAreCheckedByName) {
         << e.what();
   }
   ::unsetenv("HOPWISE_ELASTIC_COPY_EVERY");
+  EXPECT_EQ(hc::ElasticOptions::parse("grow").grow_every, 10);
+  ::setenv("HOPWISE_ELASTIC_GROW_EVERY", "0", 1);
+  try {
+    hc::ElasticOptions::parse("grow");
+    FAIL() << "newcomers looked for every 0 steps was taken";
+  } catch (const hopwise::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("HOPWISE_ELASTIC_GROW_EVERY=0: give a step count of 1 or more"),
+              std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("HOPWISE_ELASTIC_GROW_EVERY");
 }
 
 }  // namespace

@@ -48,10 +48,11 @@ void Trainer::rejoin_group() {
   neighbour_.reset();  // its copies are of the old ring
 }
 
-// HOPWISE_ELASTIC=grow, at a step boundary: newcomers waiting are let in and sent the state (share_state()). Under an
-// averaging method the members average fully first, so that the newcomer starts from the job's mean model.
+// HOPWISE_ELASTIC=grow, at a step boundary (every HOPWISE_ELASTIC_GROW_EVERY steps): newcomers waiting are let in and
+// sent the state (share_state()). Under an averaging method the members average fully first, so that the newcomer
+// starts from the job's mean model.
 void Trainer::grow() {
-  if (!elastic_->newcomers_waiting()) return;
+  if (!elastic_->newcomers_waiting(steps_done_)) return;
   const auto t0 = Clock::now();
   averager_->full_average();
   if (monitor_) monitor_->finish();  // collective on the old communicator, which still works

@@ -92,6 +92,12 @@ ElasticOptions ElasticOptions::parse(const std::string& mode) {
     throw InvalidArgument(
         fmt::format("HOPWISE_ELASTIC_COPY_EVERY={}: give a step count of 1 or more (1, the default: a copy every step)",
                     o.copy_every));
+  o.grow_every = env::get_int("HOPWISE_ELASTIC_GROW_EVERY", o.grow_every);
+  if (o.grow_every < 1)
+    throw InvalidArgument(fmt::format(
+        "HOPWISE_ELASTIC_GROW_EVERY={}: give a step count of 1 or more (10, the default: newcomers are looked for "
+        "every 10 steps)",
+        o.grow_every));
   return o;
 }
 
@@ -157,6 +163,11 @@ bool ElasticGroup::newcomers_waiting() {
   waiting_ = store_->add("hopwise/elastic/tickets", 0);
   comm_->allreduce(&waiting_, &waiting_, 1, DataType::kInt64, ReduceOp::kMin);
   return waiting_ > admitted_;
+}
+
+bool ElasticGroup::newcomers_waiting(std::int64_t step) {
+  if (!options_.grow || step % options_.grow_every != 0) return false;
+  return newcomers_waiting();
 }
 
 ElasticEvent ElasticGroup::admit() {
