@@ -10,6 +10,7 @@
 #include "hopwise/compression/powersgd.h"
 #include "inproc_group.h"
 #include "powersgd_reference.h"
+#include "spec_test_name.h"
 
 namespace {
 
@@ -92,12 +93,7 @@ TEST_P(Compressed, MatchesSerialCodecReference) {
 INSTANTIATE_TEST_SUITE_P(Codecs, Compressed,
                          ::testing::Values("none", "fp16", "bf16", "int8", "int8:round=stochastic", "qsgd", "terngrad",
                                            "sign", "topk:ratio=0.05", "randomk:ratio=0.1"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& ch : s)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return s;
-                         });
+                         hwtest::SpecTestName());
 
 TEST(CompressedAllreduce, CountsWireBytesAndAverages) {
   Group g(2, test_options());

@@ -15,6 +15,7 @@
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/device_codec.h"
+#include "spec_test_name.h"
 
 namespace {
 
@@ -160,12 +161,7 @@ INSTANTIATE_TEST_SUITE_P(EveryCodec, CudaCodec,
                                            "int8:block=100,ef=1", "qsgd", "qsgd:levels=4,ef=1", "terngrad",
                                            "terngrad:ef=1", "sign", "sign:ef=0", "topk", "topk:ratio=0.3,ef=0",
                                            "topk:ratio=1", "randomk", "randomk:ratio=0.5,ef=0"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return s;
-                         });
+                         hwtest::SpecTestName());
 
 TEST(CudaCodecErrors, BadBuffersNameTheProblem) {
   std::string why;

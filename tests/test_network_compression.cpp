@@ -15,6 +15,7 @@
 #include "hosts_file.h"
 #include "inproc_group.h"
 #include "powersgd_reference.h"
+#include "spec_test_name.h"
 
 namespace {
 
@@ -144,12 +145,7 @@ TEST_P(NetworkCodec, EqualsTheCodecOverTheHostsSums) {
 INSTANTIATE_TEST_SUITE_P(Codecs, NetworkCodec,
                          ::testing::Values("none", "fp16", "bf16", "int8", "topk:ratio=0.05", "sign",
                                            "randomk:ratio=0.1"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& ch : s)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return s;
-                         });
+                         hwtest::SpecTestName());
 
 // PowerSGD among the hosts' leaders: each host's summed matrices are its input, over several steps (warm-up, then
 // compressed, with error feedback).
