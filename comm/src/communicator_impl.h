@@ -63,6 +63,10 @@ struct detail::CommunicatorImpl {
   std::shared_ptr<CompletionThread> completions = std::make_shared<CompletionThread>();
 
   int p() const { return transport->size(); }
+  // The ring's sends in flight at most (HOPWISE_RING_WINDOW; by default 1 where the plan spans hosts, else no limit).
+  std::size_t ring_send_window() const {
+    return options.ring_window >= 0 ? static_cast<std::size_t>(options.ring_window) : plan.hosts() > 1 ? 1 : 0;
+  }
 
   // ---- progress.cpp ----
   std::string describe(const Task& t, Algorithm a) const;

@@ -107,7 +107,7 @@ void detail::CommunicatorImpl::run(Task& t, const TuningChoice& choice) {
   AlgorithmContext ctx{*transport, choice.chunk_bytes ? choice.chunk_bytes : options.chunk_bytes, plan.ring, &workspace,
                        &plan};
   ctx.one_channel = choice.channels == 1;
-  ctx.send_window = options.ring_window >= 0 ? static_cast<std::size_t>(options.ring_window) : plan.hosts() > 1 ? 1 : 0;
+  ctx.send_window = ring_send_window();
   const AlgorithmInfo& row = algorithm_info(choice.algorithm);
   ctx.first_tag = row.first_tag;
   row.run(ctx, call);

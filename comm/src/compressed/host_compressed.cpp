@@ -167,7 +167,8 @@ class NetworkStage {
     plan_.make_groups(*impl.transport);
     local_.emplace(algo::Context{*plan_.host_group, impl.workspace, impl.options.chunk_bytes});
     if (plan_.leader_group && plan_.leader_group->size() > 1)
-      leaders_.emplace(algo::Context{*plan_.leader_group, impl.workspace, impl.options.chunk_bytes});
+      leaders_.emplace(
+          algo::Context{*plan_.leader_group, impl.workspace, impl.options.chunk_bytes, 0, impl.ring_send_window()});
   }
   // The leaders' collectives; null on a rank that is not its host's leader, or where there is one host.
   const algo::Context* leaders() const { return leaders_ ? &*leaders_ : nullptr; }
