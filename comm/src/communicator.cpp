@@ -224,6 +224,34 @@ std::optional<TuningChoice> Communicator::tuned_choice(Collective c, std::size_t
   return impl_->tuner->decided({c, dtype_class_of(dt), size_class_of(bytes)});
 }
 
+std::vector<TuningChoice> Communicator::tuning_alternatives(Collective c, std::size_t bytes, DataType dt,
+                                                            double within) const {
+  std::vector<TuningChoice> out;
+  if (!impl_->tuner) return out;
+  const detail::TuneKey key{c, dtype_class_of(dt), size_class_of(bytes)};
+  const auto tuned = impl_->tuner->decided(key);
+  if (!tuned) return out;
+  const auto ranked = impl_->tuner->ranked(key);
+  double tuned_s = 0;
+  for (const auto& [choice, t] : ranked)
+    if (choice == *tuned) tuned_s = t;
+  const TuningChoice model{impl_->model_choice(c, bytes), 0, 0};
+  bool model_measured = false;
+  for (const auto& [choice, t] : ranked) {
+    model_measured = model_measured || choice == model;
+    if (!(choice == *tuned) && (tuned_s == 0 || t <= within * tuned_s)) out.push_back(choice);
+  }
+  if (!model_measured && !(model == *tuned)) out.push_back(model);
+  return out;
+}
+
+void Communicator::pin_choice(Collective c, std::size_t bytes, DataType dt, const TuningChoice& choice) {
+  if (!impl_->tuner) throw InvalidArgument("pin_choice() needs the tuner (HOPWISE_TUNE=1 or a tuning file)");
+  if (!implements(choice.algorithm, c))
+    throw InvalidArgument(fmt::format("pin_choice(): {} does not implement {}", to_string(choice), to_string(c)));
+  impl_->tuner->pin({c, dtype_class_of(dt), size_class_of(bytes)}, choice);
+}
+
 const CostModel& Communicator::cost_model() const { return impl_->cost; }
 void Communicator::set_algorithm(Algorithm a) {
   if (a != Algorithm::kAuto) algorithm_info(a);  // throws for an id outside the table

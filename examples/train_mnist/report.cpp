@@ -59,7 +59,8 @@ void write_json(const std::string& path, const Summary& s) {
       "\"bytes_per_step\": {:.0f}, \"gradient_bytes_per_step\": {:.0f}, \"averaging_bytes_per_step\": {:.0f}, "
       "\"compression\": \"{}\", \"averaging\": \"{}\", \"overlap\": {}, \"batch\": {}, \"steps\": {}, "
       "\"target_accuracy\": {}, \"seconds_to_target\": {}, \"epochs_to_target\": {}, \"steps_to_target\": {}, "
-      "\"epoch_accuracy\": [{:.4f}], \"elastic_events\": {}, \"steps_redone\": {}, \"stood_still_s\": {:.3f}}}\n",
+      "\"epoch_accuracy\": [{:.4f}], \"elastic_events\": {}, \"steps_redone\": {}, \"stood_still_s\": {:.3f}, "
+      "\"step_tuning\": {}, \"step_tuning_reverts\": {}}}\n",
       s.ranks, s.epochs, s.test_accuracy, s.images_per_s, s.train_s, s.step_ms, s.compute_ms, s.compute_utilization,
       s.comm_ms, s.exposed_comm_ms, s.averaging_ms, s.overlap_pct, s.forward_ms, s.backward_ms, s.optimizer_ms,
       s.first_bucket_ms, s.bytes_per_step, s.gradient_bytes_per_step, s.averaging_bytes_per_step, s.compression,
@@ -67,7 +68,7 @@ void write_json(const std::string& path, const Summary& s) {
       s.target_accuracy > 0 ? fmt::format("{:.4f}", s.target_accuracy) : std::string("null"),
       or_null(s.seconds_to_target, "{:.3f}"), or_null(s.epochs_to_target, "{:.4f}"),
       s.steps_to_target ? std::to_string(s.steps_to_target) : std::string("null"), fmt::join(s.epoch_accuracy, ", "),
-      s.elastic_events, s.steps_redone, s.stood_still_s);
+      s.elastic_events, s.steps_redone, s.stood_still_s, s.step_tuning_json, s.step_tuning_reverts);
   std::fclose(j);
 }
 

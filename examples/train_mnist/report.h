@@ -41,6 +41,10 @@ struct Summary {
   // HOPWISE_ELASTIC=shrink: membership changes survived, steps done again, seconds from a failure to going on.
   int elastic_events = 0, steps_redone = 0;
   double stood_still_s = 0;
+  // The reducer's step tuning: per size class {"size_class", "buckets", "chosen", "arms": {choice: seconds}} as a
+  // JSON array, and the re-tunings its guard reverted.
+  std::string step_tuning_json = "[]";
+  int step_tuning_reverts = 0;
 };
 
 void write_json(const std::string& path, const Summary& s);

@@ -15,6 +15,7 @@
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/powersgd.h"
 #include "schedule.h"
+#include "step_tuner.h"
 
 namespace hopwise::comm {
 
@@ -50,6 +51,8 @@ struct GradientReducer::Impl {
   GradientScope scope = GradientScope::kWorld;
   std::vector<BucketTiming> timings;
   std::optional<reducer::Schedule> schedule;
+  std::optional<reducer::StepTuner> step_tuner;  // uncompressed, where the communicator tunes online
+  bool step_classes_stale = true;                // the buckets changed since the step tuner was told
 
   Impl(Communicator& c, ReducerOptions o) : comm(c), options(std::move(o)) {
     const auto [where, codec_spec] = split_compression_scope(options.compression);
@@ -72,6 +75,30 @@ struct GradientReducer::Impl {
     schedule.emplace(
         options, comm.rank(), "gradient", std::move(collectives), [this] { lay_out(); }, !codec,
         "the codec " + options.compression + " keeps its error feedback per bucket");
+    if (options.tune_steps && !codec && !powersgd && comm.tunes_online() && comm.size() > 1)
+      step_tuner.emplace(
+          reducer::StepChoices{
+              [this](std::size_t bytes) { return comm.tuned_choice(Collective::kAllreduce, bytes); },
+              [this](std::size_t bytes) { return comm.tuning_alternatives(Collective::kAllreduce, bytes); },
+              [this](std::size_t bytes, const TuningChoice& choice) {
+                comm.pin_choice(Collective::kAllreduce, bytes, DataType::kFloat32, choice);
+              },
+              [this](std::vector<double>& v) {
+                comm.allreduce(v.data(), v.data(), v.size(), DataType::kFloat64, ReduceOp::kMax);
+              }},
+          comm.rank());
+  }
+
+  // The step tuner sees the world's steps only, once the bucket cap (where tuned) is chosen.
+  void tune_steps(bool reassigned) {
+    if (!step_tuner) return;
+    if (reassigned || step_classes_stale) {
+      std::vector<std::size_t> bytes;
+      for (const reducer::Bucket& b : schedule->buckets()) bytes.push_back(b.count * sizeof(float));
+      step_tuner->reset(bytes);
+      step_classes_stale = false;
+    }
+    if (!schedule->tuning() && scope == GradientScope::kWorld) step_tuner->step(schedule->last_span_s());
   }
 
   // Each bucket a view when its gradients lie back to back in memory (in either direction), else a buffer.
@@ -201,7 +228,8 @@ StepStats GradientReducer::finish() {
   s.exposed_comm_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   s.buckets = static_cast<int>(buckets.size());
   s.overlap_pct = s.comm_ms > 0 ? std::clamp(100.0 * (1.0 - s.exposed_comm_ms / s.comm_ms), 0.0, 100.0) : 100.0;
-  m.schedule->end_step([] {}, [&] { return m.settled(); });  // every bucket is done: old buffers may go
+  // Every bucket is done: old buffers may go.
+  m.tune_steps(m.schedule->end_step([] {}, [&] { return m.settled(); }));
   return s;
 }
 
@@ -224,5 +252,9 @@ double GradientReducer::bucket_mb() const { return impl_->options.bucket_mb; }
 bool GradientReducer::tuning_bucket() const { return impl_->schedule->tuning(); }
 std::vector<std::vector<std::string>> GradientReducer::bucket_names() const { return impl_->schedule->bucket_names(); }
 const std::vector<GradientReducer::BucketTiming>& GradientReducer::last_timings() const { return impl_->timings; }
+std::vector<StepTuning> GradientReducer::step_tuning() const {
+  return impl_->step_tuner ? impl_->step_tuner->results() : std::vector<StepTuning>{};
+}
+int GradientReducer::step_tuning_reverts() const { return impl_->step_tuner ? impl_->step_tuner->reverts() : 0; }
 
 }  // namespace hopwise::comm

@@ -22,6 +22,10 @@ ReducerOptions ReducerOptions::from_env() {
   if (!(o.bucket_mb > 0))
     throw InvalidArgument("HOPWISE_BUCKET_MB must be a positive number of megabytes, or auto (measured)");
   o.compression = env::get_or("HOPWISE_COMPRESSION", "none");
+  const long long steps = env::get_int("HOPWISE_STEP_TUNE", 1);
+  if (steps != 0 && steps != 1)
+    throw InvalidArgument("HOPWISE_STEP_TUNE must be 1 (confirm the tuned choices by whole steps) or 0 (off)");
+  o.tune_steps = steps == 1;
   return o;
 }
 
@@ -195,6 +199,7 @@ void Schedule::begin_finish(const std::function<void(int)>& launch) {
 bool Schedule::end_step(const std::function<void()>& before_reassign, const std::function<bool()>& settled) {
   bool reassigned = false;
   ++steps_;
+  last_span_s_ = std::chrono::duration<double>(Clock::now() - first_ready_).count();
   // After the first step, rebuild the buckets from the order gradients really arrived in (rank 0's, so that every
   // rank builds the same buckets); a tuned cap starts there with the first candidate.
   if (steps_ == 1 && (options_.rebuild || tuner_)) {
@@ -209,8 +214,7 @@ bool Schedule::end_step(const std::function<void()>& before_reassign, const std:
       reassigned = true;
     }
   } else if (steps_ > 1 && tuner_ && tuner_->active() && (++steps_at_cap_ > 40 || !settled || settled())) {
-    const double span = std::chrono::duration<double>(Clock::now() - first_ready_).count();
-    if (tuner_->record(span, collectives_.max)) {
+    if (tuner_->record(last_span_s_, collectives_.max)) {
       steps_at_cap_ = 0;
       options_.bucket_mb = tuner_->cap();
       before_reassign();

@@ -85,6 +85,7 @@ class Schedule {
   int rank() const { return rank_; }
   bool tuning() const { return tuner_ && tuner_->active(); }
   int steps() const { return steps_; }
+  double last_span_s() const { return last_span_s_; }  // the step end_step() ended: first ready to its call
 
  private:
   void assign(const std::vector<int>& order);
@@ -106,6 +107,7 @@ class Schedule {
   int next_launch_ = 0;
   int steps_ = 0;
   int steps_at_cap_ = 0;
+  double last_span_s_ = 0;
   bool finalized_ = false;
 };
 

@@ -233,8 +233,42 @@ void Tuner::inherit_prune(const TuneKey& key, std::vector<TuningChoice>& cands) 
   }
 }
 
+void Tuner::pin(const TuneKey& key, const TuningChoice& choice) {
+  std::lock_guard lock(pins_mu_);
+  pins_.emplace_back(key, choice);
+  has_pins_ = true;
+}
+
+void Tuner::apply_pins() {
+  std::vector<std::pair<TuneKey, TuningChoice>> pins;
+  {
+    std::lock_guard lock(pins_mu_);
+    pins.swap(pins_);
+    has_pins_ = false;
+  }
+  std::lock_guard lock(mu_);
+  for (const auto& [key, choice] : pins) {
+    Class& c = classes_[key];
+    if (std::find(c.candidates.begin(), c.candidates.end(), choice) == c.candidates.end()) {
+      c.candidates.push_back(choice);
+      c.alive.push_back(true);
+      c.agreed.emplace_back();
+    }
+    c.decided = true;
+    c.choice = choice;
+    c.confirming = c.pending = c.needs_candidates = false;
+    c.tuned_s = 0;
+    for (const auto& [name, t] : c.measured)
+      if (name == to_string(choice)) c.tuned_s = t;
+    c.recent.clear();
+    c.since_check = 0;
+    c.baseline_s = 0;  // the first drift check after the pin sets it
+  }
+}
+
 std::optional<Tuner::Pick> Tuner::next(const TuneKey& key, const Candidates& candidates, const Agree& agree, int rank) {
   if (!verified_) verify_preset(agree, rank);
+  if (has_pins_.load(std::memory_order_acquire)) apply_pins();
   std::unique_lock lock(mu_);
   auto it = classes_.find(key);
   if (it == classes_.end()) {
@@ -287,6 +321,7 @@ std::optional<Tuner::Pick> Tuner::next(const TuneKey& key, const Candidates& can
 
 std::optional<TuningChoice> Tuner::steady(const TuneKey& key) {
   if (!verified_) return std::nullopt;
+  if (has_pins_.load(std::memory_order_acquire)) apply_pins();
   auto it = classes_.find(key);
   if (it == classes_.end()) return std::nullopt;
   Class& c = it->second;
@@ -324,10 +359,27 @@ void Tuner::record(const TuneKey& key, const TuningChoice& choice, double second
 }
 
 std::optional<TuningChoice> Tuner::decided(const TuneKey& key) const {
+  {
+    std::lock_guard lock(pins_mu_);
+    for (auto it = pins_.rbegin(); it != pins_.rend(); ++it)
+      if (!(it->first < key) && !(key < it->first)) return it->second;
+  }
   std::lock_guard lock(mu_);
   auto it = classes_.find(key);
   if (it == classes_.end() || !it->second.decided) return std::nullopt;
   return it->second.choice;
+}
+
+std::vector<std::pair<TuningChoice, double>> Tuner::ranked(const TuneKey& key) const {
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<TuningChoice, double>> out;
+  auto it = classes_.find(key);
+  if (it == classes_.end() || !it->second.decided) return out;
+  for (const TuningChoice& ch : it->second.candidates)
+    for (const auto& [name, t] : it->second.measured)
+      if (name == to_string(ch) && std::isfinite(t)) out.emplace_back(ch, t);
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  return out;
 }
 
 std::vector<TuningEntry> Tuner::entries() const {

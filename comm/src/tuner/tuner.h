@@ -14,6 +14,7 @@
 // communicator's calls; the read-only queries may come from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -89,8 +90,14 @@ class Tuner {
   // The time this rank took for the call next() returned `choice` for.
   void record(const TuneKey& key, const TuningChoice& choice, double seconds);
 
-  // The decided choice of `key` (nullopt: not decided yet).
+  // The decided choice of `key` (nullopt: not decided yet); a pinned one from the moment pin() returns.
   std::optional<TuningChoice> decided(const TuneKey& key) const;
+  // The class's candidates that were measured, fastest median first, with their medians (empty: not decided).
+  std::vector<std::pair<TuningChoice, double>> ranked(const TuneKey& key) const;
+  // From any thread, every rank at the same point of its calls (between two calls, like a collective): the calls
+  // of `key` run `choice` from the next one on, as if it had been decided (its drift watch starts afresh). The
+  // executing thread applies it at its next call, as it alone writes the classes.
+  void pin(const TuneKey& key, const TuningChoice& choice);
   std::vector<TuningEntry> entries() const;  // every decided class
   TunerStats stats() const;
 
@@ -129,6 +136,11 @@ class Tuner {
   void check_drift(const TuneKey& key, Class& c, const Agree& agree, int rank);
   void verify_preset(const Agree& agree, int rank);
   void inherit_prune(const TuneKey& key, std::vector<TuningChoice>& cands) const;
+  void apply_pins();  // on the executing thread
+
+  mutable std::mutex pins_mu_;  // guards pins_; never held together with mu_
+  std::vector<std::pair<TuneKey, TuningChoice>> pins_;
+  std::atomic<bool> has_pins_{false};  // what steady() reads on every call instead of taking a lock
 
   TunerSettings s_;
   mutable std::mutex mu_;  // guards classes_ and stats_ against the read-only queries

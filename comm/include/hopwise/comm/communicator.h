@@ -202,6 +202,14 @@ class Communicator {
   // The tuner's decided choice for the call's class, with its chunk and channels (nullopt: not tuned yet, or
   // tuning off).
   std::optional<TuningChoice> tuned_choice(Collective c, std::size_t bytes, DataType dt = DataType::kFloat32) const;
+  // The class's other choices worth a try against the tuned one, best first: the tuner's measured candidates
+  // within `within` x the tuned one's time, and the cost model's pick unless it measured slower than that
+  // (empty: not tuned). What the reducer's step tuner runs whole steps with.
+  std::vector<TuningChoice> tuning_alternatives(Collective c, std::size_t bytes, DataType dt = DataType::kFloat32,
+                                                double within = 2.0) const;
+  // Every rank at the same point of its calls, like a collective: the class's calls run `choice` from the next one
+  // on, as if the tuner had decided it; the tuner goes on watching it for drift. Needs tuning on (HOPWISE_TUNE=1).
+  void pin_choice(Collective c, std::size_t bytes, DataType dt, const TuningChoice& choice);
   // What was tuned so far, as a tuning file would keep it (job shape, machine, version, every decided class).
   TuningFile tuning() const;
   bool tunes_online() const;  // HOPWISE_TUNE=1: untuned classes are measured in their first calls

@@ -26,7 +26,22 @@ struct ReducerOptions {
   // HOPWISE_COMPRESSION: codec spec for every bucket (compression/codec.h), or "powersgd:rank=R[,warmup=N]": each
   // registered matrix as its rank-R factors (compression/powersgd.h).
   std::string compression = "none";
+  // HOPWISE_STEP_TUNE (default 1, where the communicator tunes online; uncompressed only): once the buckets' size
+  // classes are tuned call by call, whole steps confirm the choice: the tuned one against the tuner's other close
+  // candidates and the cost model's pick, in interleaved blocks; then a guard reverts a later re-tuning that made the
+  // steps slower. HOPWISE_DEBUG=INFO prints the evidence.
+  bool tune_steps = true;
   static ReducerOptions from_env();
+};
+
+// What whole steps measured for one size class of the buckets (ReducerOptions::tune_steps).
+struct StepTuning {
+  std::string size_class;  // "1 MiB": the class's largest size
+  int buckets = 0;         // buckets of the class a step
+  // Each arm's step span (first ready gradient to the end of finish()), the slowest rank's median, seconds; the
+  // first arm is the tuner's choice. One arm with 0 s: nothing else was worth a try.
+  std::vector<std::pair<TuningChoice, double>> arms;
+  TuningChoice chosen;
 };
 
 struct StepStats {
@@ -76,6 +91,8 @@ class GradientReducer {
   bool tuning_bucket() const;                                  // still trying caps
   std::vector<std::vector<std::string>> bucket_names() const;  // per bucket, in bucket order
   const std::vector<BucketTiming>& last_timings() const;
+  std::vector<StepTuning> step_tuning() const;  // per size class, as decided so far
+  int step_tuning_reverts() const;              // later re-tunings the guard reverted
 
  private:
   struct Impl;
