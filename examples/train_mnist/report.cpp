@@ -72,4 +72,40 @@ void write_json(const std::string& path, const Summary& s) {
   std::fclose(j);
 }
 
+std::string describe(const std::vector<comm::StepTuning>& tuning) {
+  std::string out;
+  for (const comm::StepTuning& st : tuning) {
+    out += fmt::format("{}{} x{}: {}", out.empty() ? "" : "; ", st.size_class, st.buckets, comm::to_string(st.chosen));
+    if (st.arms.size() < 2) {
+      out += " (nothing else close by calls)";
+      continue;
+    }
+    // "two_shot 9.9 ms kept (hd 10.2, ring 11.3)" or "hd 9.9 ms replaced two_shot 10.3 (ring 11.3)".
+    std::string others;
+    for (const auto& [choice, s] : st.arms)
+      if (choice == st.chosen)
+        out += fmt::format(" {:.2f} ms", s * 1e3);
+      else if (!(choice == st.arms[0].first))
+        others += fmt::format("{}{} {:.2f}", others.empty() ? "" : ", ", comm::to_string(choice), s * 1e3);
+    out += st.chosen == st.arms[0].first
+               ? " kept"
+               : fmt::format(" replaced {} {:.2f}", comm::to_string(st.arms[0].first), st.arms[0].second * 1e3);
+    if (!others.empty()) out += " (" + others + ")";
+  }
+  return out;
+}
+
+std::string to_json(const std::vector<comm::StepTuning>& tuning) {
+  std::string out;
+  for (const comm::StepTuning& st : tuning) {
+    std::string arms;
+    for (const auto& [choice, s] : st.arms)
+      if (st.arms.size() > 1)
+        arms += fmt::format("{}\"{}\": {:.6f}", arms.empty() ? "" : ", ", comm::to_string(choice), s);
+    out += fmt::format("{}{{\"size_class\": \"{}\", \"buckets\": {}, \"chosen\": \"{}\", \"arms\": {{{}}}}}",
+                       out.empty() ? "" : ", ", st.size_class, st.buckets, comm::to_string(st.chosen), arms);
+  }
+  return "[" + out + "]";
+}
+
 }  // namespace hopwise::examples

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "hopwise/comm/communicator.h"
+#include "hopwise/comm/reducer.h"
 
 namespace hopwise::examples {
 
@@ -48,5 +49,9 @@ struct Summary {
 };
 
 void write_json(const std::string& path, const Summary& s);
+
+// The reducer's step tuning, as the summary line and as the JSON array of Summary::step_tuning_json.
+std::string describe(const std::vector<comm::StepTuning>& tuning);
+std::string to_json(const std::vector<comm::StepTuning>& tuning);
 
 }  // namespace hopwise::examples

@@ -455,30 +455,15 @@ void Trainer::report() {
   if (!tuned.empty())
     fmt::print("tuned (size class up to: choice): {}; {} trial calls, {} re-tunes, {:.1f} ms beyond the choices\n",
                tuned, cs.tuning_trials, cs.retunes, cs.tuning_excess_s * 1e3);
-  std::string step_tuned, step_json;
-  for (const hc::StepTuning& st : reducer_ ? reducer_->step_tuning() : std::vector<hc::StepTuning>{}) {
-    std::string others, arms_json;
-    for (const auto& [choice, s] : st.arms) {
-      if (!(choice == st.chosen))
-        others += fmt::format("{}{} {:.2f}", others.empty() ? "" : ", ", hc::to_string(choice), s * 1e3);
-      arms_json += fmt::format("{}\"{}\": {:.6f}", arms_json.empty() ? "" : ", ", hc::to_string(choice), s);
-    }
-    double chosen_s = 0;
-    for (const auto& [choice, s] : st.arms)
-      if (choice == st.chosen) chosen_s = s;
-    step_tuned += fmt::format("{}{} x{}: {} {:.2f} ms{}", step_tuned.empty() ? "" : "; ", st.size_class, st.buckets,
-                              hc::to_string(st.chosen), chosen_s * 1e3, others.empty() ? "" : " (" + others + ")");
-    step_json +=
-        fmt::format("{}{{\"size_class\": \"{}\", \"buckets\": {}, \"chosen\": \"{}\", \"arms\": {{{}}}}}",
-                    step_json.empty() ? "" : ", ", st.size_class, st.buckets, hc::to_string(st.chosen), arms_json);
-  }
-  if (!step_tuned.empty())
+  const std::vector<hc::StepTuning> step_tuning = reducer_ ? reducer_->step_tuning() : std::vector<hc::StepTuning>{};
+  const int step_reverts = reducer_ ? reducer_->step_tuning_reverts() : 0;
+  if (!step_tuning.empty())
     fmt::print("step-tuned (buckets up to: choice, the slowest rank's median step): {}; {} reverted by the guard\n",
-               step_tuned, reducer_ ? reducer_->step_tuning_reverts() : 0);
+               describe(step_tuning), step_reverts);
   if (f_.json.empty()) return;
   Summary sum = sum_;
-  sum.step_tuning_json = "[" + step_json + "]";
-  sum.step_tuning_reverts = reducer_ ? reducer_->step_tuning_reverts() : 0;
+  sum.step_tuning_json = to_json(step_tuning);
+  sum.step_tuning_reverts = step_reverts;
   sum.ranks = p_;
   sum.epochs = f_.epochs;
   sum.batch = f_.batch;
