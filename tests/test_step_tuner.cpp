@@ -69,14 +69,18 @@ TEST(StepTunerSchedule, AnArmWithFasterStepsReplacesTheTunedOneAfterInterleavedB
     ran.push_back(a);
     return a == Algorithm::kRing ? 8.0 : 10.0;
   });
-  // Three arms (the tuned one and two others; the fourth is past max_arms), 3 rounds of 1 + 4 steps each.
-  EXPECT_EQ(steps, 3 * 3 * 5);
-  ASSERT_EQ(ran.size(), 45u);
+  // Three arms (the tuned one and two others; the fourth is past max_arms), 3 rounds of 1 + 4 steps each; hd, 25%
+  // slower than ring, leaves the race after the first round (the tuned one stays, the reference).
+  EXPECT_EQ(steps, 3 * 5 + 2 * 2 * 5);
+  ASSERT_EQ(ran.size(), 35u);
   EXPECT_EQ(ran[0], Algorithm::kTree);
   EXPECT_EQ(ran[5], Algorithm::kRing);
   EXPECT_EQ(ran[10], Algorithm::kHalvingDoubling);
   EXPECT_EQ(ran[15], Algorithm::kRing) << "round 2 starts with the next arm";
+  EXPECT_EQ(ran[20], Algorithm::kTree);
+  EXPECT_EQ(ran[25], Algorithm::kTree) << "round 3 rotated once more";
   EXPECT_EQ(std::count(ran.begin(), ran.end(), Algorithm::kRing), 15);
+  EXPECT_EQ(std::count(ran.begin(), ran.end(), Algorithm::kHalvingDoubling), 5);
   EXPECT_EQ(std::count(ran.begin(), ran.end(), Algorithm::kOneShot), 0);
   ASSERT_EQ(j.tuner.results().size(), 1u);
   const hc::StepTuning& r = j.tuner.results()[0];
@@ -88,7 +92,7 @@ TEST(StepTunerSchedule, AnArmWithFasterStepsReplacesTheTunedOneAfterInterleavedB
   EXPECT_DOUBLE_EQ(r.arms[1].second, 0.008);
   EXPECT_EQ(r.chosen.algorithm, Algorithm::kRing);
   EXPECT_EQ(j.decided[kMiB]->algorithm, Algorithm::kRing) << "pinned for the steps after";
-  EXPECT_EQ(j.agreements, 1);
+  EXPECT_EQ(j.agreements, 2) << "after the first round and at the end";
 }
 
 TEST(StepTunerSchedule, WithinTheMarginTheTunedOneStaysAndTheSlowestRankDecides) {
@@ -115,6 +119,20 @@ TEST(StepTunerSchedule, WithinTheMarginTheTunedOneStaysAndTheSlowestRankDecides)
     EXPECT_EQ(j.tuner.results()[0].chosen.algorithm, Algorithm::kTree);
     EXPECT_DOUBLE_EQ(j.tuner.results()[0].arms[1].second, 0.012);
   }
+}
+
+TEST(StepTunerSchedule, WhenEveryOtherArmLeavesTheRaceTheTrialEndsAfterOneRound) {
+  FakeJob j;
+  j.decided[kMiB] = TuningChoice{Algorithm::kTree};
+  j.alternatives[kMiB] = {{Algorithm::kRing}};
+  j.tuner.reset({kMiB});
+  j.tuner.step(0.01);
+  const int steps = j.run_while_trying(kMiB, [](Algorithm a) { return a == Algorithm::kRing ? 20.0 : 10.0; });
+  EXPECT_EQ(steps, 2 * 5);
+  ASSERT_EQ(j.tuner.results().size(), 1u);
+  EXPECT_EQ(j.tuner.results()[0].chosen.algorithm, Algorithm::kTree);
+  EXPECT_DOUBLE_EQ(j.tuner.results()[0].arms[1].second, 0.020);
+  EXPECT_EQ(j.decided[kMiB]->algorithm, Algorithm::kTree);
 }
 
 TEST(StepTunerSchedule, ClassesWaitUntilDecidedAndGoMostBytesFirst) {

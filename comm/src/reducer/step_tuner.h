@@ -3,10 +3,11 @@
 // behind the other buckets. Once every bucket's class is decided (and the bucket cap, where tuned, is chosen), each
 // class in turn (most bytes first) runs whole steps with each arm: the tuned choice, the tuner's other candidates
 // within 2x of it and the cost model's pick (at most `max_arms`), in interleaved blocks (a block's first step
-// settles and is not kept). The slowest rank's median step span per arm decides; another arm replaces the tuned one
-// only when it is `margin` faster. Then a guard watches: when the tuner changes a class's choice later (a drift
-// re-tuned it), the steps after the change are compared with those before, and a change that made the steps
-// `guard` slower is reverted. Every decision is agreed (a max over the ranks) at the same step on every rank.
+// settles and is not kept); after the first round an arm far slower than the best leaves the race. The slowest rank's
+// median step span per arm decides; another arm replaces the tuned one only when it is `margin` faster. Then a guard
+// watches: when the tuner changes a class's choice later (a drift re-tuned it), the steps after the change are compared
+// with those before, and a change that made the steps `guard` slower is reverted. Every decision is agreed (a max over
+// the ranks) at the same step on every rank.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +35,7 @@ struct StepTunerSettings {
   int max_arms = 3;      // the tuned choice and at most two others
   int max_classes = 4;   // the classes carrying the most bytes
   double margin = 0.03;  // another arm must be this much faster than the tuned one
+  double prune = 1.15;   // after the first round, an arm this much slower than the best leaves the race
   int guard_steps = 10;  // steps compared before and after a change
   double guard = 0.05;   // a change that made steps this much slower is reverted
 };
@@ -60,8 +62,9 @@ class StepTuner {
   bool all_decided() const;
   void start_class();
   void finish_class();
-  std::size_t arm_of(int block) const;
+  void start_round();
   void pin_block();
+  void prune();
   void guard(double span_s);
 
   StepChoices choices_;
@@ -72,7 +75,10 @@ class StepTuner {
   std::size_t current_ = 0;                // the class under trial
   std::vector<TuningChoice> arms_;         // arms_[0]: the tuned choice
   std::vector<std::vector<double>> kept_;  // per arm: kept step spans
-  int block_ = 0, block_step_ = 0;         // the block running, and its steps so far
+  std::vector<bool> alive_;                // per arm: still in the race
+  std::vector<std::size_t> order_;         // this round's blocks (arm indices)
+  std::size_t pos_ = 0;                    // the block running
+  int round_ = 0, block_step_ = 0;         // the round, and the running block's steps so far
   std::vector<StepTuning> results_;
   // The guard: the choices the steps ran with, the last spans under them, and the spans since a change.
   std::vector<std::optional<TuningChoice>> guarded_;
