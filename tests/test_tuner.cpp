@@ -117,8 +117,8 @@ TEST(TunerSchedule, CloseFinalistsAreDecidedByCallsInARow) {
   }
   ASSERT_TRUE(t.tuner.decided(t.key).has_value());
   EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kTree);
-  EXPECT_EQ(in_a_row[Algorithm::kRing], 17) << "one call to settle, then the block of 16";
-  EXPECT_EQ(in_a_row[Algorithm::kTree], 17 + 1) << "and the first call decided (the loop's last)";
+  EXPECT_EQ(in_a_row[Algorithm::kRing], 18) << "two passes, each one call to settle, then a block of 8";
+  EXPECT_EQ(in_a_row[Algorithm::kTree], 18 + 1) << "and the first call decided (the loop's last)";
   EXPECT_EQ(in_a_row[Algorithm::kOneShot], 0) << "9x: no finalist";
   const int agreements_when_decided = t.agreements;
   EXPECT_EQ(agreements_when_decided, 1 + 3 + 1) << "the file check, each round, the blocks";
@@ -132,6 +132,52 @@ TEST(TunerSchedule, CloseFinalistsAreDecidedByCallsInARow) {
   }
   ASSERT_TRUE(slow.tuner.decided(slow.key).has_value());
   EXPECT_EQ(slow.tuner.decided(slow.key)->algorithm, Algorithm::kRing);
+}
+
+TEST(TunerSchedule, ThePassesInARowRotateTheFinalists) {
+  OneRank t;
+  std::vector<Algorithm> seq;  // the calls in a row, in order
+  auto time_of = [&](Algorithm a, bool lined_up) {
+    if (!lined_up) seq.push_back(a);
+    if (a == Algorithm::kOneShot) return 9e-3;
+    return lined_up ? (a == Algorithm::kRing ? 1.0e-3 : 1.1e-3) : 1e-3;
+  };
+  for (int calls = 0; !t.tuner.decided(t.key) && calls < 200; ++calls) t.call2(time_of);
+  ASSERT_TRUE(t.tuner.decided(t.key).has_value());
+  ASSERT_EQ(seq.size(), 4u * 9 + 1);
+  const Algorithm r = Algorithm::kRing, tr = Algorithm::kTree;
+  for (std::size_t i = 0; i < 36; ++i)
+    EXPECT_EQ(seq[i], (i < 9 || i >= 27) ? r : tr) << "ring, tree, then tree, ring: call " << i;
+}
+
+TEST(TunerSchedule, CallsInARowCountByTheirMeanNotTheirMedian) {
+  OneRank t;
+  // In a row tree alternates fast and slow calls (a late rank finds the data ready): its mean, 1.25 ms, beats
+  // ring's steady 1.4 ms, where its median (the slow half's) would not. Lined up they are alike.
+  int tree_calls = 0;
+  auto time_of = [&](Algorithm a, bool lined_up) {
+    if (a == Algorithm::kOneShot) return 9e-3;
+    if (lined_up) return a == Algorithm::kRing ? 1.0e-3 : 1.05e-3;
+    if (a == Algorithm::kRing) return 1.4e-3;
+    return ++tree_calls % 2 ? 0.5e-3 : 2.0e-3;
+  };
+  for (int calls = 0; !t.tuner.decided(t.key) && calls < 200; ++calls) t.call2(time_of);
+  ASSERT_TRUE(t.tuner.decided(t.key).has_value());
+  EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kTree);
+}
+
+TEST(TunerSchedule, ACheapCandidateIsNotDroppedForItsColdFirstCall) {
+  OneRank t;
+  // one_shot's first call is cold (5x the others), then it is the fastest; all of it well under cheap_s.
+  int one_shot_calls = 0;
+  auto time_of = [&](Algorithm a) {
+    if (a == Algorithm::kOneShot) return ++one_shot_calls == 1 ? 50e-6 : 6e-6;
+    return a == Algorithm::kRing ? 10e-6 : 9e-6;
+  };
+  for (int calls = 0; !t.tuner.decided(t.key) && calls < 200; ++calls) t.call(time_of);
+  ASSERT_TRUE(t.tuner.decided(t.key).has_value());
+  EXPECT_EQ(t.tuner.decided(t.key)->algorithm, Algorithm::kOneShot);
+  EXPECT_GE(one_shot_calls, 3) << "it ran every round";
 }
 
 TEST(TunerSchedule, ALargerClassSkipsWhatWasFarSlowerOneClassBelow) {

@@ -6,24 +6,15 @@
 #include <cmath>
 #include <map>
 
+#include "../tuner/samples.h"
 #include "hopwise/common/log.h"
 
 namespace hopwise::comm::reducer {
 
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-std::string size_text(std::size_t bytes) {
-  const std::size_t hi = size_class_max_bytes(size_class_of(bytes));
-  return hi >= (1u << 20) ? fmt::format("{} MiB", hi >> 20)
-         : hi >= 1024     ? fmt::format("{} KiB", hi >> 10)
-                          : fmt::format("{} B", hi);
-}
+double median(const std::vector<double>& v) { return detail::median_of(v, 0); }
+std::string size_text(std::size_t bytes) { return detail::size_class_text(size_class_of(bytes)); }
 
 }  // namespace
 

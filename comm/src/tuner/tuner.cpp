@@ -7,23 +7,16 @@
 #include <random>
 
 #include "hopwise/common/log.h"
+#include "samples.h"
 
 namespace hopwise::comm::detail {
 
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return INFINITY;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+double median(const std::vector<double>& v) { return median_of(v); }
 
 std::string class_text(const TuneKey& k) {
-  const std::size_t hi = size_class_max_bytes(k.size_class);
-  const std::string size = hi >= (1u << 20) ? fmt::format("{} MiB", hi >> 20)
-                           : hi >= 1024     ? fmt::format("{} KiB", hi >> 10)
-                                            : fmt::format("{} B", hi);
-  return fmt::format("{} {} up to {}", to_string(k.collective), k.dtype_class, size);
+  return fmt::format("{} {} up to {}", to_string(k.collective), k.dtype_class, size_class_text(k.size_class));
 }
 
 }  // namespace
@@ -84,15 +77,18 @@ void Tuner::finish_round(const TuneKey& key, Class& c, const Agree& agree, int r
     if (c.alive[i]) c.agreed[i].push_back(v[i]);
   // After two rounds, drop what is far slower than the best even at its own best: a single slow call (the first
   // at a new size grows the scratch buffers) must not cost a candidate its place. What is hopeless after one
-  // round (past 4x) goes at once: at 256 MiB across hosts a second try of such a one costs seconds.
+  // round (past 4x) goes at once where its trial is costly: at 256 MiB across hosts a second try of such a one
+  // costs seconds. A cheap one gets its second round: on 4 ranks at 4 KiB, one_shot's cold first call took 34 us
+  // against two_shot's 8, and one_shot was the faster from its second call on (8 against 9.5).
   if (c.round == 0 || c.round == 1) {
     const double factor = c.round == 0 ? 2 * s_.prune : s_.prune;
     double best_min = INFINITY;
     for (std::size_t i = 0; i < v.size(); ++i)
       if (c.alive[i]) best_min = std::min(best_min, *std::min_element(c.agreed[i].begin(), c.agreed[i].end()));
-    for (std::size_t i = 0; i < v.size(); ++i)
-      if (c.alive[i] && *std::min_element(c.agreed[i].begin(), c.agreed[i].end()) > factor * best_min)
-        c.alive[i] = false;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const double own_best = c.alive[i] ? *std::min_element(c.agreed[i].begin(), c.agreed[i].end()) : 0;
+      if (own_best > factor * best_min && (c.round > 0 || own_best > s_.cheap_s)) c.alive[i] = false;
+    }
   }
   ++c.round;
   c.pending = false;
@@ -126,10 +122,13 @@ void Tuner::finish_round(const TuneKey& key, Class& c, const Agree& agree, int r
       pick = i;
     }
   }
-  // The finalists, best first: every candidate (dropped or not) whose median is close to the best's.
+  // The finalists, best first: every candidate (dropped or not) whose median is close to the best's. Where calls
+  // are short, lined-up times rank them only loosely (4 ranks on 2 cores at 4 KiB: one_shot 20-70 us lined up by
+  // the tuner's agreement, 7-12 us in the caller's rhythm) and blocks of them cost little: a wider net.
+  const double within = pick_s < s_.short_s ? s_.confirm_within_short : s_.confirm_within;
   c.finalists.clear();
   for (std::size_t i = 0; i < c.candidates.size(); ++i)
-    if (c.measured[i].second <= s_.confirm_within * pick_s) c.finalists.push_back(i);
+    if (c.measured[i].second <= within * pick_s) c.finalists.push_back(i);
   std::stable_sort(c.finalists.begin(), c.finalists.end(),
                    [&](std::size_t a, std::size_t b) { return c.measured[a].second < c.measured[b].second; });
   if (c.finalists.size() > static_cast<std::size_t>(s_.confirm_max))
@@ -140,9 +139,12 @@ void Tuner::finish_round(const TuneKey& key, Class& c, const Agree& agree, int r
       row += fmt::format("{}{} {:.1f} us", row.empty() ? "" : ", ", name, m * 1e6);
     log::info("tuning {}: lined up, medians: {}", class_text(key), row);
   }
-  c.block = pick_s > 0 ? static_cast<int>(std::min<double>(s_.confirm_calls, std::floor(s_.confirm_budget_s / pick_s)))
-                       : s_.confirm_calls;
-  if (c.finalists.size() < 2 || c.block < 4) return decide(c, pick, 0);
+  const int calls = pick_s > 0
+                        ? static_cast<int>(std::min<double>(s_.confirm_calls, std::floor(s_.confirm_budget_s / pick_s)))
+                        : s_.confirm_calls;
+  if (c.finalists.size() < 2 || calls < 4) return decide(c, pick, 0);
+  c.passes = std::clamp(s_.confirm_passes, 1, calls / 4);  // 4 kept calls in a pass at least
+  c.block = calls / c.passes;
   c.confirming = true;
   c.block_pos = 0;
   c.block_s.assign(c.finalists.size(), {});
@@ -166,8 +168,8 @@ void Tuner::decide(Class& c, std::size_t pick, double steady_s) {
 
 void Tuner::finish_confirm(const TuneKey& key, Class& c, const Agree& agree, int rank) {
   std::vector<double> v;
-  for (const auto& times : c.block_s) v.push_back(median(times));
-  agree(v);  // the slowest rank's median of each block
+  for (const auto& times : c.block_s) v.push_back(trimmed_mean_of(times));
+  agree(v);  // the slowest rank's mean call of each finalist, its slowest eighth aside
   std::lock_guard lock(mu_);
   ++stats_.agreements;
   std::size_t best = 0;
@@ -313,7 +315,7 @@ std::optional<Tuner::Pick> Tuner::next(const TuneKey& key, const Candidates& can
     lock.lock();
   }
   if (c.decided) return Pick{c.choice, false};
-  if (c.confirming) return Pick{c.candidates[c.finalists[c.block_pos / static_cast<std::size_t>(c.block + 1)]], false};
+  if (c.confirming) return Pick{c.candidates[c.finalists[c.confirm_slot(c.block_pos)]], false};
   log::info("rank {}: tuning {}: round {} call {}/{}: {}", rank, class_text(key), c.round, c.pos + 1, c.order.size(),
             to_string(c.candidates[c.order[c.pos]]));
   return Pick{c.candidates[c.order[c.pos]], true, static_cast<double>(stats_.trial_calls) * 64 + key.size_class};
@@ -343,9 +345,10 @@ void Tuner::record(const TuneKey& key, const TuningChoice& choice, double second
     return;
   }
   if (c.confirming) {
-    const std::size_t f = c.block_pos / static_cast<std::size_t>(c.block + 1);
-    if (c.block_pos >= c.confirm_calls_total() || !(c.candidates[c.finalists[f]] == choice)) return;
-    if (c.block_pos % static_cast<std::size_t>(c.block + 1) != 0) c.block_s[f].push_back(seconds);  // first: settles
+    if (c.block_pos >= c.confirm_calls_total()) return;
+    const std::size_t f = c.confirm_slot(c.block_pos);
+    if (!(c.candidates[c.finalists[f]] == choice)) return;
+    if (c.confirm_kept(c.block_pos)) c.block_s[f].push_back(seconds);  // a block's first call settles
     c.trial_s.push_back(seconds);
     ++stats_.trial_calls;
     ++c.block_pos;

@@ -2,7 +2,7 @@
 // turn, a few rounds, agrees after each round on the slowest rank's time of each (an elementwise max-allreduce of a
 // few doubles, so every rank makes the same choice), drops the far slower ones after the first round and keeps
 // the fastest median. Where calls are short, the finalists (within `confirm_within` of the best) then run a block
-// of calls each in the job's own rhythm, ranks not lined up, and the agreed block medians decide: what a training
+// of calls each in the job's own rhythm, ranks not lined up, and the agreed block means decide: what a training
 // step's back-to-back buckets see can differ from an isolated call (on a 1 Gbit/s link, 1 MB buckets in a row took
 // ring 10.2-11.6 ms and tree 7.6-9.2 ms each where, lined up, ring was the faster: 6.5-6.9 ms against 7.4-7.9).
 // Afterwards it watches the chosen one: every `check_every` calls the ranks agree on its recent median; the first
@@ -30,20 +30,26 @@
 namespace hopwise::comm::detail {
 
 struct TunerSettings {
-  bool online = true;              // HOPWISE_TUNE: tune classes the file does not cover (else the cost model chooses)
-  int rounds = 3;                  // HOPWISE_TUNE_ROUNDS: repetitions of each candidate (median)
-  double prune = 2.0;              // after round 2, drop a candidate whose best is above prune x the best's
-  double close = 1.1;              // after `rounds`, candidates within close x the best median race on...
-  int close_race_factor = 3;       // ...up to this many times `rounds` in all
-  double prior = 8.0;              // never try a candidate the cost model estimates above prior x its best estimate
-  int check_every = 64;            // calls of a tuned class between drift checks
-  int window = 16;                 // recent calls whose median is checked
-  double drift = 1.5;              // re-tune when the chosen one takes drift x its steady time
-  double confirm_within = 1.5;     // finalists: trial medians within this of the best...
-  int confirm_max = 6;             // ...at most this many (lined up, six rows within 1.4x ranked tree 4th of 6
-                                   // where in a row it was the only fast one)...
-  int confirm_calls = 16;          // ...each run this many calls in a row (after one to settle)...
-  double confirm_budget_s = 0.25;  // ...fewer where that would take longer; none where fewer than 4 would fit
+  bool online = true;           // HOPWISE_TUNE: tune classes the file does not cover (else the cost model chooses)
+  int rounds = 3;               // HOPWISE_TUNE_ROUNDS: repetitions of each candidate (median)
+  double prune = 2.0;           // after round 2, drop a candidate whose best is above prune x the best's
+  double close = 1.1;           // after `rounds`, candidates within close x the best median race on...
+  int close_race_factor = 3;    // ...up to this many times `rounds` in all
+  double prior = 8.0;           // never try a candidate the cost model estimates above prior x its best estimate
+  int check_every = 64;         // calls of a tuned class between drift checks
+  int window = 16;              // recent calls whose median is checked
+  double drift = 1.5;           // re-tune when the chosen one takes drift x its steady time
+  double confirm_within = 1.5;  // finalists: trial medians within this of the best...
+  double short_s = 100e-6;      // ...or, where the best's is below this,
+  double confirm_within_short = 4.0;  // within this...
+  int confirm_max = 6;                // ...at most this many (lined up, six rows within 1.4x ranked tree 4th of 6
+                                      // where in a row it was the only fast one)...
+  int confirm_calls = 16;             // ...each run this many calls in a row (after one to settle)...
+  double confirm_budget_s = 0.25;     // ...fewer where that would take longer; none where fewer than 4 would fit...
+  int confirm_passes = 2;             // ...split into this many passes over the finalists, each in a rotated order
+                                      // (a machine that is busy for a while then hurts every finalist alike)
+  double cheap_s = 1e-3;              // a trial below this is never dropped on its first round alone: the first
+                                      // call at a new size is cold (buffers, slots), and a second try costs little
 };
 
 struct TunerStats {
@@ -124,10 +130,18 @@ class Tuner {
     // The confirmation: finalists' blocks of calls in the job's rhythm (block + 1 calls each, the first not kept).
     std::vector<std::size_t> finalists;
     std::vector<std::vector<double>> block_s;
-    int block = 0;
+    int block = 0;              // kept calls of one finalist's block in one pass
+    int passes = 1;             // passes over the finalists, each rotated by one
     std::size_t block_pos = 0;  // confirmation calls made
     bool confirming = false;
-    std::size_t confirm_calls_total() const { return finalists.size() * static_cast<std::size_t>(block + 1); }
+    std::size_t pass_calls() const { return finalists.size() * static_cast<std::size_t>(block + 1); }
+    std::size_t confirm_calls_total() const { return static_cast<std::size_t>(passes) * pass_calls(); }
+    // The finalist (its index in `finalists`) that confirmation call `pos` runs, and whether its time is kept.
+    std::size_t confirm_slot(std::size_t pos) const {
+      const std::size_t pass = pos / pass_calls(), within = pos % pass_calls();
+      return (within / static_cast<std::size_t>(block + 1) + pass) % finalists.size();
+    }
+    bool confirm_kept(std::size_t pos) const { return pos % pass_calls() % static_cast<std::size_t>(block + 1) != 0; }
   };
   void decide(Class& c, std::size_t pick, double steady_s);
   void finish_confirm(const TuneKey& key, Class& c, const Agree& agree, int rank);
