@@ -11,7 +11,6 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
-#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "hopwise/comm/transports/mpi_transport.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/reduce.h"
+#include "order.h"
 
 namespace hopwise::bench {
 
@@ -191,19 +191,15 @@ std::vector<Row> Bench::run_size(std::size_t bytes) {
     const double t = (now_s() - t0) / o_.burst;
     if (it >= o_.warmup) samples[k].push_back(t);
   };
-  // Ours and MPI's interleaved, iteration by iteration, so that both see the same machine; the order is shuffled
-  // every iteration (the same on every rank: one seed), because a call leaves caches, the allocator and MPI's
-  // progress in a state that helps or hurts the next: in a merely rotated order the row after MPI's was always
-  // the same one, and measured 15% slower than the same algorithm in another row.
+  // Ours and MPI's interleaved, iteration by iteration, so that both see the same machine. A call leaves caches,
+  // the allocator and MPI's progress in a state that helps or hurts the next (at 64 KiB on 2 ranks one_shot took
+  // 9.8 us after some rows and 11.0 after others), so which row runs before which is balanced (order.h). Orders
+  // shuffled from one seed had left auto 8-15% behind its own algorithm's row, run after run, at such sizes.
   // Gloo runs in a pass of its own afterwards: its TCP progress threads would disturb whatever runs after it.
   const std::size_t interleaved = ours + (with_mpi_ ? 1 : 0);
-  std::vector<std::size_t> order(interleaved);
-  std::mt19937 shuffle_seed(12345);
-  for (int it = 0; it < o_.warmup + o_.iters; ++it) {
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::shuffle(order.begin(), order.end(), shuffle_seed);
-    for (std::size_t k : order) time_slot(k == ours ? slots - 1 : k, it);
-  }
+  for (int it = 0; it < o_.warmup + o_.iters; ++it)
+    for (std::size_t k : balanced_order(interleaved, it >= o_.warmup ? it - o_.warmup : it))
+      time_slot(k == ours ? slots - 1 : k, it);
   if (has_gloo())
     for (int it = 0; it < o_.warmup + o_.iters; ++it) time_slot(ours, it);
   // A call takes as long as its slowest rank: max over ranks per sample, then the median over samples.
