@@ -69,6 +69,7 @@ inline Models simulate(const Run& run, int n, const std::vector<int>& host_of, c
   for (auto& xr : x)
     for (std::size_t i = 0; i < kDim; ++i) xr[i] = std::cos(static_cast<float>(i));  // rank 0's, broadcast
   bool async_pending = false, gossip_pending = false;
+  std::int64_t snapped_at = 0;
   const int k = std::min(s.peers, std::max(1, n - 1));
   std::unique_ptr<hopwise::compression::Codec> codec;
   if (s.codec != "none") codec = hopwise::compression::make_codec(s.codec);
@@ -136,15 +137,16 @@ inline Models simulate(const Run& run, int n, const std::vector<int>& host_of, c
     if ((s.method == "local" || s.method == "hier") && t > s.warmup && (t - s.warmup) % s.period == 0)
       x = mean_of(x, all);
     if (s.method == "gossip") gossip_pending = n > 1;
+    if (s.method == "async" && async_pending && t == snapped_at + (s.delay > 0 ? s.delay : s.period)) {
+      const Models m = mean_of(snap, all);
+      for (int r = 0; r < n; ++r)
+        for (std::size_t i = 0; i < kDim; ++i)
+          x[static_cast<std::size_t>(r)][i] += m[static_cast<std::size_t>(r)][i] - snap[static_cast<std::size_t>(r)][i];
+      async_pending = false;
+    }
     if (s.method == "async" && t > s.warmup && (t - s.warmup) % s.period == 0) {
-      if (async_pending) {
-        const Models m = mean_of(snap, all);
-        for (int r = 0; r < n; ++r)
-          for (std::size_t i = 0; i < kDim; ++i)
-            x[static_cast<std::size_t>(r)][i] +=
-                m[static_cast<std::size_t>(r)][i] - snap[static_cast<std::size_t>(r)][i];
-      }
       snap = x;
+      snapped_at = t;
       async_pending = true;
     }
     if (t % run.eval_every == 0) full_average();
@@ -202,6 +204,8 @@ inline const std::vector<std::string> kSpecs = {"sync",
                                                 "async:period=4",
                                                 "async:period=1",
                                                 "async:period=3,warmup=4",
+                                                "async:period=4,delay=1",
+                                                "async:period=3,delay=2,warmup=2",
                                                 "gossip:peers=1,codec=fp16"};
 
 }  // namespace hwtest::averaging

@@ -175,11 +175,13 @@ TEST(Averaging, AsyncWithInt8TracksTheUncompressedMethod) {
   for (int n : {2, 3, 4}) {
     hwtest::Group g(n, hwtest::test_options());
     const std::vector<int> one_host(static_cast<std::size_t>(n), 0);
-    const Models got = train(g, {"async:codec=int8,period=2"});
-    const Models want = simulate({"async:period=2"}, n, one_host, g.comm(0).ring_order());
-    for (std::size_t r = 0; r < got.size(); ++r) {
-      EXPECT_EQ(std::memcmp(got[r].data(), got[0].data(), kDim * sizeof(float)), 0) << "rank " << r;
-      EXPECT_EQ(compare(got[r], want[r], 5e-2), "") << n << " ranks, rank " << r;
+    for (const std::string delay : {"", ",delay=1"}) {
+      const Models got = train(g, {"async:codec=int8,period=2" + delay});
+      const Models want = simulate({"async:period=2" + delay}, n, one_host, g.comm(0).ring_order());
+      for (std::size_t r = 0; r < got.size(); ++r) {
+        EXPECT_EQ(std::memcmp(got[r].data(), got[0].data(), kDim * sizeof(float)), 0) << "rank " << r << delay;
+        EXPECT_EQ(compare(got[r], want[r], 5e-2), "") << n << " ranks, rank " << r << delay;
+      }
     }
   }
 }
@@ -236,6 +238,12 @@ TEST(AveragingSpec, ParsesEveryMethodAndNamesWhatIsWrong) {
   EXPECT_NE(error_of("sync:period=2").find("sync takes no fields"), std::string::npos);
   EXPECT_NE(error_of("gossip:codec=topk").find("codec=topk is not one gossip sends"), std::string::npos);
   EXPECT_NE(error_of("async:period=2,codec=sign").find("codec=sign is not one async sends"), std::string::npos);
+  EXPECT_NE(error_of("async:period=4,delay=5").find("delay=5 is past period=4"), std::string::npos);
+  EXPECT_NE(error_of("async:period=4,delay=0").find("delay=0 must be a whole number >= 1"), std::string::npos);
+  EXPECT_NE(error_of("local:period=4,delay=1").find("local takes period, warmup, not delay"), std::string::npos);
+  EXPECT_EQ(hc::AveragingSpec::parse("async:delay=2,period=8,codec=int8").to_string(),
+            "async:codec=int8,delay=2,period=8");
+  EXPECT_EQ(hc::AveragingSpec::parse("async:delay=8,period=8").to_string(), "async:period=8") << "the default delay";
   EXPECT_EQ(hc::AveragingSpec::parse("async:period=4,codec=int8,warmup=2").to_string(),
             "async:codec=int8,period=4,warmup=2");
   EXPECT_NE(error_of("local:period").find("averaging 'local:period'"), std::string::npos);

@@ -49,6 +49,11 @@ const Field kFields[] = {
        s.codec = v;
      },
      [](const AveragingSpec& s) { return s.codec; }},
+    {"delay",
+     [](AveragingSpec& s, const std::string& text, const std::string& v) {
+       s.delay = whole(text, "delay", v, 1, "steps from a snapshot to applying its average");
+     },
+     [](const AveragingSpec& s) { return std::to_string(s.delay); }},
     {"peers",
      [](AveragingSpec& s, const std::string& text, const std::string& v) {
        s.peers = whole(text, "peers", v, 1, "partners per step");
@@ -113,6 +118,12 @@ AveragingSpec AveragingSpec::parse(const std::string& text) {
   AveragingSpec s;
   s.method = row->name;
   for (const auto& [k, v] : parsed.params) find_field(k)->read(s, text, v);  // rows name only kFields (checked)
+  if (s.delay > s.period)
+    throw InvalidArgument(
+        fmt::format("averaging '{}': delay={} is past period={}: an average must be applied before "
+                    "the next snapshot is taken; use delay=1..{}",
+                    text, s.delay, s.period, s.period));
+  if (s.delay == s.period) s.delay = 0;  // the default: one spelling per spec
   return s;
 }
 

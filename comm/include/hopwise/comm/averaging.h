@@ -37,6 +37,7 @@ struct AveragingSpec {
   std::string method = "sync";  // the method's row (averaging_method.h)
   int period = 1;               // local, hier, async: parameters averaged every `period` steps
   int warmup = 0;               // local, hier, async: synchronous steps first
+  int delay = 0;                // async: steps from a snapshot to applying its average, 1..period (0: period)
   int peers = 1;                // gossip: partners per step
   std::string codec = "none";   // gossip, async: none, fp16, bf16 or int8 (the codec's defaults)
   // Throws InvalidArgument naming the method or the field that is wrong and what it takes.
