@@ -3,7 +3,7 @@
 shapes run round after round (interleaved, so that a busy spell of the machine hurts every shape alike); per size
 the median auto/best of the rounds, its range, and what auto chose where it fell below the goal.
 
-    scripts/bench-auto-best.py [--rounds 3] [--nps 2,4] [--bursts 1,4] [-b 4K] [-e 64M] [--goal 0.95]
+    scripts/bench-auto-best.py [--rounds 3] [--nps 2,4] [--bursts 1,4] [-b 4K] [-e 64M] [-n 20] [--goal 0.95]
 """
 import argparse
 import statistics
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(np_, burst, args):
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np_), str(ROOT / "build" / "bin" /
-           "hopwise-bench"), "-a", "all", "-b", args.b, "-e", args.e]
+           "hopwise-bench"), "-a", "all", "-b", args.b, "-e", args.e, "-n", str(args.n)]
     if burst > 1:
         cmd += ["--burst", str(burst)]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
@@ -48,6 +48,7 @@ def main():
     ap.add_argument("--bursts", default="1,4")
     ap.add_argument("-b", default="4K")
     ap.add_argument("-e", default="64M")
+    ap.add_argument("-n", type=int, default=20, help="hopwise-bench's iterations per size")
     ap.add_argument("--goal", type=float, default=0.95)
     args = ap.parse_args()
     shapes = [(int(n), int(b)) for n in args.nps.split(",") for b in args.bursts.split(",")]
@@ -60,7 +61,7 @@ def main():
             print(f"round {r + 1}, np {s[0]}{', burst ' + str(s[1]) if s[1] > 1 else ''}: lowest {low[2]:.3f} "
                   f"(auto {low[0]}, best {low[1]})", file=sys.stderr, flush=True)
     names = [f"np {n}" + (f", `--burst {b}`" if b > 1 else "") for n, b in shapes]
-    print(f"median auto/best of {args.rounds} rounds (range in brackets)")
+    print(f"median auto/best of {args.rounds} rounds of hopwise-bench -a all -n {args.n} (range in brackets)")
     print("| size | " + " | ".join(names) + " |")
     print("|---:|" + "---:|" * len(shapes))
     sizes = sorted(set().union(*(rows.keys() for s in shapes for rows in results[s])))
