@@ -153,10 +153,19 @@ TEST(Launch, TorchrunsRestartCountIsTheAttempt) {
   EXPECT_NE(e.find("TORCHELASTIC_RESTART_COUNT"), std::string::npos) << e;
 }
 
-// torchrun's static rendezvous (its multi-node form) serves torch's own store on MASTER_PORT.
-TEST(Launch, BesideTorchrunsAgentStoreTheNextPort) {
-  Env env(torchrun_with({{"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
-  EXPECT_EQ(hc::detect_launch().store, "tcp://10.0.0.7:29501");
+// torchrun's agent (its static rendezvous, and --standalone's) serves torch's own store on MASTER_PORT: hopwise's
+// rank 0 serves the first free port of the next 16.
+TEST(Launch, BesideTorchrunsAgentStoreTheNextFreePort) {
+  {
+    Env env(torchrun_with({{"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+    EXPECT_EQ(hc::detect_launch().store, "tcp://10.0.0.7:29501-29516");
+  }
+  {
+    Env env(torchrun_with({{"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"MASTER_PORT", "65530"}}));
+    EXPECT_EQ(hc::detect_launch().store, "tcp://10.0.0.7:65531-65535");
+  }
+  const std::string e = error_of(torchrun_with({{"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"MASTER_PORT", "65535"}}));
+  EXPECT_NE(e.find("MASTER_PORT=65535"), std::string::npos) << e;
 }
 
 // A task of `srun -N 2 -n 4` (no --mpi): task 3 on the second node.
@@ -178,7 +187,7 @@ TEST(Launch, SrunWithoutMpiMeansUcxOverATcpStoreOnTheStepsFirstNode) {
   EXPECT_EQ(l.rank, 3);
   EXPECT_EQ(l.size, 4);
   EXPECT_TRUE(l.hosts_known_many);
-  EXPECT_EQ(l.store, "tcp://h0:21088");  // 20000 + (17 * 64 + 0) % 12768
+  EXPECT_EQ(l.store, "tcp://h0:21088-21095");  // 20000 + (17 * 64 + 0) % 12768, and the 7 ports after it
   EXPECT_EQ(l.job, "slurm:17.0:4");
   EXPECT_TRUE(hc::launched_as_job());
 }
@@ -304,7 +313,9 @@ TEST(Launch, StoreAddressesAreParsed) {
   l.rank = 1;  // a client: nothing is served
   l.size = 2;
   l.job = "test";
-  for (const char* bad : {"tcp://host", "tcp://:5", "tcp://host:", "tcp://host:99999", "tcp://host:5x"}) {
+  for (const char* bad :
+       {"tcp://host", "tcp://:5", "tcp://host:", "tcp://host:99999", "tcp://host:5x", "tcp://host:9-5", "tcp://host:5-",
+        "tcp://host:-5", "tcp://host:1000-3000", "tcp://host:65535-65536"}) {
     l.store = bad;
     EXPECT_THROW(hc::launch_store(l, hc::Store::Seconds(0.1)), hopwise::InvalidArgument) << bad;
   }

@@ -149,6 +149,79 @@ TEST(TcpStore, ServingAPortInUseIsAnErrorNamingIt) {
   }
 }
 
+// Ports from `first` on that nobody holds now (racy as any free port, so the callers retry).
+bool all_free(int first, int n) {
+  for (int p = first; p < first + n; ++p) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(p));
+    const bool ok = p <= 65535 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// A span of ports (torchrun's MASTER_PORT + 1 on, where the next port alone was once taken by a connection to
+// torch's own store): the server passes over a port in use, the clients over a port that refuses them and over
+// another job's server, and both meet at the first free port.
+TEST(TcpStore, ASpanOfPortsMeetsPastAPortInUseAndAnotherJobsServer) {
+  for (int attempt = 0;; ++attempt) {
+    ASSERT_LT(attempt, 50) << "found no 4 free ports in a row";
+    hc::TcpStore other("127.0.0.1", 0, true, "another job");  // holds the span's first port
+    const int first = other.port();
+    if (!all_free(first + 1, 3)) continue;
+    // The second: bound, not listening, as the local end of some program's connection is: it refuses clients.
+    const int held = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(first + 1));
+    if (::bind(held, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(held);
+      continue;
+    }
+    hc::TcpStoreOptions span;
+    span.ports = 4;
+    std::promise<int> served_on;
+    std::thread late_server([&] {  // after the client has started looking
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      hc::TcpStore server("127.0.0.1", first, true, "job", std::chrono::seconds(30), span);
+      served_on.set_value(server.port());
+      server.set("k", "v");
+      std::this_thread::sleep_for(std::chrono::milliseconds(800));  // serve the client's get
+    });
+    hc::TcpStore client("127.0.0.1", first, false, "job", std::chrono::seconds(30), span);
+    EXPECT_EQ(client.get("k", std::chrono::seconds(30)), "v");
+    EXPECT_EQ(client.port(), first + 2);
+    EXPECT_EQ(served_on.get_future().get(), first + 2);
+    late_server.join();
+    ::close(held);
+    return;
+  }
+}
+
+TEST(TcpStore, ASpanNobodyServesIsNamedWholeWithinTheTimeout) {
+  const int port = closed_port();
+  hc::TcpStoreOptions span;
+  span.ports = 3;
+  const auto t0 = Clock::now();
+  try {
+    hc::TcpStore s("127.0.0.1", port, false, "job", duration<double>(0.5), span);
+    ADD_FAILURE() << "connected to a span nobody serves";
+  } catch (const hopwise::TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("tcp://127.0.0.1:{}-{}", port, port + 2)), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(since(t0), 5.0);
+  span.ports = 0;
+  EXPECT_THROW(hc::TcpStore("127.0.0.1", port, false, "job", duration<double>(0.5), span), hopwise::InvalidArgument);
+  span.ports = 2;
+  EXPECT_THROW(hc::TcpStore("127.0.0.1", 65535, false, "job", duration<double>(0.5), span), hopwise::InvalidArgument);
+}
+
 TEST(FileStore, ADirectoryOfAnotherJobIsRefusedNotTrusted) {
   const std::string dir = fresh_dir();
   {

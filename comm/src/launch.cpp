@@ -45,9 +45,14 @@ std::string torchrun_store_address(const std::string& why_missing) {
                     why_missing));
   int p = required_int("MASTER_PORT", 1);
   if (p > 65535) throw InvalidArgument(fmt::format("MASTER_PORT={} is not a port number", *port));
-  // With torchrun's static rendezvous (its multi-node form) its agent already serves torch's own store on
-  // MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True): hopwise's rank 0 serves the next port.
-  if (env::get_or("TORCHELASTIC_USE_AGENT_STORE", "") == "True") ++p;
+  // Where torchrun's agent already serves torch's own store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True: its
+  // static rendezvous, and --standalone's, whose MASTER_PORT the kernel picked among the ephemeral ports), hopwise's
+  // rank 0 serves the first free one of the next 16: the next port alone was once taken by a connection to the agent.
+  if (env::get_or("TORCHELASTIC_USE_AGENT_STORE", "") == "True") {
+    if (p == 65535)
+      throw InvalidArgument("MASTER_PORT=65535 leaves no port above it for hopwise's store; pick a lower one");
+    return fmt::format("tcp://{}:{}-{}", *addr, p + 1, std::min(p + 16, 65535));
+  }
   return fmt::format("tcp://{}:{}", *addr, p);
 }
 

@@ -67,15 +67,26 @@ std::shared_ptr<Store> make_tcp_store(const Launch& l, const std::string& addres
     throw InvalidArgument(fmt::format("store address {} lacks HOST:PORT", address));
   std::string host = hostport.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  int port = 0;
-  for (char c : hostport.substr(colon + 1)) {
-    if (!std::isdigit(static_cast<unsigned char>(c)) || port > 65535)
-      throw InvalidArgument(
-          fmt::format("store address {}: '{}' is not a port number", address, hostport.substr(colon + 1)));
-    port = port * 10 + (c - '0');
-  }
-  if (port < 1 || port > 65535) throw InvalidArgument(fmt::format("store address {}: port out of range", address));
+  // PORT, or FIRST-LAST: rank 0 serves on the first free port of the span and the others look over it.
+  const std::string ports = hostport.substr(colon + 1);
+  const auto dash = ports.find('-');
+  auto number = [&](const std::string& text) {
+    int port = 0;
+    for (char c : text) {
+      if (!std::isdigit(static_cast<unsigned char>(c)) || port > 65535)
+        throw InvalidArgument(fmt::format("store address {}: '{}' is not a port number", address, text));
+      port = port * 10 + (c - '0');
+    }
+    if (text.empty() || port < 1 || port > 65535)
+      throw InvalidArgument(fmt::format("store address {}: port '{}' out of range (1..65535)", address, text));
+    return port;
+  };
+  const int port = number(ports.substr(0, dash));
+  const int last = dash == std::string::npos ? port : number(ports.substr(dash + 1));
+  if (last < port || last - port >= 1024)
+    throw InvalidArgument(fmt::format("store address {}: ports {} are not a span of 1 to 1024 ports", address, ports));
   TcpStoreOptions options = TcpStoreOptions::from_environment();
+  options.ports = last - port + 1;
   const std::string resolved = l.rank == 0 && options.bind.empty() && l.hosts_known_many ? TcpStore::resolve(host) : "";
   if (resolved.rfind("127.", 0) == 0) {
     // The host's own name often resolves to a loopback address on itself (Debian's /etc/hosts), which the other
@@ -97,7 +108,7 @@ struct Tables {
       {"ucx", "", true, make_ucx},
   };
   std::vector<StoreScheme> schemes{
-      {"tcp://", "tcp://HOST:PORT", make_tcp_store},
+      {"tcp://", "tcp://HOST:PORT[-LAST]", make_tcp_store},
       {"file://", "file:///DIR", make_file_store},
       {"mpi", "",
        [](const Launch&, const std::string&, Store::Seconds timeout) {

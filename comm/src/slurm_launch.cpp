@@ -87,10 +87,15 @@ std::string slurm_store_address(const Launch& l) {
   }
   // A port per job and step, so that steps running at once on one node do not meet at the same one; below the
   // kernel's ephemeral ports (32768 up), which connections of other programs take.
-  const long long port =
-      env::get("HOPWISE_SLURM_PORT") ? slurm_int("HOPWISE_SLURM_PORT", 1) : 20000 + (job * 64 + step) % 12768;
-  if (port > 65535) throw InvalidArgument(fmt::format("HOPWISE_SLURM_PORT={} is not a port number", port));
-  return fmt::format("tcp://{}:{}", host, port);
+  // Rank 0 serves on the first free port of 8 (another program may hold one; a neighbouring step's server is told
+  // apart by its job's name).
+  if (env::get("HOPWISE_SLURM_PORT")) {
+    const long long port = slurm_int("HOPWISE_SLURM_PORT", 1);
+    if (port > 65535) throw InvalidArgument(fmt::format("HOPWISE_SLURM_PORT={} is not a port number", port));
+    return fmt::format("tcp://{}:{}", host, port);
+  }
+  const long long port = 20000 + (job * 64 + step) % 12768;
+  return fmt::format("tcp://{}:{}-{}", host, port, port + 7);
 }
 
 }  // namespace hopwise::comm

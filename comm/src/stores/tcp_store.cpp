@@ -232,6 +232,10 @@ TcpStore::TcpStore(std::string host, int port, bool serve, std::string job, Seco
     : host_(std::move(host)), port_(port), timeout_(timeout), token_(options.token) {
   if (port < 0 || port > 65535)
     throw InvalidArgument(fmt::format("store: port {} is not a TCP port; use 0..65535 (0: any free port)", port));
+  if (options.ports < 1 || options.ports > 1024 || port + options.ports - 1 > 65535)
+    throw InvalidArgument(fmt::format("store: a span of {} ports from {} does not fit; use 1..1024 ports up to 65535",
+                                      options.ports, port));
+  last_port_ = port == 0 ? 0 : port + options.ports - 1;
   if (const auto hello = store_protocol::pack({store_protocol::kHello, 0, 0, {token_}, job}); hello.size() > 1000)
     throw InvalidArgument(
         fmt::format("store: the job's name and token take {} bytes; together they may take at most "
@@ -248,77 +252,124 @@ TcpStore::TcpStore(std::string host, int port, bool serve, std::string job, Seco
     sockaddr_in a{};
     a.sin_family = AF_INET;
     ::inet_pton(AF_INET, bind_ip.c_str(), &a.sin_addr);
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    if (::bind(s.listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(s.listen_fd, 1024) != 0) {
-      const int err = errno;
+    int err = 0;
+    for (int p = port; p <= last_port_; ++p) {  // a failed bind leaves the socket unbound: try the next port
+      a.sin_port = htons(static_cast<std::uint16_t>(p));
+      err = ::bind(s.listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 ? 0 : errno;
+      if (err != EADDRINUSE) break;
+    }
+    if (err == 0 && ::listen(s.listen_fd, 1024) != 0) err = errno;
+    if (err != 0)
       throw TransportError(fmt::format(
-          "store: cannot serve on {}:{}{}: {} ({})", bind_ip, port,
+          "store: cannot serve on {}:{}{}{}: {} ({})", bind_ip, port,
+          last_port_ > port ? fmt::format(" or any port up to {}", last_port_) : std::string(),
           options.bind.empty() ? fmt::format(" (the address '{}' resolves to)", host_) : std::string(),
           std::strerror(err),
           err == EADDRNOTAVAIL ? "is this rank on that host? HOPWISE_STORE_BIND=0.0.0.0 listens on every interface"
                                : "another job there? pick another port"));
-    }
     socklen_t len = sizeof a;
     ::getsockname(s.listen_fd, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    port_ = last_port_ = ntohs(a.sin_port);  // this rank's own connection goes straight to it
     if (::pipe2(s.wake, O_CLOEXEC) != 0) throw TransportError("store: pipe: " + errno_text());
     s.thread = std::thread([&s] { s.loop(); });
   }
   connect_and_introduce(job, timeout);
 }
 
+namespace {
+
+// connect() within `limit` (a blocking one waits out the kernel's SYN retries, minutes, where a firewall drops
+// them); the socket is blocking again afterwards. 0 or the errno.
+int connect_within(int fd, const sockaddr_in& a, std::chrono::milliseconds limit) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  int err = ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0 ? 0 : errno;
+  if (err == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(std::max<long long>(limit.count(), 1)));
+    socklen_t len = sizeof err;
+    if (ready <= 0)
+      err = ETIMEDOUT;
+    else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+      err = errno;
+  }
+  ::fcntl(fd, F_SETFL, flags);
+  return err;
+}
+
+}  // namespace
+
+bool TcpStore::introduce_at(const std::string& ip, int port, bool span, const std::string& job,
+                            Clock::time_point deadline, std::string& why, bool& earlier_attempt) {
+  port_ = port;  // as errors name it
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  ::inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  earlier_attempt = false;
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) {
+    why = "socket: " + errno_text();
+    return false;
+  }
+  auto left = [&] { return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()); };
+  // With a span, a port that answers slowly or not as the job's server costs a few seconds, not the whole wait.
+  const auto per_port = std::chrono::milliseconds(span ? 5000 : 60000);
+  if (const int err = connect_within(fd_, a, std::max(std::min(left(), per_port), std::chrono::milliseconds(100)));
+      err != 0) {
+    why = fmt::format("port {}: {}", port, std::strerror(err));
+  } else {
+    const int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    const Seconds hello_limit = span ? std::min<Seconds>(left(), std::chrono::milliseconds(per_port)) : left();
+    try {
+      call(store_protocol::kHello, token_.empty() ? std::vector<std::string>{} : std::vector{token_}, job, 0,
+           std::max(hello_limit, Seconds(0.1)));
+      return true;
+    } catch (const ServesEarlierAttempt& e) {
+      why = e.what();
+      earlier_attempt = true;
+    } catch (const TransportError& e) {
+      why = e.what();
+    } catch (const Error& e) {  // another job's server, a wrong token, no answer: final where there is one port
+      if (!span) throw;
+      why = e.what();
+    }
+  }
+  ::close(fd_);
+  fd_ = -1;
+  inbox_.clear();
+  return false;
+}
+
 // Connects, retrying while nobody listens yet (rank 0 may start last), while the server closes this connection
 // before answering (it was full of connections that never introduced themselves), or while it still serves an
-// earlier attempt of this job (this rank's launcher restarted it before the others').
+// earlier attempt of this job (this rank's launcher restarted it before the others'). With a span of ports each is
+// tried in turn on every pass.
 void TcpStore::connect_and_introduce(const std::string& job, Seconds timeout) {
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  if (const int rc = ::getaddrinfo(host_.c_str(), std::to_string(port_).c_str(), &hints, &res); rc != 0)
-    throw InvalidArgument(fmt::format("store: cannot resolve '{}': {}; use a host name or address every rank can reach",
-                                      host_, ::gai_strerror(rc)));
+  const std::string ip = resolve(host_);  // a name that does not resolve is an InvalidArgument, not a wait
+  const int first = port_, last = last_port_;
   auto pause = std::chrono::milliseconds(10);
-  std::string last;
+  std::string last_why;
   bool earlier_attempt = false;
   for (;;) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd_ >= 0 && ::connect(fd_, res->ai_addr, res->ai_addrlen) == 0) {
-      const int one = 1;
-      ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      try {
-        const auto left = std::chrono::duration<double>(deadline - Clock::now());
-        call(store_protocol::kHello, token_.empty() ? std::vector<std::string>{} : std::vector{token_}, job, 0,
-             std::max(left, Seconds(0.1)));
-        ::freeaddrinfo(res);
-        return;
-      } catch (const ServesEarlierAttempt& e) {
-        last = e.what();
-        earlier_attempt = true;
-      } catch (const TransportError& e) {
-        last = e.what();
-        earlier_attempt = false;
-      } catch (...) {
-        ::freeaddrinfo(res);
-        throw;
-      }
-    } else {
-      last = errno_text();
-      earlier_attempt = false;
+    for (int p = first; p <= last; ++p) {
+      bool earlier = false;
+      if (introduce_at(ip, p, last > first, job, deadline, last_why, earlier)) return;
+      earlier_attempt = earlier_attempt || earlier;
     }
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-    inbox_.clear();
     if (Clock::now() + pause > deadline) {
-      ::freeaddrinfo(res);
+      const std::string where =
+          last > first ? fmt::format("tcp://{}:{}-{}", host_, first, last) : fmt::format("tcp://{}:{}", host_, first);
       if (earlier_attempt)
         throw TimeoutError(fmt::format("{} (waited {:.1f} s; did that attempt's rank 0 not fail? raise "
                                        "HOPWISE_TIMEOUT_S if it is only slow)",
-                                       last, timeout.count()),
+                                       last_why, timeout.count()),
                            {0});
       throw TimeoutError(fmt::format("store: nobody serves {} (tried for {:.1f} s, last: {}); is rank 0 up, and is "
                                      "this its address? (raise HOPWISE_TIMEOUT_S if it is only slow)",
-                                     address(), timeout.count(), last),
+                                     where, timeout.count(), last_why),
                          {0});
     }
     std::this_thread::sleep_for(pause);

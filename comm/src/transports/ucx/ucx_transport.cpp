@@ -373,8 +373,23 @@ void UcxTransport::abandon() {
   s_->store->peer_lost();
   try {
     s_->store->set(fmt::format("{}/gave-up/{}", s_->name, rank_), "1");
+    s_->store->set(s_->name + "/gave-up/first", std::to_string(rank_));
   } catch (const std::exception&) {
     // the store's server (rank 0) may be the rank that is gone
+  }
+}
+
+// A rank that gave up makes no more calls on this transport, so no collective of it completes: a rank waiting on
+// others (not on it) fails now too, rather than at its own timeout, which may have started seconds later (a
+// survivor that gave up last could miss the survivors' agreement, HOPWISE_ELASTIC=shrink). -1: none did.
+int UcxTransport::first_to_give_up() const {
+  try {
+    const std::string key = s_->name + "/gave-up/first";
+    if (!s_->store->check({key})) return -1;
+    const int r = std::stoi(s_->store->get(key, std::chrono::seconds(1)));
+    return r >= 0 && r < size_ && r != rank_ ? r : -1;
+  } catch (const std::exception&) {
+    return -1;  // a store that is gone or holds garbage tells nothing
   }
 }
 
@@ -599,9 +614,17 @@ void UcxTransport::wait_all(std::span<Request> reqs) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     // Shared memory has no peer failure events: a long wait looks at the pending peers' processes, ~10 times a
     // second.
-    if (spins % 2048 == 0 && std::chrono::steady_clock::now() - start > std::chrono::milliseconds(100))
+    if (spins % 2048 == 0 && std::chrono::steady_clock::now() - start > std::chrono::milliseconds(100)) {
       for (Request& r : reqs)
         if (r.active) peer_gone(r.peer);
+      if (const int q = first_to_give_up(); q >= 0) {
+        for (Request& r : reqs) cancel(r);
+        throw TransportError(fmt::format("rank {}: rank {} gave up on this job (it lost a peer of its own), so this "
+                                         "call cannot complete",
+                                         rank_, q),
+                             {q});
+      }
+    }
     if (spins % 256 == 0 && std::chrono::steady_clock::now() - start > timeout_) {
       std::vector<int> peers;
       for (Request& r : reqs)

@@ -27,15 +27,21 @@ struct TcpStoreOptions {
   // Connections that have not introduced themselves yet (and at most a quarter of the process's descriptors); past
   // it one silent for a second is closed to make room, or accepting waits (the rest wait in the kernel's backlog).
   std::size_t max_strangers = 256;
+  // Ports to look over, from the constructor's: the serving rank listens on the first free one, and the others
+  // connect to each in turn until the job's own server answers. A launcher's port beside its own store (torchrun's
+  // MASTER_PORT + 1) may be taken by another program's connection the moment the job starts.
+  int ports = 1;
   // The options above from HOPWISE_STORE_BIND and HOPWISE_STORE_TOKEN (the rest as they are).
   static TcpStoreOptions from_environment();
 };
 
 class TcpStore final : public Store {
  public:
-  // serve: listen on `port` (0: the kernel picks one, see port()) and serve. Then connect to host:port, retrying
-  // until `timeout` (TimeoutError naming the address when nobody serves it), and introduce this rank as one of
-  // `job` (Error naming both jobs when the server belongs to another, or saying the token is wrong).
+  // serve: listen on `port` (0: the kernel picks one, see port(); with options.ports > 1 the first free one of the
+  // span) and serve. Then connect to host:port (each port of the span in turn), retrying until `timeout`
+  // (TimeoutError naming the address when nobody serves it), and introduce this rank as one of `job` (with one
+  // port: Error naming both jobs when the server belongs to another, or saying the token is wrong; with a span such a
+  // server is passed over).
   TcpStore(std::string host, int port, bool serve, std::string job, Seconds timeout = Seconds(300),
            TcpStoreOptions options = {});
   ~TcpStore() override;
@@ -63,9 +69,14 @@ class TcpStore final : public Store {
   std::string call(int op, const std::vector<std::string>& keys, const std::string& value, std::int64_t delta,
                    Seconds timeout);
   void connect_and_introduce(const std::string& job, Seconds timeout);
+  // Connects to ip:port and introduces this rank; false (with what went wrong in `why`) where it may yet succeed,
+  // there or (span: more than one port) at another port.
+  bool introduce_at(const std::string& ip, int port, bool span, const std::string& job,
+                    std::chrono::steady_clock::time_point deadline, std::string& why, bool& earlier_attempt);
   std::unique_ptr<Server> server_;
   std::string host_;
-  int port_ = 0;
+  int port_ = 0;       // the port found (before that, the span's first)
+  int last_port_ = 0;  // the span's last
   int fd_ = -1;
   Seconds timeout_;
   std::string token_;
