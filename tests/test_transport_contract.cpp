@@ -199,9 +199,11 @@ TEST(TransportContract, AbandonAfterAFailedPeerDoesNotWait) {
       EXPECT_EQ(e.pending_ranks(), std::vector<int>{2});
       t->abandon();
     } catch (const hopwise::TransportError& e) {  // a transport that sees the peer go (UCX) says so sooner, or
-      // that the other waiting rank gave up first
-      const std::vector<int> other{1 - t->rank()};
-      EXPECT_TRUE(e.failed_ranks() == std::vector<int>{2} || e.failed_ranks() == other) << e.what();
+      // that another waiting rank gave up first
+      const auto& f = e.failed_ranks();
+      EXPECT_TRUE(f == std::vector<int>{2} || (f.size() == 1 && f[0] != t->rank() &&
+                                               std::string(e.what()).find("gave up on this job") != std::string::npos))
+          << e.what();
       t->abandon();
     }
     t.reset();  // teardown must not wait for rank 2
@@ -210,7 +212,8 @@ TEST(TransportContract, AbandonAfterAFailedPeerDoesNotWait) {
 }
 
 // A rank that gave up makes no more calls, so no collective completes: a rank waiting on another peer (one merely
-// stalled) fails soon after, naming it, rather than at its own later timeout (UCX: through the store's marks).
+// stalled) fails soon after, naming it, rather than at its own later timeout (UCX: through the store's marks). In a
+// world of more than 3 ranks the others wait on rank 2 too.
 TEST(TransportContract, ARankThatGaveUpEndsTheWaitsOfTheOthers) {
   if (!world().can_abandon) GTEST_SKIP() << world().name << ": abandon() leaves the job unusable for later cases";
   if (world().ranks != World::Ranks::kThreads && world().sizes()[0] < 3)
@@ -231,10 +234,13 @@ TEST(TransportContract, ARankThatGaveUpEndsTheWaitsOfTheOthers) {
     } catch (const hopwise::TimeoutError& e) {
       EXPECT_EQ(t->rank(), 1) << "rank 0 waited for its own timeout: " << e.what();
       t->abandon();
-    } catch (const hopwise::TransportError& e) {
-      EXPECT_EQ(t->rank(), 0) << e.what();
-      EXPECT_EQ(e.failed_ranks(), std::vector<int>{1}) << e.what();
-      EXPECT_NE(std::string(e.what()).find("rank 1 gave up on this job"), std::string::npos) << e.what();
+    } catch (const hopwise::TransportError& e) {  // rank 1's giving up, or that of a rank that learnt it first
+      EXPECT_NE(t->rank(), 1) << e.what();
+      ASSERT_EQ(e.failed_ranks().size(), 1u) << e.what();
+      const int q = e.failed_ranks()[0];
+      EXPECT_TRUE(q != t->rank() && q != 2) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fmt::format("rank {} gave up on this job", q)), std::string::npos)
+          << e.what();
       t->abandon();
     }
     EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 3.5) << "rank " << t->rank();
