@@ -103,7 +103,11 @@ case $fault in
     # The stranded ranks (2 and 3) go by themselves once their peers are gone: within hopwise's timeout.
     for _ in $(seq 1 300); do [ -z "$(ranks_on "$second")" ] && break; sleep 0.1; done
     echo "slurm_faults.sh: $second's ranks were gone $(($(date +%s) - t0)) s after its slurmd stopped"
-    for t in 2 3; do echo "task $t: $(grep -v "% loss" "$out/task-$t.out" | tail -3 | tr '\n' ' ')"; done
+    # Each task's failure line (UCX's and Slurm's lines of the teardown may follow it), else its last lines.
+    for t in 2 3; do
+      line=$(grep -m1 "train_mnist: hopwise: rank" "$out/task-$t.out" || grep -v "% loss" "$out/task-$t.out" | tail -3)
+      echo "task $t: $(tr '\n' ' ' <<< "$line")"
+    done
     "${slurm[@]}" slurmd start "${second#"$prefix"}" ;;
 esac
 left=""

@@ -28,6 +28,7 @@ inline constexpr int kTagBarrier = 16200;            // + round
 inline constexpr int kTagOneShot = 16250;
 inline constexpr int kTagCheck = 16300;   // HOPWISE_DEBUG=CHECK fingerprints
 inline constexpr int kTagAlive = 16301;   // after a timeout: "I gave up too"
+inline constexpr int kTagGaveUp = 16302;  // UCX: a rank abandoned the transport (never received: probed)
 inline constexpr int kTagGossip = 16400;  // + partner index: the model averager's exchanges (averaging/)
 
 struct Context {

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../../algorithms/algorithms.h"
 #include "../posix_slots.h"
 #include "hopwise/common/error.h"
 #include "single_copy.h"
@@ -373,24 +374,28 @@ void UcxTransport::abandon() {
   s_->store->peer_lost();
   try {
     s_->store->set(fmt::format("{}/gave-up/{}", s_->name, rank_), "1");
-    s_->store->set(s_->name + "/gave-up/first", std::to_string(rank_));
   } catch (const std::exception&) {
     // the store's server (rank 0) may be the rank that is gone
+  }
+  // And to every peer, a note never received (first_to_give_up() probes for it): a store read in every long wait
+  // would block for the job's timeout where the store's server is the rank that died (MpiStore).
+  static const char note = 0;  // sends to a dead peer may still read it
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    try {
+      Request r = isend(&note, 1, q, algo::kTagGaveUp);
+      (void)r;  // left in flight: this transport is not waited on again
+    } catch (const std::exception&) {
+    }
   }
 }
 
 // A rank that gave up makes no more calls on this transport, so no collective of it completes: a rank waiting on
 // others (not on it) fails now too, rather than at its own timeout, which may have started seconds later (a
 // survivor that gave up last could miss the survivors' agreement, HOPWISE_ELASTIC=shrink). -1: none did.
-int UcxTransport::first_to_give_up() const {
-  try {
-    const std::string key = s_->name + "/gave-up/first";
-    if (!s_->store->check({key})) return -1;
-    const int r = std::stoi(s_->store->get(key, std::chrono::seconds(1)));
-    return r >= 0 && r < size_ && r != rank_ ? r : -1;
-  } catch (const std::exception&) {
-    return -1;  // a store that is gone or holds garbage tells nothing
-  }
+int UcxTransport::first_to_give_up() {
+  const auto from = probe_any(algo::kTagGaveUp);
+  return from && *from != rank_ ? *from : -1;
 }
 
 // The mark abandon() leaves, left for the peer: whoever waits on it sees it gone (peer_gone()).

@@ -61,7 +61,7 @@ class UcxTransport final : public Transport {
  private:
   void meet(Store& store, const std::string& name, std::chrono::duration<double> timeout);
   int settle(Request& r, std::string& error);  // a ucs_status_t
-  int first_to_give_up() const;                // a peer that abandoned this transport, or -1
+  int first_to_give_up();                      // a peer that abandoned this transport, or -1
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::vector<int> host_ids_;
   std::unique_ptr<State> s_;
