@@ -27,6 +27,7 @@ packages=(
   prometheus                         # promtool: the tests check the monitor's metrics file with it
   dpkg-dev                           # cpack -G DEB reads the packages' dependencies off the binaries (dpkg-shlibdeps)
   stress-ng                          # scripts/test-stress.sh: the suite beside a CPU load
+  libsimgrid-dev                     # SimGrid: ranks simulated on platforms of many hosts (hopwise_sim, its tests)
   clang-format                       # the house style: scripts/format.sh, checked by .ci/run
 )
 

@@ -1,0 +1,65 @@
+// RankCollectives: the dispatch of the Communicator (comm/src/dispatch.cpp) without its progress thread, tuner or
+// calibration, for ranks that are SimGrid actors: one plan (ring, trees, hosts) and one scratch space per rank.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "../../plan_state.h"
+#include "../../workspace.h"
+#include "hopwise/common/error.h"
+#include "hopwise/common/reduce.h"
+#include "sim_ranks.h"
+
+namespace hopwise::comm::sim {
+
+struct RankCollectives::State {
+  Transport& transport;
+  detail::PlanState plan;
+  Workspace workspace;
+  std::size_t chunk_bytes;
+  State(Transport& t, std::size_t chunk) : transport(t), chunk_bytes(chunk) {}
+};
+
+RankCollectives::RankCollectives(Transport& t, std::vector<int> ring, std::vector<int> host_of_rank,
+                                 std::size_t chunk_bytes)
+    : s_(std::make_unique<State>(t, chunk_bytes)) {
+  const auto n = static_cast<std::size_t>(t.size());
+  if (ring.size() != n || host_of_rank.size() != n)
+    throw InvalidArgument(fmt::format("RankCollectives: a ring of {} and hosts of {} ranks for a transport of {}",
+                                      ring.size(), host_of_rank.size(), n));
+  std::vector<int> sorted(ring);
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 0; i < n; ++i)
+    if (sorted[i] != static_cast<int>(i)) throw InvalidArgument("RankCollectives: the ring must hold every rank once");
+  if (chunk_bytes == 0) throw InvalidArgument("RankCollectives: the chunk must be at least 1 byte");
+  s_->plan.set_ring(std::move(ring));
+  s_->plan.set_hosts(std::move(host_of_rank));
+}
+
+RankCollectives::~RankCollectives() = default;
+
+void RankCollectives::run(Algorithm a, Collective kind, const void* in, void* out, std::size_t count, DataType dt,
+                          ReduceOp op, int root) {
+  if (!implements(a, kind))
+    throw InvalidArgument(fmt::format("{} does not implement {}", to_string(a), to_string(kind)));
+  Transport& t = s_->transport;
+  const std::size_t es = dtype_size(dt);
+  const CollectiveCall call{
+      kind, in, out, count, dt, op == ReduceOp::kAvg ? ReduceOp::kSum : op, op == ReduceOp::kAvg ? 1.0 / t.size() : 1.0,
+      root};
+  if (t.size() == 1 || (count == 0 && kind != Collective::kBarrier)) {  // as the Communicator's run()
+    if (kind == Collective::kBroadcast || kind == Collective::kBarrier) return;
+    if (kind == Collective::kReduce && t.rank() != root) return;
+    if (out != in && count != 0) std::memmove(out, in, count * es);
+    if (call.scale != 1.0 && kind != Collective::kAllgather) scale_by(dt, out, count, call.scale);
+    return;
+  }
+  const AlgorithmInfo& row = algorithm_info(a);
+  AlgorithmContext ctx{t, s_->chunk_bytes, s_->plan.ring, &s_->workspace, &s_->plan};
+  ctx.one_channel = true;
+  ctx.first_tag = row.first_tag;
+  row.run(ctx, call);
+}
+
+}  // namespace hopwise::comm::sim

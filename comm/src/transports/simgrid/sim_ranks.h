@@ -1,0 +1,74 @@
+// Simulated ranks on a SimGrid platform (built when SimGrid is found: the hopwise_sim library, not installed). Each
+// rank is an S4U actor on a host of the platform; its transport (the point-to-point contract of transport.h) sends over
+// SimGrid mailboxes with each message's true size, and a wait is a simulated wait: the algorithms of
+// comm/src/algorithms run on it unchanged and take the time the platform's links and their sharing give them.
+//
+// SimGrid runs every actor on one OS thread, switching between them only inside its own calls. So the code an actor
+// runs must never block the thread on anything another actor would release (an OS mutex held across a SimGrid call,
+// a condition variable, a sleep, a spin on a flag another rank sets, a thread of its own): the transport never does,
+// and the algorithm rows run on it are those whose run is a sequence of sends, receives and waits on one thread
+// (sim_algorithms() lists them; the shared-slot rows have no slots here, and the pipelined hierarchical row runs its
+// phases on OS threads). Nothing here takes a lock.
+//
+// No SimGrid type appears in this header: programs that use it link hopwise_sim and need no SimGrid header.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hopwise/comm/algorithm.h"
+#include "hopwise/comm/transport.h"
+
+namespace hopwise::comm::sim {
+
+// Loads a SimGrid platform file (XML) into this process's engine. SimGrid keeps one engine per process, so a process
+// loads one platform; a second call with the same file does nothing, with another throws InvalidArgument.
+void load_platform(const std::string& xml_path);
+// The platform's hosts, in the order of the file.
+std::vector<std::string> host_names();
+// The simulated clock, seconds.
+double now();
+// Inside a rank: lets `seconds` of simulated time pass (a rank that computes, or stalls).
+void sleep_for(double seconds);
+
+struct RunOptions {
+  // Whether messages carry their bytes (a receive gets what was sent). Without, only sizes travel: for simulations
+  // whose buffers are not checked.
+  bool real_payloads = true;
+  // A wait's limit in simulated seconds (Transport::timeout()).
+  double timeout_s = 600;
+};
+
+// Runs body(rank, transport) on one actor per rank, rank r on the host named hosts[r] (several ranks may share a
+// host), until every rank has returned; the simulated seconds from the start to the last return. Rethrows the first
+// rank's exception (by rank) once every rank has finished. Ranks on one host are "on one host" to the transport
+// (host_id, local_rank), and their messages cross the host's loopback, not the network.
+double run_ranks(const std::vector<std::string>& hosts, const std::function<void(int, Transport&)>& body,
+                 const RunOptions& options = {});
+
+// The algorithm rows that run on simulated ranks (see above).
+std::vector<Algorithm> sim_algorithms();
+
+// One rank's collectives run straight through the algorithm rows, on the actor's own thread: a Communicator runs its
+// calls on a progress thread of its own, an OS thread that an actor must not wait on. The ring order and the ranks'
+// hosts (as run_ranks places them) must be alike on every rank.
+class RankCollectives {
+ public:
+  RankCollectives(Transport& t, std::vector<int> ring, std::vector<int> host_of_rank,
+                  std::size_t chunk_bytes = std::size_t{1} << 20);
+  ~RankCollectives();
+  RankCollectives(const RankCollectives&) = delete;
+  RankCollectives& operator=(const RankCollectives&) = delete;
+  // One call as the Communicator takes it (avg included; 1 rank and empty buffers handled as there). `count` per
+  // rank as the public calls count it; `a` one of sim_algorithms() that implements `kind`.
+  void run(Algorithm a, Collective kind, const void* in, void* out, std::size_t count, DataType dt,
+           ReduceOp op = ReduceOp::kSum, int root = 0);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace hopwise::comm::sim

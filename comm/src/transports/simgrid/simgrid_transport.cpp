@@ -1,0 +1,314 @@
+// The transport of simulated ranks (hopwise/comm/transports/simgrid.h): each message a SimGrid communication of its
+// true size on a mailbox of its own (sender, receiver, tag), so messages of one pair and tag keep their order, as
+// MPI's do. A send copies its bytes at once (the caller may reuse its buffer); the receiver copies them out when the
+// transfer completes. Waits are SimGrid's: they take simulated time and give the engine to the other actors.
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <simgrid/Exception.hpp>
+#include <simgrid/s4u.hpp>
+#include <unordered_map>
+
+#include "hopwise/common/error.h"
+#include "sim_ranks.h"
+
+namespace hopwise::comm::sim {
+
+namespace s4u = simgrid::s4u;
+
+namespace {
+
+// What travels: the bytes (when the run carries them) and the true size, for the receiver's overflow check.
+struct Message {
+  std::vector<char> bytes;
+  std::size_t size = 0;
+};
+
+// One pending send or receive of a rank.
+struct Pending {
+  s4u::CommPtr comm;
+  bool is_recv = false;
+  int peer = 0, tag = 0;
+  Message* sent = nullptr;  // a send's message, the sender's until its transfer completes
+  Message* got = nullptr;   // a receive's message, set by SimGrid when the transfer completes
+  void* buf = nullptr;      // a receive's buffer and its size
+  std::size_t capacity = 0;
+};
+
+struct Job {
+  std::uint64_t id = 0;
+  std::vector<std::string> hosts;  // rank -> host name
+  std::vector<int> host_ids;       // rank -> host index (hosts counted from 0 in rank order)
+  std::vector<int> local_ranks, local_sizes;
+  RunOptions options;
+};
+
+s4u::Engine& engine() {
+  static s4u::Engine* e = [] {
+    static int argc = 2;
+    static char name[] = "hopwise-sim", quiet[] = "--log=root.thres:warning";
+    static char* argv[] = {name, quiet, nullptr};
+    return new s4u::Engine(&argc, argv);  // SimGrid keeps one engine per process, to its end
+  }();
+  return *e;
+}
+
+std::string& loaded_platform() {
+  static std::string path;
+  return path;
+}
+
+class SimgridTransport final : public Transport {
+ public:
+  SimgridTransport(std::shared_ptr<const Job> job, int rank) : job_(std::move(job)), rank_(rank) {
+    timeout_ = std::chrono::duration<double>(job_->options.timeout_s);
+  }
+  ~SimgridTransport() override {
+    for (auto& [handle, p] : pending_) drop(*p);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(job_->hosts.size()); }
+  std::string name() const override { return "simgrid"; }
+  int local_rank() const override { return job_->local_ranks[static_cast<std::size_t>(rank_)]; }
+  int local_size() const override { return job_->local_sizes[static_cast<std::size_t>(rank_)]; }
+  int host_id() const override { return job_->host_ids[static_cast<std::size_t>(rank_)]; }
+
+  Request isend(const void* buf, std::size_t bytes, int peer, int tag) override {
+    check_peer("isend to", peer);
+    count_sent(peer, bytes);
+    auto p = std::make_unique<Pending>();
+    p->peer = peer;
+    p->tag = tag;
+    p->sent = new Message{{}, bytes};
+    if (job_->options.real_payloads && bytes > 0)
+      p->sent->bytes.assign(static_cast<const char*>(buf), static_cast<const char*>(buf) + bytes);
+    p->comm = mailbox(rank_, peer, tag)->put_async(p->sent, bytes);
+    return keep(std::move(p), peer, false);
+  }
+
+  Request irecv(void* buf, std::size_t bytes, int peer, int tag) override {
+    check_peer("irecv from", peer);
+    auto p = std::make_unique<Pending>();
+    p->is_recv = true;
+    p->peer = peer;
+    p->tag = tag;
+    p->buf = buf;
+    p->capacity = bytes;
+    p->comm = mailbox(peer, rank_, tag)->get_async<Message>(&p->got);
+    return keep(std::move(p), peer, true);
+  }
+
+  void wait_all(std::span<Request> reqs) override {
+    const double deadline = s4u::Engine::get_clock() + timeout_.count();
+    std::string error;
+    std::vector<int> failed;
+    for (Request& r : reqs) {
+      if (!r.active) continue;
+      Pending& p = *pending_.at(r.handle);
+      try {
+        const double left = std::max(0.0, deadline - s4u::Engine::get_clock());
+        // wait_any_for, not wait_for: a comm that times out stays valid, to be cancelled below.
+        if (s4u::Comm::wait_any_for({p.comm}, left) < 0) timed_out(reqs);
+      } catch (const simgrid::Exception& e) {
+        failed.push_back(r.peer);
+        if (error.empty())
+          error = fmt::format(
+              "rank {}: the transfer with rank {} failed ({}); that rank's actor ended or its link "
+              "failed",
+              rank_, r.peer, e.what());
+        cancel(r);
+        continue;
+      }
+      if (const std::string overflow = finish(r); !overflow.empty() && error.empty()) error = overflow;
+    }
+    if (!error.empty()) {
+      for (Request& r : reqs) cancel(r);
+      std::sort(failed.begin(), failed.end());
+      failed.erase(std::unique(failed.begin(), failed.end()), failed.end());
+      throw TransportError(error, failed);
+    }
+  }
+
+  bool test(Request& r) override {
+    if (!r.active) return true;
+    Pending& p = *pending_.at(r.handle);
+    bool done = false;
+    try {
+      done = p.comm->test();
+    } catch (const simgrid::Exception& e) {
+      const int peer = r.peer;
+      cancel(r);
+      throw TransportError(fmt::format("rank {}: the transfer with rank {} failed ({})", rank_, peer, e.what()),
+                           {peer});
+    }
+    if (!done) return false;
+    if (const std::string overflow = finish(r); !overflow.empty()) throw TransportError(overflow);
+    return true;
+  }
+
+  void cancel(Request& r) override {
+    if (!r.active) return;
+    const auto it = pending_.find(r.handle);
+    if (it != pending_.end()) {
+      drop(*it->second);
+      pending_.erase(it);
+    }
+    r.active = false;
+  }
+
+ private:
+  void check_peer(const char* what, int peer) const {
+    if (peer < 0 || peer >= size()) throw InvalidArgument(fmt::format("{} rank {} of {}", what, peer, size()));
+  }
+
+  s4u::Mailbox* mailbox(int from, int to, int tag) const {
+    return s4u::Mailbox::by_name(fmt::format("{}:{}>{}#{}", job_->id, from, to, tag));
+  }
+
+  Request keep(std::unique_ptr<Pending> p, int peer, bool is_recv) {
+    const std::uint64_t handle = next_handle_++;
+    pending_.emplace(handle, std::move(p));
+    return Request{handle, peer, is_recv, true};
+  }
+
+  // A completed request: a receive's bytes into its buffer (an overflow's text instead), the message freed.
+  std::string finish(Request& r) {
+    auto node = pending_.extract(r.handle);
+    r.active = false;
+    Pending& p = *node.mapped();
+    std::string error;
+    if (!p.is_recv) {
+      p.sent = nullptr;  // delivered: the receiver frees it
+    } else if (p.got != nullptr) {
+      if (p.got->size > p.capacity)
+        error = fmt::format(
+            "rank {}: a message of {} bytes from rank {} (tag {}) overflows the {}-byte receive posted "
+            "for it; post receives at least as large as the sends",
+            rank_, p.got->size, p.peer, p.tag, p.capacity);
+      else if (!p.got->bytes.empty())
+        std::memcpy(p.buf, p.got->bytes.data(), p.got->size);
+      delete p.got;
+      p.got = nullptr;
+    }
+    return error;
+  }
+
+  // Withdraws a request that will not complete here; a send's message that never left is freed.
+  static void drop(Pending& p) {
+    try {
+      if (p.comm && p.comm->get_state() != s4u::Activity::State::FINISHED) p.comm->cancel();
+    } catch (const simgrid::Exception&) {
+    }
+    if (p.comm && p.comm->get_state() == s4u::Activity::State::FINISHED) {
+      p.sent = nullptr;  // delivered after all: the receiver frees it
+    }
+    delete p.sent;
+    delete p.got;
+    p.sent = p.got = nullptr;
+  }
+
+  [[noreturn]] void timed_out(std::span<Request> reqs) {
+    std::vector<int> peers;
+    for (Request& r : reqs)
+      if (r.active) {
+        peers.push_back(r.peer);
+        cancel(r);
+      }
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    throw TimeoutError(fmt::format("rank {} timed out after {:.1f} simulated s waiting for rank(s) {}; a peer ended, "
+                                   "stalled or skipped this call",
+                                   rank_, timeout_.count(), fmt::join(peers, ",")),
+                       peers);
+  }
+
+  std::shared_ptr<const Job> job_;
+  int rank_ = 0;
+  std::uint64_t next_handle_ = 1;
+  std::unordered_map<std::uint64_t, std::unique_ptr<Pending>> pending_;
+};
+
+}  // namespace
+
+void load_platform(const std::string& xml_path) {
+  std::string& loaded = loaded_platform();
+  if (loaded == xml_path) return;
+  if (!loaded.empty())
+    throw InvalidArgument(
+        fmt::format("SimGrid holds one platform per process: {} is loaded, so {} cannot be; run "
+                    "another process for it",
+                    loaded, xml_path));
+  try {
+    engine().load_platform(xml_path);
+  } catch (const std::exception& e) {
+    throw InvalidArgument(fmt::format("SimGrid could not load the platform {}: {}", xml_path, e.what()));
+  }
+  loaded = xml_path;
+}
+
+std::vector<std::string> host_names() {
+  std::vector<std::string> names;
+  for (const s4u::Host* h : engine().get_all_hosts()) names.push_back(h->get_name());
+  return names;
+}
+
+double now() { return s4u::Engine::get_clock(); }
+
+void sleep_for(double seconds) { s4u::this_actor::sleep_for(seconds); }
+
+double run_ranks(const std::vector<std::string>& hosts, const std::function<void(int, Transport&)>& body,
+                 const RunOptions& options) {
+  if (loaded_platform().empty()) throw InvalidArgument("sim::run_ranks: load a platform first (sim::load_platform)");
+  if (hosts.empty()) throw InvalidArgument("sim::run_ranks: give at least one rank");
+  static std::uint64_t next_job = 1;
+  auto job = std::make_shared<Job>();
+  job->id = next_job++;
+  job->hosts = hosts;
+  job->options = options;
+  std::map<std::string, int> host_index, on_host;
+  for (const std::string& h : hosts) {
+    if (engine().host_by_name_or_null(h) == nullptr)
+      throw InvalidArgument(fmt::format("sim::run_ranks: the platform has no host named '{}'", h));
+    const auto [it, added] = host_index.emplace(h, static_cast<int>(host_index.size()));
+    job->host_ids.push_back(it->second);
+    job->local_ranks.push_back(on_host[h]++);
+  }
+  for (const std::string& h : hosts) job->local_sizes.push_back(on_host[h]);
+
+  const int n = static_cast<int>(hosts.size());
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  const double start = now();
+  double last = start;
+  for (int r = 0; r < n; ++r)
+    s4u::Actor::create(fmt::format("rank{}", r), engine().host_by_name(hosts[static_cast<std::size_t>(r)]), [&, r] {
+      try {
+        SimgridTransport t(job, r);
+        body(r, t);
+      } catch (...) {  // never out of an actor: SimGrid would end the process
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+      last = std::max(last, now());
+    });
+  engine().run();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return last - start;
+}
+
+std::vector<Algorithm> sim_algorithms() {
+  std::vector<Algorithm> out;
+  for (Algorithm a : all_algorithms()) {
+    const AlgorithmInfo& row = algorithm_info(a);
+    if (row.needs_native || a == Algorithm::kTwoShot || a == Algorithm::kHierarchical) continue;
+    out.push_back(a);
+  }
+  return out;
+}
+
+}  // namespace hopwise::comm::sim
