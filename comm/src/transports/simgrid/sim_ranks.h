@@ -26,7 +26,7 @@ namespace hopwise::comm::sim {
 // Loads a SimGrid platform file (XML) into this process's engine. SimGrid keeps one engine per process, so a process
 // loads one platform; a second call with the same file does nothing, with another throws InvalidArgument.
 void load_platform(const std::string& xml_path);
-// The platform's hosts, in the order of the file.
+// The platform's hosts, sorted by name with digit runs as numbers (n2 before n10): a cluster's in its radical's order.
 std::vector<std::string> host_names();
 // The simulated clock, seconds.
 double now();
@@ -39,11 +39,15 @@ struct RunOptions {
   bool real_payloads = true;
   // A wait's limit in simulated seconds (Transport::timeout()).
   double timeout_s = 600;
+  // The most bytes the messages in flight may hold (real payloads are copied at the send): past it a send throws
+  // InvalidArgument rather than the process running out of memory.
+  std::size_t max_held_bytes = std::size_t{4} << 30;
 };
 
 // Runs body(rank, transport) on one actor per rank, rank r on the host named hosts[r] (several ranks may share a
-// host), until every rank has returned; the simulated seconds from the start to the last return. Rethrows the first
-// rank's exception (by rank) once every rank has finished. Ranks on one host are "on one host" to the transport
+// host), until every rank has returned; the simulated seconds from the start to the last return. Rethrows the
+// exception that came first in simulated time (the cause; others' timeouts follow from it) once every rank has
+// finished. Ranks on one host are "on one host" to the transport
 // (host_id, local_rank), and their messages cross the host's loopback, not the network.
 double run_ranks(const std::vector<std::string>& hosts, const std::function<void(int, Transport&)>& body,
                  const RunOptions& options = {});

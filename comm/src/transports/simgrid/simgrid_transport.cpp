@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -23,10 +24,18 @@ namespace s4u = simgrid::s4u;
 
 namespace {
 
-// What travels: the bytes (when the run carries them) and the true size, for the receiver's overflow check.
+// What travels: the bytes (when the run carries them) and the true size, for the receiver's overflow check. The
+// job counts the bytes its messages hold until they are delivered or withdrawn.
 struct Message {
   std::vector<char> bytes;
   std::size_t size = 0;
+  std::size_t* held = nullptr;
+  Message(std::size_t n, std::size_t* counter) : size(n), held(counter) {}
+  Message(const Message&) = delete;
+  Message& operator=(const Message&) = delete;
+  ~Message() {
+    if (held) *held -= bytes.size();
+  }
 };
 
 // One pending send or receive of a rank.
@@ -46,6 +55,7 @@ struct Job {
   std::vector<int> host_ids;       // rank -> host index (hosts counted from 0 in rank order)
   std::vector<int> local_ranks, local_sizes;
   RunOptions options;
+  std::size_t held = 0;  // bytes in messages not yet delivered (one OS thread runs every actor: no lock)
 };
 
 s4u::Engine& engine() {
@@ -65,7 +75,7 @@ std::string& loaded_platform() {
 
 class SimgridTransport final : public Transport {
  public:
-  SimgridTransport(std::shared_ptr<const Job> job, int rank) : job_(std::move(job)), rank_(rank) {
+  SimgridTransport(std::shared_ptr<Job> job, int rank) : job_(std::move(job)), rank_(rank) {
     timeout_ = std::chrono::duration<double>(job_->options.timeout_s);
   }
   ~SimgridTransport() override {
@@ -85,9 +95,16 @@ class SimgridTransport final : public Transport {
     auto p = std::make_unique<Pending>();
     p->peer = peer;
     p->tag = tag;
-    p->sent = new Message{{}, bytes};
-    if (job_->options.real_payloads && bytes > 0)
+    if (job_->options.real_payloads && job_->held + bytes > job_->options.max_held_bytes)
+      throw InvalidArgument(fmt::format(
+          "simulation: rank {}'s send of {} bytes to rank {} would make the messages in flight hold more than {} "
+          "bytes (RunOptions::max_held_bytes; every message's bytes are copied): fewer ranks or smaller calls",
+          rank_, bytes, peer, job_->options.max_held_bytes));
+    p->sent = new Message(bytes, &job_->held);
+    if (job_->options.real_payloads && bytes > 0) {
       p->sent->bytes.assign(static_cast<const char*>(buf), static_cast<const char*>(buf) + bytes);
+      job_->held += bytes;
+    }
     p->comm = mailbox(rank_, peer, tag)->put_async(p->sent, bytes);
     return keep(std::move(p), peer, false);
   }
@@ -228,7 +245,7 @@ class SimgridTransport final : public Transport {
                        peers);
   }
 
-  std::shared_ptr<const Job> job_;
+  std::shared_ptr<Job> job_;
   int rank_ = 0;
   std::uint64_t next_handle_ = 1;
   std::unordered_map<std::uint64_t, std::unique_ptr<Pending>> pending_;
@@ -255,6 +272,25 @@ void load_platform(const std::string& xml_path) {
 std::vector<std::string> host_names() {
   std::vector<std::string> names;
   for (const s4u::Host* h : engine().get_all_hosts()) names.push_back(h->get_name());
+  // SimGrid lists them in no useful order: sort by name, digit runs as numbers (n2 before n10), so that a cluster's
+  // hosts come in their radical's order (a fat tree's leaves then hold consecutive hosts).
+  auto split = [](const std::string& s) {
+    std::vector<std::pair<std::string, unsigned long long>> parts;
+    for (std::size_t i = 0; i < s.size();) {
+      std::size_t j = i;
+      if (std::isdigit(static_cast<unsigned char>(s[i]))) {
+        while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+        parts.emplace_back("", std::stoull(s.substr(i, std::min<std::size_t>(j - i, 18))));
+      } else {
+        while (j < s.size() && !std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+        parts.emplace_back(s.substr(i, j - i), 0);
+      }
+      i = j;
+    }
+    return parts;
+  };
+  std::stable_sort(names.begin(), names.end(),
+                   [&](const std::string& a, const std::string& b) { return split(a) < split(b); });
   return names;
 }
 
@@ -283,6 +319,7 @@ double run_ranks(const std::vector<std::string>& hosts, const std::function<void
 
   const int n = static_cast<int>(hosts.size());
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  std::vector<double> failed_at(static_cast<std::size_t>(n), 0.0);
   const double start = now();
   double last = start;
   for (int r = 0; r < n; ++r)
@@ -292,12 +329,18 @@ double run_ranks(const std::vector<std::string>& hosts, const std::function<void
         body(r, t);
       } catch (...) {  // never out of an actor: SimGrid would end the process
         errors[static_cast<std::size_t>(r)] = std::current_exception();
+        failed_at[static_cast<std::size_t>(r)] = now();
       }
       last = std::max(last, now());
     });
   engine().run();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  // The first failure in simulated time is the cause; the others' timeouts follow from it.
+  int first = -1;
+  for (int r = 0; r < n; ++r)
+    if (errors[static_cast<std::size_t>(r)] &&
+        (first < 0 || failed_at[static_cast<std::size_t>(r)] < failed_at[static_cast<std::size_t>(first)]))
+      first = r;
+  if (first >= 0) std::rethrow_exception(errors[static_cast<std::size_t>(first)]);
   return last - start;
 }
 

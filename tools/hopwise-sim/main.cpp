@@ -1,0 +1,217 @@
+// hopwise-sim: hopwise's algorithms on a simulated cluster (SimGrid), in simulated time: the allreduce table of
+// hopwise-bench (time, algorithm and bus bandwidth, the best row per size) for thousands of ranks on a fat tree or
+// any SimGrid platform file, with the ranks placed packed or at random and the ring planned or in rank order.
+//
+//   hopwise-sim --platform fat-tree:hosts=16,ranks-per-host=8,link=25Gbps,oversub=4 -a all -b 4K -e 64M
+//   hopwise-sim --platform cluster.xml --ranks 32 --placement random --ring rank
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "hopwise/common/env.h"
+#include "hopwise/common/error.h"
+#include "platform.h"
+#include "sim_ranks.h"
+
+namespace {
+
+namespace hc = hopwise::comm;
+namespace sim = hopwise::comm::sim;
+namespace st = hopwise::sim_tool;
+
+struct Options {
+  std::string platform;
+  int ranks = 0;  // a platform file: ranks over its hosts (default one a host); a fat tree: its ranks-per-host
+  bool random = false;
+  std::uint64_t seed = 1;
+  bool planned = true;
+  std::vector<hc::Algorithm> algos;
+  std::size_t begin = 4096, end = 64u << 20, factor = 4;
+  std::size_t chunk = 1u << 20;
+  double memory_gib = 8;  // real buffers: every rank holds its own
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "hopwise-sim: %s\n"
+               "usage: hopwise-sim --platform fat-tree:hosts=H,ranks-per-host=R,link=25Gbps,oversub=O[,leaf=L]"
+               "[,latency=1us][,local=20GBps] | --platform FILE.xml [--ranks N]\n"
+               "       [--placement packed|random] [--seed S] [--ring planned|rank] [-a ALGOS|all]\n"
+               "       [-b 4K] [-e 64M] [-f 4] [--chunk 1M] [--memory-gib 8]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--platform")
+      o.platform = value();
+    else if (a == "--ranks")
+      o.ranks = std::atoi(value().c_str());
+    else if (a == "--placement") {
+      const std::string v = value();
+      if (v != "packed" && v != "random") usage("--placement takes packed or random");
+      o.random = v == "random";
+    } else if (a == "--seed")
+      o.seed = std::strtoull(value().c_str(), nullptr, 10);
+    else if (a == "--ring") {
+      const std::string v = value();
+      if (v != "planned" && v != "rank") usage("--ring takes planned or rank");
+      o.planned = v == "planned";
+    } else if (a == "-a") {
+      const std::string v = value();
+      if (v == "all") {
+        o.algos.clear();
+        for (hc::Algorithm x : sim::sim_algorithms())
+          if (hc::implements(x, hc::Collective::kAllreduce)) o.algos.push_back(x);
+      } else {
+        for (std::size_t at = 0; at <= v.size();) {
+          const auto comma = std::min(v.find(',', at), v.size());
+          const hc::Algorithm x = hc::parse_algorithm(v.substr(at, comma - at));
+          const auto ok = sim::sim_algorithms();
+          if (std::find(ok.begin(), ok.end(), x) == ok.end())
+            usage(fmt::format("-a {}: {} does not run on simulated ranks (its shared slots or threads)", v,
+                              hc::to_string(x)));
+          o.algos.push_back(x);
+          at = comma + 1;
+        }
+      }
+    } else if (a == "-b")
+      o.begin = hopwise::env::parse_size(value(), "-b");
+    else if (a == "-e")
+      o.end = hopwise::env::parse_size(value(), "-e");
+    else if (a == "-f")
+      o.factor = hopwise::env::parse_size(value(), "-f");
+    else if (a == "--chunk")
+      o.chunk = hopwise::env::parse_size(value(), "--chunk");
+    else if (a == "--memory-gib")
+      o.memory_gib = std::atof(value().c_str());
+    else if (a == "-h" || a == "--help")
+      usage("the allreduce table in simulated time");
+    else
+      usage("unknown argument " + a);
+  }
+  if (o.platform.empty()) usage("give --platform");
+  if (o.algos.empty())
+    for (hc::Algorithm x : sim::sim_algorithms())
+      if (hc::implements(x, hc::Collective::kAllreduce)) o.algos.push_back(x);
+  if (o.factor < 2 || o.begin < 4 || o.end < o.begin) usage("sizes: -b >= 4, -e >= -b, -f >= 2");
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(argc, argv);
+    // The platform: a fat tree's XML written to a file, or the user's file as it is.
+    std::string xml = o.platform;
+    std::optional<st::FatTree> tree;
+    std::vector<int> host_of;  // rank -> host index
+    if (o.platform.rfind("fat-tree:", 0) == 0) {
+      tree = st::parse_fat_tree(o.platform);
+      xml = (std::filesystem::temp_directory_path() / fmt::format("hopwise-sim-{}.xml", ::getpid())).string();
+      std::ofstream(xml) << st::fat_tree_xml(*tree);
+    }
+    sim::load_platform(xml);
+    if (tree) std::filesystem::remove(xml);
+    const std::vector<std::string> names = sim::host_names();
+    if (tree) {
+      host_of = st::place(tree->hosts, tree->ranks_per_host, o.random, o.seed);
+    } else {
+      const int n = o.ranks > 0 ? o.ranks : static_cast<int>(names.size());
+      const int per = (n + static_cast<int>(names.size()) - 1) / static_cast<int>(names.size());
+      host_of = st::place(static_cast<int>(names.size()), per, o.random, o.seed);
+      host_of.resize(static_cast<std::size_t>(n));
+    }
+    const int n = static_cast<int>(host_of.size());
+    std::vector<std::string> hosts;
+    for (int h : host_of) hosts.push_back(names[static_cast<std::size_t>(h)]);
+
+    // The ring: the planner's over the platform's hosts (a fat tree's links known), or rank order.
+    std::vector<int> ring(static_cast<std::size_t>(n));
+    std::iota(ring.begin(), ring.end(), 0);
+    double planning_ms = 0;
+    if (o.planned) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (tree) {
+        ring = hopwise::topology::hierarchical_ring(st::fat_tree_problem(*tree, host_of));
+      } else {  // hosts contiguous in the platform's order: what the planner does where it knows no more
+        std::stable_sort(ring.begin(), ring.end(), [&](int a, int b) { return host_of[a] < host_of[b]; });
+      }
+      planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+
+    fmt::print("# hopwise-sim: {} ({} hosts in the platform); {} ranks on {} hosts, {} placement, {} ring{}\n",
+               o.platform, names.size(), n, std::set<int>(host_of.begin(), host_of.end()).size(),
+               o.random ? "random" : "packed", o.planned ? "planned" : "rank-order",
+               o.planned ? fmt::format(" (planned in {:.1f} ms)", planning_ms) : "");
+    fmt::print("# allreduce float32 sum, simulated time; busbw = algbw x 2(n-1)/n\n");
+    fmt::print("{:>12} {:>10} {:>10} {:>12} {:>9} {:>9} {:>8}\n", "size", "count", "algo", "time(us)", "algbw", "busbw",
+               "wall(s)");
+    std::map<std::size_t, std::pair<std::string, double>> best;
+    for (std::size_t bytes = o.begin; bytes <= o.end; bytes *= o.factor) {
+      const std::size_t count = bytes / sizeof(float);
+      if (static_cast<double>(bytes) * 2.5 * n > o.memory_gib * (1u << 30)) {
+        fmt::print("{:>12} {:>10} skipped: {} ranks' real buffers would pass --memory-gib {}\n", bytes, count, n,
+                   o.memory_gib);
+        continue;
+      }
+      for (hc::Algorithm a : o.algos) {
+        const auto w0 = std::chrono::steady_clock::now();
+        bool right = true;
+        sim::RunOptions run;
+        run.max_held_bytes = static_cast<std::size_t>(o.memory_gib * (1u << 30));
+        double seconds = 0;
+        try {
+          seconds = sim::run_ranks(
+              hosts,
+              [&](int me, hc::Transport& t) {
+                hc::sim::RankCollectives coll(t, ring, host_of, o.chunk);
+                std::vector<float> buf(count, static_cast<float>(me % 3));
+                coll.run(a, hc::Collective::kAllreduce, buf.data(), buf.data(), count, hopwise::DataType::kFloat32);
+                const float want = static_cast<float>((n / 3) * 3 + (n % 3 == 2 ? 1 : 0));  // sum of r % 3
+                if (count > 0 && (buf.front() != want || buf.back() != want)) right = false;
+              },
+              run);
+        } catch (const hopwise::InvalidArgument& e) {  // the messages in flight would pass --memory-gib
+          fmt::print("{:>12} {:>10} {:>10} skipped: {}\n", bytes, count, hc::to_string(a), e.what());
+          continue;
+        }
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+        const double algbw = static_cast<double>(bytes) / seconds / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
+        fmt::print("{:>12} {:>10} {:>10} {:>12.1f} {:>9.3f} {:>9.3f} {:>8.2f}{}\n", bytes, count, hc::to_string(a),
+                   seconds * 1e6, algbw, busbw, wall, right ? "" : "  WRONG RESULT");
+        if (!right) return 1;
+        auto& b = best[bytes];
+        if (b.first.empty() || seconds < b.second) b = {std::string(hc::to_string(a)), seconds};
+      }
+    }
+    fmt::print("# best per size:");
+    for (const auto& [bytes, b] : best) fmt::print(" {}={}", bytes, b.first);
+    fmt::print("\n");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hopwise-sim: %s\n", e.what());
+    return 1;
+  }
+}
