@@ -35,13 +35,14 @@ namespace st = hopwise::sim_tool;
 struct Options {
   std::string platform;
   int ranks = 0;  // a platform file: ranks over its hosts (default one a host); a fat tree: its ranks-per-host
-  bool random = false;
+  st::Placement placement = st::Placement::kPacked;
   std::uint64_t seed = 1;
   bool planned = true;
   std::vector<hc::Algorithm> algos;
   std::size_t begin = 4096, end = 64u << 20, factor = 4;
   std::size_t chunk = 1u << 20;
-  double memory_gib = 8;  // real buffers: every rank holds its own
+  double memory_gib = 8;                     // real buffers: every rank holds its own
+  std::vector<std::string> simgrid_options;  // --cfg NAME:VALUE, passed to SimGrid
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -49,8 +50,8 @@ struct Options {
                "hopwise-sim: %s\n"
                "usage: hopwise-sim --platform fat-tree:hosts=H,ranks-per-host=R,link=25Gbps,oversub=O[,leaf=L]"
                "[,latency=1us][,local=20GBps] | --platform FILE.xml [--ranks N]\n"
-               "       [--placement packed|random] [--seed S] [--ring planned|rank] [-a ALGOS|all]\n"
-               "       [-b 4K] [-e 64M] [-f 4] [--chunk 1M] [--memory-gib 8]\n",
+               "       [--placement packed|cyclic|random] [--seed S] [--ring planned|rank] [-a ALGOS|all]\n"
+               "       [-b 4K] [-e 64M] [-f 4] [--chunk 1M] [--memory-gib 8] [--cfg SIMGRID_OPTION:VALUE]...\n",
                why.c_str());
   std::exit(2);
 }
@@ -69,8 +70,10 @@ Options parse(int argc, char** argv) {
       o.ranks = std::atoi(value().c_str());
     else if (a == "--placement") {
       const std::string v = value();
-      if (v != "packed" && v != "random") usage("--placement takes packed or random");
-      o.random = v == "random";
+      if (v != "packed" && v != "cyclic" && v != "random") usage("--placement takes packed, cyclic or random");
+      o.placement = v == "random"   ? st::Placement::kRandom
+                    : v == "cyclic" ? st::Placement::kCyclic
+                                    : st::Placement::kPacked;
     } else if (a == "--seed")
       o.seed = std::strtoull(value().c_str(), nullptr, 10);
     else if (a == "--ring") {
@@ -105,6 +108,8 @@ Options parse(int argc, char** argv) {
       o.chunk = hopwise::env::parse_size(value(), "--chunk");
     else if (a == "--memory-gib")
       o.memory_gib = std::atof(value().c_str());
+    else if (a == "--cfg")
+      o.simgrid_options.push_back(value());
     else if (a == "-h" || a == "--help")
       usage("the allreduce table in simulated time");
     else
@@ -132,15 +137,16 @@ int main(int argc, char** argv) {
       xml = (std::filesystem::temp_directory_path() / fmt::format("hopwise-sim-{}.xml", ::getpid())).string();
       std::ofstream(xml) << st::fat_tree_xml(*tree);
     }
+    for (const std::string& c : o.simgrid_options) sim::configure(c);
     sim::load_platform(xml);
     if (tree) std::filesystem::remove(xml);
     const std::vector<std::string> names = sim::host_names();
     if (tree) {
-      host_of = st::place(tree->hosts, tree->ranks_per_host, o.random, o.seed);
+      host_of = st::place(tree->hosts, tree->ranks_per_host, o.placement, o.seed);
     } else {
       const int n = o.ranks > 0 ? o.ranks : static_cast<int>(names.size());
       const int per = (n + static_cast<int>(names.size()) - 1) / static_cast<int>(names.size());
-      host_of = st::place(static_cast<int>(names.size()), per, o.random, o.seed);
+      host_of = st::place(static_cast<int>(names.size()), per, o.placement, o.seed);
       host_of.resize(static_cast<std::size_t>(n));
     }
     const int n = static_cast<int>(host_of.size());
@@ -163,7 +169,10 @@ int main(int argc, char** argv) {
 
     fmt::print("# hopwise-sim: {} ({} hosts in the platform); {} ranks on {} hosts, {} placement, {} ring{}\n",
                o.platform, names.size(), n, std::set<int>(host_of.begin(), host_of.end()).size(),
-               o.random ? "random" : "packed", o.planned ? "planned" : "rank-order",
+               o.placement == st::Placement::kRandom   ? "random"
+               : o.placement == st::Placement::kCyclic ? "cyclic"
+                                                       : "packed",
+               o.planned ? "planned" : "rank-order",
                o.planned ? fmt::format(" (planned in {:.1f} ms)", planning_ms) : "");
     fmt::print("# allreduce float32 sum, simulated time; busbw = algbw x 2(n-1)/n\n");
     fmt::print("{:>12} {:>10} {:>10} {:>12} {:>9} {:>9} {:>8}\n", "size", "count", "algo", "time(us)", "algbw", "busbw",

@@ -146,11 +146,12 @@ topology::RingProblem fat_tree_problem(const FatTree& t, const std::vector<int>&
   return p;
 }
 
-std::vector<int> place(int hosts, int ranks_per_host, bool random, std::uint64_t seed) {
+std::vector<int> place(int hosts, int ranks_per_host, Placement how, std::uint64_t seed) {
   std::vector<int> slots(static_cast<std::size_t>(hosts) * static_cast<std::size_t>(ranks_per_host));
   for (std::size_t s = 0; s < slots.size(); ++s)
-    slots[s] = static_cast<int>(s / static_cast<std::size_t>(ranks_per_host));
-  if (random) {
+    slots[s] = how == Placement::kCyclic ? static_cast<int>(s % static_cast<std::size_t>(hosts))
+                                         : static_cast<int>(s / static_cast<std::size_t>(ranks_per_host));
+  if (how == Placement::kRandom) {
     std::mt19937_64 g(seed);
     std::shuffle(slots.begin(), slots.end(), g);
   }

@@ -33,8 +33,9 @@ double parse_latency(const std::string& text);
 // within a host the loopback, within a leaf two links, across leaves the leaf's uplinks shared by its hosts.
 topology::RingProblem fat_tree_problem(const FatTree& t, const std::vector<int>& host_of);
 
-// Rank -> host index: packed (R consecutive ranks a host) or random (the same slots, shuffled by `seed`, as a
-// scheduler that hands out free slots anywhere would).
-std::vector<int> place(int hosts, int ranks_per_host, bool random, std::uint64_t seed);
+// Rank -> host index: packed (R consecutive ranks a host), cyclic (rank r on host r % H: mpirun --map-by node) or
+// random (the packed slots shuffled by `seed`, as a scheduler that hands out free slots anywhere would).
+enum class Placement { kPacked, kCyclic, kRandom };
+std::vector<int> place(int hosts, int ranks_per_host, Placement how, std::uint64_t seed);
 
 }  // namespace hopwise::sim_tool

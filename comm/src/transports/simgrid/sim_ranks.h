@@ -23,6 +23,9 @@
 
 namespace hopwise::comm::sim {
 
+// Sets one of SimGrid's options ("network/latency-factor:1"), before load_platform; InvalidArgument naming it when
+// SimGrid refuses it.
+void configure(const std::string& name_colon_value);
 // Loads a SimGrid platform file (XML) into this process's engine. SimGrid keeps one engine per process, so a process
 // loads one platform; a second call with the same file does nothing, with another throws InvalidArgument.
 void load_platform(const std::string& xml_path);

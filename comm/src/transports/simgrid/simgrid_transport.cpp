@@ -253,6 +253,24 @@ class SimgridTransport final : public Transport {
 
 }  // namespace
 
+void configure(const std::string& name_colon_value) {
+  engine();
+  if (!loaded_platform().empty())
+    throw InvalidArgument(
+        fmt::format("SimGrid option {}: give options before the platform is loaded", name_colon_value));
+  const auto colon = name_colon_value.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == name_colon_value.size())
+    throw InvalidArgument(
+        fmt::format("SimGrid option '{}': write NAME:VALUE, e.g. network/latency-factor:1", name_colon_value));
+  try {
+    s4u::Engine::set_config(name_colon_value);
+  } catch (const std::exception& e) {
+    const std::string why = e.what();  // SimGrid lists every key after the first line
+    throw InvalidArgument(fmt::format("SimGrid refused the option '{}': {} (SimGrid's documentation lists its options)",
+                                      name_colon_value, why.substr(0, why.find('\n'))));
+  }
+}
+
 void load_platform(const std::string& xml_path) {
   std::string& loaded = loaded_platform();
   if (loaded == xml_path) return;
