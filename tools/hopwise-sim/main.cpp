@@ -40,7 +40,7 @@ struct Options {
   bool planned = true;
   std::vector<hc::Algorithm> algos;
   std::size_t begin = 4096, end = 64u << 20, factor = 4;
-  std::size_t chunk = 1u << 20;
+  std::size_t chunk = 256u << 10;            // the Communicator's default (HOPWISE_CHUNK_BYTES)
   double memory_gib = 8;                     // real buffers: every rank holds its own
   std::vector<std::string> simgrid_options;  // --cfg NAME:VALUE, passed to SimGrid
 };
@@ -51,7 +51,7 @@ struct Options {
                "usage: hopwise-sim --platform fat-tree:hosts=H,ranks-per-host=R,link=25Gbps,oversub=O[,leaf=L]"
                "[,latency=1us][,local=20GBps] | --platform FILE.xml [--ranks N]\n"
                "       [--placement packed|cyclic|random] [--seed S] [--ring planned|rank] [-a ALGOS|all]\n"
-               "       [-b 4K] [-e 64M] [-f 4] [--chunk 1M] [--memory-gib 8] [--cfg SIMGRID_OPTION:VALUE]...\n",
+               "       [-b 4K] [-e 64M] [-f 4] [--chunk 256K] [--memory-gib 8] [--cfg SIMGRID_OPTION:VALUE]...\n",
                why.c_str());
   std::exit(2);
 }

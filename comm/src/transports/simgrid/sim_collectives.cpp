@@ -9,6 +9,7 @@
 #include "../../workspace.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/reduce.h"
+#include "hopwise/topology/planner.h"
 #include "sim_ranks.h"
 
 namespace hopwise::comm::sim {
@@ -33,7 +34,16 @@ RankCollectives::RankCollectives(Transport& t, std::vector<int> ring, std::vecto
   for (std::size_t i = 0; i < n; ++i)
     if (sorted[i] != static_cast<int>(i)) throw InvalidArgument("RankCollectives: the ring must hold every rank once");
   if (chunk_bytes == 0) throw InvalidArgument("RankCollectives: the chunk must be at least 1 byte");
+  // As Communicator::plan_topology sets them: the ring, then the plan's trees (a chain within each host, a double
+  // binary tree over the hosts), then the hosts.
+  const topology::DoubleTree trees = topology::hierarchical_trees(ring, host_of_rank);
   s_->plan.set_ring(std::move(ring));
+  if (n > 1) {
+    s_->plan.tree_a = trees.first;
+    s_->plan.tree_b = trees.second;
+    s_->plan.tree_depth = s_->plan.tree_a.depth();
+    s_->plan.two_trees = true;
+  }
   s_->plan.set_hosts(std::move(host_of_rank));
 }
 

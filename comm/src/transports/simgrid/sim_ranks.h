@@ -40,6 +40,9 @@ struct RunOptions {
   // Whether messages carry their bytes (a receive gets what was sent). Without, only sizes travel: for simulations
   // whose buffers are not checked.
   bool real_payloads = true;
+  // Whether a message's bytes start to flow when it is sent, before its receive is posted (each rank is the
+  // permanent receiver of its mailboxes), as over TCP and MPI's eager path; else only once both sides are there.
+  bool eager = true;
   // A wait's limit in simulated seconds (Transport::timeout()).
   double timeout_s = 600;
   // The most bytes the messages in flight may hold (real payloads are copied at the send): past it a send throws
@@ -60,7 +63,8 @@ std::vector<Algorithm> sim_algorithms();
 
 // One rank's collectives run straight through the algorithm rows, on the actor's own thread: a Communicator runs its
 // calls on a progress thread of its own, an OS thread that an actor must not wait on. The ring order and the ranks'
-// hosts (as run_ranks places them) must be alike on every rank.
+// hosts (as run_ranks places them) must be alike on every rank; the trees are the planner's over them (a chain
+// within each host, a double binary tree over the hosts), as a planned Communicator's.
 class RankCollectives {
  public:
   RankCollectives(Transport& t, std::vector<int> ring, std::vector<int> host_of_rank,

@@ -14,6 +14,7 @@
 #include <simgrid/Exception.hpp>
 #include <simgrid/s4u.hpp>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "hopwise/common/error.h"
 #include "sim_ranks.h"
@@ -24,17 +25,32 @@ namespace s4u = simgrid::s4u;
 
 namespace {
 
+struct Message;
+
+struct Job {
+  std::uint64_t id = 0;
+  std::vector<std::string> hosts;  // rank -> host name
+  std::vector<int> host_ids;       // rank -> host index (hosts counted from 0 in rank order)
+  std::vector<int> local_ranks, local_sizes;
+  RunOptions options;
+  std::vector<s4u::ActorPtr> actors;            // rank -> its actor, the permanent receiver of its mailboxes
+  std::unordered_set<s4u::Mailbox*> mailboxes;  // those given a receiver, cleared at the end
+  std::unordered_set<Message*> live;            // messages not yet freed (one left in a mailbox is freed at the end)
+  std::size_t held = 0;  // bytes in messages not yet delivered (one OS thread runs every actor: no lock)
+};
+
 // What travels: the bytes (when the run carries them) and the true size, for the receiver's overflow check. The
-// job counts the bytes its messages hold until they are delivered or withdrawn.
+// job keeps count of its messages and of the bytes they hold.
 struct Message {
   std::vector<char> bytes;
   std::size_t size = 0;
-  std::size_t* held = nullptr;
-  Message(std::size_t n, std::size_t* counter) : size(n), held(counter) {}
+  Job* job = nullptr;
+  Message(std::size_t n, Job* j) : size(n), job(j) { job->live.insert(this); }
   Message(const Message&) = delete;
   Message& operator=(const Message&) = delete;
   ~Message() {
-    if (held) *held -= bytes.size();
+    job->held -= bytes.size();
+    job->live.erase(this);
   }
 };
 
@@ -47,15 +63,6 @@ struct Pending {
   Message* got = nullptr;   // a receive's message, set by SimGrid when the transfer completes
   void* buf = nullptr;      // a receive's buffer and its size
   std::size_t capacity = 0;
-};
-
-struct Job {
-  std::uint64_t id = 0;
-  std::vector<std::string> hosts;  // rank -> host name
-  std::vector<int> host_ids;       // rank -> host index (hosts counted from 0 in rank order)
-  std::vector<int> local_ranks, local_sizes;
-  RunOptions options;
-  std::size_t held = 0;  // bytes in messages not yet delivered (one OS thread runs every actor: no lock)
 };
 
 s4u::Engine& engine() {
@@ -100,12 +107,17 @@ class SimgridTransport final : public Transport {
           "simulation: rank {}'s send of {} bytes to rank {} would make the messages in flight hold more than {} "
           "bytes (RunOptions::max_held_bytes; every message's bytes are copied): fewer ranks or smaller calls",
           rank_, bytes, peer, job_->options.max_held_bytes));
-    p->sent = new Message(bytes, &job_->held);
+    p->sent = new Message(bytes, job_.get());
     if (job_->options.real_payloads && bytes > 0) {
       p->sent->bytes.assign(static_cast<const char*>(buf), static_cast<const char*>(buf) + bytes);
       job_->held += bytes;
     }
-    p->comm = mailbox(rank_, peer, tag)->put_async(p->sent, bytes);
+    s4u::Mailbox* box = mailbox(rank_, peer, tag);
+    // Its bytes flow before the receive is posted. (Our own record: SimGrid 3.32's get_receiver() fails on a
+    // mailbox without one.)
+    if (job_->options.eager && job_->mailboxes.insert(box).second)
+      box->set_receiver(job_->actors[static_cast<std::size_t>(peer)]);
+    p->comm = box->put_async(p->sent, bytes);
     return keep(std::move(p), peer, false);
   }
 
@@ -341,17 +353,29 @@ double run_ranks(const std::vector<std::string>& hosts, const std::function<void
   const double start = now();
   double last = start;
   for (int r = 0; r < n; ++r)
-    s4u::Actor::create(fmt::format("rank{}", r), engine().host_by_name(hosts[static_cast<std::size_t>(r)]), [&, r] {
-      try {
-        SimgridTransport t(job, r);
-        body(r, t);
-      } catch (...) {  // never out of an actor: SimGrid would end the process
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-        failed_at[static_cast<std::size_t>(r)] = now();
-      }
-      last = std::max(last, now());
-    });
+    job->actors.push_back(
+        s4u::Actor::create(fmt::format("rank{}", r), engine().host_by_name(hosts[static_cast<std::size_t>(r)]), [&, r] {
+          try {
+            SimgridTransport t(job, r);
+            body(r, t);
+          } catch (...) {  // never out of an actor: SimGrid would end the process
+            errors[static_cast<std::size_t>(r)] = std::current_exception();
+            failed_at[static_cast<std::size_t>(r)] = now();
+          }
+          last = std::max(last, now());
+        }));
+  // Once every rank has returned, an actor of its own (SimGrid's calls belong inside actors) takes the receivers
+  // off the run's mailboxes and drops the sends nobody took.
+  s4u::Actor::create("cleanup", engine().host_by_name(hosts[0]), [job] {
+    for (const s4u::ActorPtr& a : job->actors) a->join();
+    for (s4u::Mailbox* box : job->mailboxes) {
+      box->set_receiver(nullptr);
+      box->clear();
+    }
+  });
   engine().run();
+  job->actors.clear();
+  for (Message* m : std::vector<Message*>(job->live.begin(), job->live.end())) delete m;
   // The first failure in simulated time is the cause; the others' timeouts follow from it.
   int first = -1;
   for (int r = 0; r < n; ++r)

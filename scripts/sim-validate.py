@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""The simulation against the emulated cluster: hopwise-sim's allreduce times per algorithm and size beside the times
+scripts/sim-measure.sh measured, for the same shapes (2 hosts x 1 and x 2, 4 hosts x 1, --map-by node).
+
+The platform is calibrated from measurement, never fitted per row: every host on one full-duplex link of the rate
+measured (the shaped rate), its latency from the 8-byte allreduce of 2 ranks (2 steps of one message each way: a
+message's time is half the call's; the route crosses 2 links), SimGrid's latency factor 1 (its default 13.01 was fitted
+to TCP on older Ethernet). Prints one table per shape and the worst ratio; exits 1 when a ratio leaves the tolerance.
+
+    scripts/sim-validate.py [--data tests/sim/emulated-1gbit] [--rate 125MBps] [--tolerance 0.15]
+"""
+import argparse
+import csv
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def measured(path):
+    """{(bytes, algo): time_us} from a hopwise-bench CSV."""
+    out = {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            out[(int(row["size_bytes"]), row["algo"])] = float(row["time_us"])
+    return out
+
+
+def platform(hosts, rate, latency_us):
+    return f"""<?xml version='1.0'?>
+<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">
+<platform version="4.1">
+  <zone id="world" routing="Full">
+    <cluster id="emulated" prefix="e" suffix="" radical="0-{hosts - 1}" speed="1Gf" bw="{rate}" lat="{latency_us:.3f}us"
+             bb_bw="100GBps" bb_lat="0us" loopback_bw="5GBps" loopback_lat="1us" sharing_policy="SPLITDUPLEX"/>
+  </zone>
+</platform>
+"""
+
+
+def simulated(xml, ranks, algos, sizes):
+    cmd = [str(ROOT / "build" / "bin" / "hopwise-sim"), "--platform", xml, "--ranks", str(ranks), "--placement",
+           "cyclic", "--ring", "planned", "--cfg", "network/latency-factor:1", "-a", ",".join(algos), "-b",
+           str(min(sizes)), "-e", str(max(sizes)), "-f", "4"]
+    text = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    out = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 4 and f[0].isdigit() and f[3].replace(".", "").isdigit():
+            out[(int(f[0]), f[2])] = float(f[3])
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default=str(ROOT / "tests" / "sim" / "emulated-1gbit"))
+    ap.add_argument("--rate", default="125MBps")
+    ap.add_argument("--tolerance", type=float, default=0.15)
+    args = ap.parse_args()
+    data = Path(args.data)
+    lat = measured(data / "latency.csv")
+    call_us = statistics.median(v for (b, a), v in lat.items() if a == "ring")
+    link_latency_us = call_us / 2 / 2  # a message's time, over the route's 2 links
+    print(f"calibration: 8-byte allreduce of 2 ranks {call_us:.1f} us -> {link_latency_us:.2f} us a link; "
+          f"links {args.rate} full duplex")
+    worst = 1.0
+    with tempfile.TemporaryDirectory() as tmp:
+        for shape in ("2x1", "2x2", "4x1"):
+            hosts, per = (int(x) for x in shape.split("x"))
+            real = measured(data / f"{shape}.csv")
+            algos = sorted({a for (_, a) in real if a in ("ring", "hd", "tree", "one_shot")})
+            sizes = sorted({b for (b, _) in real})
+            xml = Path(tmp) / f"{shape}.xml"
+            xml.write_text(platform(hosts, args.rate, link_latency_us))
+            sim = simulated(str(xml), hosts * per, algos, sizes)
+            print(f"\n{shape} ({hosts} hosts x {per} ranks): simulated / measured")
+            print("| bytes | " + " | ".join(algos) + " |")
+            print("|---:|" + "---:|" * len(algos))
+            for b in sizes:
+                cells = []
+                for a in algos:
+                    if (b, a) in sim and (b, a) in real:
+                        r = sim[(b, a)] / real[(b, a)]
+                        worst = max(worst, r, 1 / r)
+                        cells.append(f"{r:.3f}")
+                    else:
+                        cells.append("-")
+                print(f"| {b} | " + " | ".join(cells) + " |")
+    print(f"\nworst ratio {worst:.3f} (tolerance {1 + args.tolerance:.2f})")
+    return 0 if worst <= 1 + args.tolerance else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
