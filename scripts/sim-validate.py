@@ -7,7 +7,7 @@ measured (the shaped rate), its latency from the 8-byte allreduce of 2 ranks (2 
 message's time is half the call's; the route crosses 2 links), SimGrid's latency factor 1 (its default 13.01 was fitted
 to TCP on older Ethernet). Prints one table per shape and the worst ratio; exits 1 when a ratio leaves the tolerance.
 
-    scripts/sim-validate.py [--data tests/sim/emulated-1gbit] [--rate 125MBps] [--tolerance 0.15]
+    scripts/sim-validate.py [--data tests/sim/emulated-1gbit] [--rate 125MBps] [--tolerance 0.15] [--algos ring,hd]
 """
 import argparse
 import csv
@@ -41,8 +41,8 @@ def platform(hosts, rate, latency_us):
 """
 
 
-def simulated(xml, ranks, algos, sizes):
-    cmd = [str(ROOT / "build" / "bin" / "hopwise-sim"), "--platform", xml, "--ranks", str(ranks), "--placement",
+def simulated(binary, xml, ranks, algos, sizes):
+    cmd = [binary, "--platform", xml, "--ranks", str(ranks), "--placement",
            "cyclic", "--ring", "planned", "--cfg", "network/latency-factor:1", "-a", ",".join(algos), "-b",
            str(min(sizes)), "-e", str(max(sizes)), "-f", "4"]
     text = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
@@ -59,6 +59,8 @@ def main():
     ap.add_argument("--data", default=str(ROOT / "tests" / "sim" / "emulated-1gbit"))
     ap.add_argument("--rate", default="125MBps")
     ap.add_argument("--tolerance", type=float, default=0.15)
+    ap.add_argument("--algos", default="ring,hd,tree,one_shot", help="the algorithms to compare")
+    ap.add_argument("--sim", default=str(ROOT / "build" / "bin" / "hopwise-sim"), help="the hopwise-sim to run")
     args = ap.parse_args()
     data = Path(args.data)
     lat = measured(data / "latency.csv")
@@ -71,11 +73,11 @@ def main():
         for shape in ("2x1", "2x2", "4x1"):
             hosts, per = (int(x) for x in shape.split("x"))
             real = measured(data / f"{shape}.csv")
-            algos = sorted({a for (_, a) in real if a in ("ring", "hd", "tree", "one_shot")})
+            algos = sorted({a for (_, a) in real if a in args.algos.split(",")})
             sizes = sorted({b for (b, _) in real})
             xml = Path(tmp) / f"{shape}.xml"
             xml.write_text(platform(hosts, args.rate, link_latency_us))
-            sim = simulated(str(xml), hosts * per, algos, sizes)
+            sim = simulated(args.sim, str(xml), hosts * per, algos, sizes)
             print(f"\n{shape} ({hosts} hosts x {per} ranks): simulated / measured")
             print("| bytes | " + " | ".join(algos) + " |")
             print("|---:|" + "---:|" * len(algos))
