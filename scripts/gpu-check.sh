@@ -59,6 +59,14 @@ if [ -z "$prebuilt" ]; then
 else
   [ -d "$prebuilt/bin" ] || { echo "gpu-check: $prebuilt/bin not found; make it with scripts/gpu-bundle.sh" >&2; exit 2; }
   bin=$prebuilt/bin
+  if ! command -v mpirun >/dev/null && [ -f "$prebuilt/mpi-runtime.tar.gz" ]; then
+    step "Open MPI's runtime from the bundle (adds files only: none of the machine's is replaced)"
+    tar -xzf "$prebuilt/mpi-runtime.tar.gz" -C / --skip-old-files --keep-directory-symlink --no-overwrite-dir
+    ldconfig
+    # One host: shared memory between ranks, no network transports to probe.
+    export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+    mpirun --version | head -1
+  fi
   wheel_libs=$(python3 -c 'import glob, os, nvidia; print(":".join(d for b in nvidia.__path__ for d in sorted(glob.glob(os.path.join(b, "*", "lib")))))' 2>/dev/null || true)
   export LD_LIBRARY_PATH="$prebuilt/lib:/usr/local/cuda/lib64:${wheel_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 

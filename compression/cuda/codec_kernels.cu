@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cub/block/block_reduce.cuh>
 #include <string>
 
@@ -129,14 +130,36 @@ __global__ void block_max_abs_kernel(const float* g, const float* r, std::size_t
 }
 
 template <bool Stochastic>
-__global__ void int8_encode_kernel(const float* g, std::size_t n, std::size_t block, const float* scales, int q,
-                                   Stream rs, std::int8_t* out) {
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
-    const float inv = detail::safe_ratio(static_cast<float>(q), scales[block_of(i, block)]);
-    if constexpr (Stochastic)
-      out[i] = detail::int8_stochastic(g[i], inv, q, rs.uniform(i));
-    else
-      out[i] = detail::int8_nearest(g[i], inv, q);
+__device__ __forceinline__ std::int8_t int8_of(float v, float inv, int q, const Stream& rs, std::size_t i) {
+  if constexpr (Stochastic)
+    return detail::int8_stochastic(v, inv, q, rs.uniform(i));
+  else
+    return detail::int8_nearest(v, inv, q);
+}
+
+// Elements [begin, n), one per thread per turn: the tail after int8_encode4_kernel, or unaligned buffers.
+template <bool Stochastic>
+__global__ void int8_encode_kernel(const float* g, std::size_t begin, std::size_t n, std::size_t block,
+                                   const float* scales, int q, Stream rs, std::int8_t* out) {
+  for (std::size_t i = begin + first_index(); i < n; i += grid_stride())
+    out[i] = int8_of<Stochastic>(g[i], detail::safe_ratio(static_cast<float>(q), scales[block_of(i, block)]), q, rs, i);
+}
+
+// Four elements per thread per turn: a 16-byte load and a 4-byte store (one byte per thread left the stores a
+// quarter of a warp's transaction; the kernel ran at 28% of a copy's speed on an H200).
+template <bool Stochastic>
+__global__ void int8_encode4_kernel(const float4* g, std::size_t quads, std::size_t block, const float* scales, int q,
+                                    Stream rs, char4* out) {
+  const bool shared_scale = block % 4 == 0;  // the four elements lie in one codec block
+  for (std::size_t j = first_index(); j < quads; j += grid_stride()) {
+    const float4 v = g[j];
+    const std::size_t i = 4 * j;
+    float inv[4];
+    inv[0] = detail::safe_ratio(static_cast<float>(q), scales[block_of(i, block)]);
+    for (int k = 1; k < 4; ++k)
+      inv[k] = shared_scale ? inv[0] : detail::safe_ratio(static_cast<float>(q), scales[block_of(i + k, block)]);
+    out[j] = make_char4(int8_of<Stochastic>(v.x, inv[0], q, rs, i), int8_of<Stochastic>(v.y, inv[1], q, rs, i + 1),
+                        int8_of<Stochastic>(v.z, inv[2], q, rs, i + 2), int8_of<Stochastic>(v.w, inv[3], q, rs, i + 3));
   }
 }
 
@@ -313,10 +336,23 @@ void block_max_abs(const float* g, const float* r, std::size_t n, std::size_t bl
 void int8_encode(const float* g, std::size_t n, std::size_t block, const float* scales, int q, bool stochastic,
                  Stream rs, std::int8_t* out, cudaStream_t s) {
   if (n == 0) return;
-  if (stochastic)
-    int8_encode_kernel<true><<<grid_for(n, kThreads), kThreads, 0, s>>>(g, n, block, scales, q, rs, out);
-  else
-    int8_encode_kernel<false><<<grid_for(n, kThreads), kThreads, 0, s>>>(g, n, block, scales, q, rs, out);
+  const bool aligned = reinterpret_cast<std::uintptr_t>(g) % 16 == 0 && reinterpret_cast<std::uintptr_t>(out) % 4 == 0;
+  const std::size_t quads = aligned ? n / 4 : 0, begin = 4 * quads;
+  const auto* g4 = reinterpret_cast<const float4*>(g);
+  auto* out4 = reinterpret_cast<char4*>(out);
+  if (quads > 0) {
+    if (stochastic)
+      int8_encode4_kernel<true><<<grid_for(quads, kThreads), kThreads, 0, s>>>(g4, quads, block, scales, q, rs, out4);
+    else
+      int8_encode4_kernel<false><<<grid_for(quads, kThreads), kThreads, 0, s>>>(g4, quads, block, scales, q, rs, out4);
+  }
+  if (begin < n) {
+    const unsigned grid = grid_for(n - begin, kThreads);
+    if (stochastic)
+      int8_encode_kernel<true><<<grid, kThreads, 0, s>>>(g, begin, n, block, scales, q, rs, out);
+    else
+      int8_encode_kernel<false><<<grid, kThreads, 0, s>>>(g, begin, n, block, scales, q, rs, out);
+  }
   check(cudaGetLastError(), "int8 encode kernel");
 }
 

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 #include <fmt/core.h>
 #include <mpi.h>
+#include <nccl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -102,8 +103,11 @@ int main(int argc, char** argv) {
     if (dev.rank() == 0) {
       cudaDeviceProp prop{};
       check(cudaGetDeviceProperties(&prop, dev.device()), "cudaGetDeviceProperties");
-      fmt::print("gpu-allreduce-bench: {} ranks, rank 0 on {}; float32 sum; median of {} calls; busbw GB/s\n\n", n,
-                 prop.name, iters);
+      int nccl_version = 0;
+      ncclGetVersion(&nccl_version);  // e.g. 22903 for 2.29.3
+      fmt::print(
+          "gpu-allreduce-bench: {} ranks, rank 0 on {}; NCCL {}.{}.{}; float32 sum; median of {} calls; busbw GB/s\n\n",
+          n, prop.name, nccl_version / 10000, nccl_version / 100 % 100, nccl_version % 100, iters);
       fmt::print(
           "| bytes | nccl µs | ring µs | fp16 µs | int8 µs | psgd r4 µs | mpi (host-staged) µs | copy µs | "
           "nccl busbw | ring/nccl | mpi/nccl |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");

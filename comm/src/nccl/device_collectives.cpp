@@ -31,7 +31,7 @@ void Impl::scale_down(DataType dt, void* x, std::size_t n) {
 void Impl::native_allreduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
                             const std::string& what) {
   if (count == 0) return;
-  settle(ncclAllReduce(in, out, count, nccl_dtype(dt), nccl_op(op), comm, stream), what);
+  settle(ncclAllReduce(in, out, count, nccl_dtype(dt), nccl_op(op, size), comm, stream), what);
 }
 
 void Impl::reduce_scatter(const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op,
@@ -43,10 +43,10 @@ void Impl::reduce_scatter(const void* in, void* out, std::size_t recvcount, Data
   const bool overlap = o < i + total && i < o + bytes;
   if (overlap && !nccl_in_place) {  // e.g. out == in: reduce into a staging buffer, then copy
     void* tmp = grow(stage, bytes, what);
-    settle(ncclReduceScatter(in, tmp, recvcount, nccl_dtype(dt), nccl_op(op), comm, stream), what);
+    settle(ncclReduceScatter(in, tmp, recvcount, nccl_dtype(dt), nccl_op(op, size), comm, stream), what);
     cuda::check(cudaMemcpyAsync(out, tmp, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync", rank);
   } else {
-    settle(ncclReduceScatter(in, out, recvcount, nccl_dtype(dt), nccl_op(op), comm, stream), what);
+    settle(ncclReduceScatter(in, out, recvcount, nccl_dtype(dt), nccl_op(op, size), comm, stream), what);
   }
 }
 
@@ -148,11 +148,11 @@ DeviceWork DeviceCommunicator::reduce_async(const void* in, void* out, std::size
   const std::size_t bytes = checked_bytes(count, dt, "reduce");
   m.check_ptr(in, count, "reduce", "input buffer");
   if (m.rank == root) m.check_ptr(out, count, "reduce", "output buffer (at the root)");
-  return m.run(fmt::format("{} to root {}", describe("reduce", count, dt), root), stream, bytes,
-               [&](const std::string& what) {
-                 if (count > 0)  // NCCL reads recvbuff at the root only
-                   m.settle(ncclReduce(in, out, count, nccl_dtype(dt), nccl_op(op), root, m.comm, m.stream), what);
-               });
+  return m.run(
+      fmt::format("{} to root {}", describe("reduce", count, dt), root), stream, bytes, [&](const std::string& what) {
+        if (count > 0)  // NCCL reads recvbuff at the root only
+          m.settle(ncclReduce(in, out, count, nccl_dtype(dt), nccl_op(op, m.size), root, m.comm, m.stream), what);
+      });
 }
 
 DeviceWork DeviceCommunicator::barrier_async() {

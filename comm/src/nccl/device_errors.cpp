@@ -26,7 +26,8 @@ ncclDataType_t nccl_dtype(DataType dt) {
   throw InvalidArgument("unknown DataType for NCCL");
 }
 
-ncclRedOp_t nccl_op(ReduceOp op) {
+ncclRedOp_t nccl_op(ReduceOp op, int ranks) {
+  if (op == ReduceOp::kAvg && ranks == 1) return ncclSum;
   switch (op) {
     case ReduceOp::kSum: return ncclSum;
     case ReduceOp::kProd: return ncclProd;

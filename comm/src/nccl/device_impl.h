@@ -29,7 +29,9 @@ namespace hopwise::comm {
 using DeviceClock = std::chrono::steady_clock;
 
 ncclDataType_t nccl_dtype(DataType dt);
-ncclRedOp_t nccl_op(ReduceOp op);
+// NCCL's op for `op` over `ranks` ranks. avg over one rank is sent as sum (both a copy there): NCCL before 2.29.7
+// leaves the last count % 32 elements of a one-rank avg unwritten (its oneRankReduce; seen on an H200 with float64).
+ncclRedOp_t nccl_op(ReduceOp op, int ranks);
 std::string nccl_text(ncclResult_t r);
 // Spin briefly (latency of small collectives), then sleep in short steps (do not burn a core for long waits).
 void backoff(int& spins);
