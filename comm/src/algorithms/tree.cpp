@@ -60,14 +60,29 @@ void reduce_phase(const Context& c, const char* in, char* acc, DataType dt, Redu
       for (std::size_t k = 0; k < std::min(kWindow, st[ji].chunks); ++k) post(ji, ci, k);
   }
   Requests sends(t);
+  // A leaf's chunks depend on nothing: they go out up to kWindow ahead of the loop. Sent in turn with the other
+  // tree's chunks, a rank that waits there held them back, and on two hosts the links' two directions took turns.
+  std::vector<std::size_t> leaf_sent(jobs.size(), 0);
+  auto send_leaf_chunks = [&](std::size_t upto) {
+    for (std::size_t ji = 0; ji < jobs.size(); ++ji) {
+      const Job& j = jobs[ji];
+      const int parent = j.tree->parent[static_cast<std::size_t>(me)];
+      if (parent < 0 || !j.tree->children[static_cast<std::size_t>(me)].empty()) continue;
+      for (std::size_t& k = leaf_sent[ji]; k < std::min(upto, st[ji].chunks); ++k)
+        sends.push_back(
+            t.isend(in + (j.lo + k * ce) * es, std::min(ce, j.n - k * ce) * es, parent, kTagTreeReduce + j.tree_index));
+    }
+  };
   for (std::size_t k = 0; k < max_chunks; ++k) {
+    send_leaf_chunks(k + kWindow);
     for (std::size_t ji = 0; ji < jobs.size(); ++ji) {
       const Job& j = jobs[ji];
       if (k >= st[ji].chunks) continue;
       const auto& kids = j.tree->children[static_cast<std::size_t>(me)];
       const int parent = j.tree->parent[static_cast<std::size_t>(me)];
+      if (kids.empty() && parent >= 0) continue;  // a leaf's chunk went out above
       const std::size_t off = (j.lo + k * ce) * es, n = std::min(ce, j.n - k * ce);
-      const char* result = in + off;  // a leaf sends its input as it is
+      const char* result = in + off;
       for (std::size_t ci = 0; ci < kids.size(); ++ci) {
         Request& r = st[ji].recvs[ci * kWindow + k % kWindow];
         t.wait(r);
@@ -107,11 +122,25 @@ void broadcast_phase(const Context& c, char* buf, DataType dt, const std::vector
                                   kTagTreeBroadcast + j.tree_index));
   }
   Requests sends(t);
+  // A root's chunks depend on nothing: up to kWindow ahead, as a leaf's in reduce_phase.
+  std::vector<std::size_t> root_sent(jobs.size(), 0);
+  auto send_root_chunks = [&](std::size_t upto) {
+    for (std::size_t ji = 0; ji < jobs.size(); ++ji) {
+      const Job& j = jobs[ji];
+      if (j.tree->parent[static_cast<std::size_t>(me)] >= 0) continue;
+      for (std::size_t& k = root_sent[ji]; k < std::min(upto, chunks_of(j.n, ce)); ++k)
+        for (int child : j.tree->children[static_cast<std::size_t>(me)])
+          sends.push_back(t.isend(buf + (j.lo + k * ce) * es, std::min(ce, j.n - k * ce) * es, child,
+                                  kTagTreeBroadcast + j.tree_index));
+    }
+  };
   for (std::size_t k = 0; k < max_chunks; ++k) {
+    send_root_chunks(k + kWindow);
     for (std::size_t ji = 0; ji < jobs.size(); ++ji) {
       const Job& j = jobs[ji];
       if (k >= chunks_of(j.n, ce)) continue;
-      if (!recvs[ji].empty()) t.wait(recvs[ji][k]);
+      if (recvs[ji].empty()) continue;  // the root's chunk went out above
+      t.wait(recvs[ji][k]);
       for (int child : j.tree->children[static_cast<std::size_t>(me)])
         sends.push_back(t.isend(buf + (j.lo + k * ce) * es, std::min(ce, j.n - k * ce) * es, child,
                                 kTagTreeBroadcast + j.tree_index));
