@@ -48,7 +48,7 @@ stage_packages() {
     done
   done
   find "$stage" -type f | while read -r f; do
-    if [ "$(head -c4 "$f" | tail -c3)" = ELF ]; then ldd "$f" 2>/dev/null || true; fi
+    if [ "$(head -c4 "$f" | tail -c3 | tr -d '\0')" = ELF ]; then ldd "$f" 2>/dev/null || true; fi
   done |
     awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libstdc\+\+|libgcc_s)\.so' |
