@@ -1,6 +1,8 @@
 // Picks the widest kernel set the CPU supports, once; HOPWISE_ISA caps it.
 #include "hopwise/common/reduce.h"
 
+#include <cstring>
+
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 
@@ -52,6 +54,8 @@ KernelSet pick() {
   return {"generic", kernels::generic::reduce, kernels::generic::scale};
 }
 
+thread_local WorkHook work_hook = nullptr;
+
 const KernelSet& active() {
   static const KernelSet set = pick();
   return set;
@@ -60,12 +64,21 @@ const KernelSet& active() {
 }  // namespace
 
 void reduce_into(DataType dt, ReduceOp op, void* dst, const void* a, const void* b, std::size_t n) {
-  if (n != 0) active().reduce(dt, op, dst, a, b, n);
+  if (n == 0 || (work_hook && work_hook(ElementWork::kReduce, n * dtype_size(dt)))) return;
+  active().reduce(dt, op, dst, a, b, n);
 }
 
 void scale_by(DataType dt, void* buf, std::size_t n, double factor) {
-  if (n != 0) active().scale(dt, buf, n, factor);
+  if (n == 0 || (work_hook && work_hook(ElementWork::kScale, n * dtype_size(dt)))) return;
+  active().scale(dt, buf, n, factor);
 }
+
+void copy_bytes(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0 || dst == src || (work_hook && work_hook(ElementWork::kCopy, bytes))) return;
+  std::memmove(dst, src, bytes);
+}
+
+void set_work_hook(WorkHook hook) { work_hook = hook; }
 
 std::string_view active_isa() { return active().name; }
 

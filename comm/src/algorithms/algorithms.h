@@ -36,7 +36,21 @@ struct Context {
   Workspace& workspace;
   std::size_t chunk_bytes;      // largest message; also the pipelining grain
   int tag_offset = 0;           // added to the ring's tags: channels running side by side keep their messages apart
-  std::size_t send_window = 0;  // the ring's sends in flight at most (0: no limit); see AlgorithmContext
+  std::size_t send_window = 0;  // sends in flight at most (0: no limit); see AlgorithmContext
+};
+
+// At most `limit` of a rank's sends in flight (0: any number), the oldest waited for before the next is posted.
+// Across hosts, a whole block queued at once made the TCP paths carry one direction at a time (see
+// AlgorithmContext::send_window): the ring and halving-doubling send through one.
+struct SendWindow {
+  Transport& t;
+  Requests& sends;
+  std::size_t limit;
+  std::size_t oldest = 0;
+  void push(const Request& r) {
+    if (limit != 0 && sends.size() - oldest >= limit) t.wait(sends[oldest++]);
+    sends.push_back(r);
+  }
 };
 
 // The scratch space, chunk and transport of a row's run, as the algorithm functions below take them.

@@ -28,7 +28,7 @@ namespace {
 void reduce_inputs(int p, DataType dt, ReduceOp op, void* out, std::size_t count,
                    const std::function<const char*(int)>& input) {
   if (p == 1) {
-    if (out != input(0)) std::memmove(out, input(0), count * dtype_size(dt));
+    if (out != input(0)) copy_bytes(out, input(0), count * dtype_size(dt));
     return;
   }
   reduce_into(dt, op, out, input(0), input(1), count);
@@ -48,7 +48,7 @@ bool one_shot_allreduce_shared(const Context& c, const void* in, void* out, std:
   // This buffer was last read in call seq-2; a rank's flag reaches seq-1 only after it finished that call.
   wait_for_flags(t, *sh, seq - 1);
   char* mine = sh->base[static_cast<std::size_t>(t.rank())];
-  if (bytes != 0) std::memcpy(mine + which, in, bytes);
+  if (bytes != 0) copy_bytes(mine + which, in, bytes);
   sh->bytes_in.fetch_add(bytes, std::memory_order_relaxed);
   flag_of(mine).store(seq, std::memory_order_release);
   wait_for_flags(t, *sh, seq);
@@ -83,7 +83,7 @@ void one_shot_allreduce(const Context& c, const void* in, void* out, std::size_t
   // In place, the first reductions into out would overwrite this rank's input before its turn: keep a copy.
   const char* mine = static_cast<const char*>(in);
   if (in == out && p > 2 && bytes != 0) {
-    std::memcpy(others + static_cast<std::size_t>(me) * bytes, in, bytes);
+    copy_bytes(others + static_cast<std::size_t>(me) * bytes, in, bytes);
     mine = others + static_cast<std::size_t>(me) * bytes;
   }
   reduce_inputs(p, dt, op, out, count,

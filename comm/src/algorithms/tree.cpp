@@ -2,7 +2,6 @@
 // sends it up while its children already work on chunk k+1; the root sends chunks down as they complete.
 // With two trees (double binary tree) each carries half of the data, and their chunks are interleaved so that
 // a rank that is a leaf in one tree does the interior work of the other at the same time.
-#include <cstring>
 
 #include "../plan_state.h"
 #include "algorithms.h"
@@ -94,7 +93,7 @@ void reduce_phase(const Context& c, const char* in, char* acc, DataType dt, Redu
       if (parent >= 0) {
         sends.push_back(t.isend(result, n * es, parent, kTagTreeReduce + j.tree_index));
       } else {
-        if (result != acc + off) std::memcpy(acc + off, result, n * es);
+        if (result != acc + off) copy_bytes(acc + off, result, n * es);
         if (scale != 1.0) scale_by(dt, acc + off, n, scale);
       }
     }
