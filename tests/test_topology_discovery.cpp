@@ -193,6 +193,35 @@ TEST(Cluster, HostsJoinedByTheNetworkAndRingCrossesEachOnce) {
     }
 }
 
+TEST(Cluster, HostsAreIndexedInTheirNamesNumberOrderNotByTheirFirstRank) {
+  EXPECT_TRUE(host_name_less("n2", "n10"));
+  EXPECT_FALSE(host_name_less("n10", "n2"));
+  EXPECT_TRUE(host_name_less("n7", "n007"));  // equal numbers: fewer leading zeros first
+  EXPECT_TRUE(host_name_less("rack1-n9", "rack2-n1"));
+  EXPECT_TRUE(host_name_less("n", "n0"));
+  EXPECT_FALSE(host_name_less("n3", "n3"));
+  EXPECT_TRUE(host_name_less("gpu-a", "gpu-b"));
+  // A scheduler's random placement: rank 0 lands on n10, rank 1 on n2, rank 2 on n9.
+  const Topology m = two_socket_machine();
+  const std::vector<std::string> hosts{"n10", "n2", "n9", "n10", "n2", "n9"};
+  std::vector<std::string> views;
+  for (int r = 0; r < 6; ++r)
+    views.push_back(encode_view({r, hosts[static_cast<std::size_t>(r)], "0-3", ""}, r < 3 ? &m : nullptr));
+  const Cluster c = assemble_cluster(views);
+  ASSERT_EQ(c.hosts, (std::vector<std::string>{"n2", "n9", "n10"}));
+  const std::vector<int> want{2, 0, 1, 2, 0, 1};
+  for (int r = 0; r < 6; ++r)
+    EXPECT_EQ(c.placement[static_cast<std::size_t>(r)].host, want[static_cast<std::size_t>(r)]) << r;
+  // The ring visits the hosts in that order, each once.
+  const Plan plan = plan_collectives(c.topology, c.placement);
+  std::vector<int> visited;
+  for (int r : plan.ring) {
+    const int h = c.placement[static_cast<std::size_t>(r)].host;
+    if (visited.empty() || visited.back() != h) visited.push_back(h);
+  }
+  EXPECT_EQ(visited, (std::vector<int>{0, 1, 2}));
+}
+
 TEST(Cluster, BadViewsAreNamed) {
   const Topology m = two_socket_machine();
   auto message = [](const std::vector<std::string>& v) {

@@ -145,6 +145,30 @@ std::string encode_view(const RankView& v, const Topology* machine) {
   return out;
 }
 
+bool host_name_less(const std::string& a, const std::string& b) {
+  auto digit = [](char ch) { return ch >= '0' && ch <= '9'; };
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      std::size_t ie = i, je = j;
+      while (ie < a.size() && digit(a[ie])) ++ie;
+      while (je < b.size() && digit(b[je])) ++je;
+      std::size_t iz = i, jz = j;  // past leading zeros: the longer run of significant digits is the larger
+      while (iz + 1 < ie && a[iz] == '0') ++iz;
+      while (jz + 1 < je && b[jz] == '0') ++jz;
+      if (ie - iz != je - jz) return ie - iz < je - jz;
+      const int c = a.compare(iz, ie - iz, b, jz, je - jz);
+      if (c != 0) return c < 0;
+      if (ie - i != je - j) return ie - i < je - j;  // equal numbers: fewer leading zeros first
+      i = ie, j = je;
+    } else {
+      if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+      ++i, ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
 Cluster assemble_cluster(const std::vector<std::string>& views) {
   if (views.empty()) throw InvalidArgument("assemble_cluster needs at least one rank's view");
   std::vector<Received> got;
@@ -155,12 +179,14 @@ Cluster assemble_cluster(const std::vector<std::string>& views) {
   std::map<std::string, const std::string*> machine_of;
   for (const auto& r : got) {
     if (!host_index.count(r.view.host)) {
-      host_index[r.view.host] = static_cast<int>(c.hosts.size());
+      host_index[r.view.host] = 0;
       c.hosts.push_back(r.view.host);
     }
     if (!r.machine.empty() && !machine_of.count(r.view.host)) machine_of[r.view.host] = &r.machine;
     c.views.push_back(r.view);
   }
+  std::stable_sort(c.hosts.begin(), c.hosts.end(), host_name_less);
+  for (std::size_t h = 0; h < c.hosts.size(); ++h) host_index[c.hosts[h]] = static_cast<int>(h);
   const bool many = c.hosts.size() > 1;
   std::vector<std::vector<int>> ids_of_host;
   for (const auto& h : c.hosts) {

@@ -22,11 +22,18 @@ struct RankView {
 // to_json writes it. Ranks after the first on a host may pass `machine` = nullptr to send the header only.
 std::string encode_view(const RankView& v, const Topology* machine);
 
+// Host names as schedulers and people number them: digit runs compared as numbers ("n2" before "n10", "n007"
+// beside "n7"), the rest byte by byte.
+bool host_name_less(const std::string& a, const std::string& b);
+
 struct Cluster {
   Topology topology;                     // all hosts; with several hosts, joined by one Network vertex "network"
   std::vector<RankPlacement> placement;  // per rank
-  std::vector<std::string> hosts;        // host names in host-index order (order of first rank)
-  std::vector<RankView> views;           // per rank, as received
+  // Host names in host-index order: host_name_less's. Clusters number hosts along their racks, so neighbours in
+  // this order mostly share a switch, and the planned ring, which visits hosts in index order, crosses each
+  // switch's uplinks about once rather than wherever the ranks happened to land.
+  std::vector<std::string> hosts;
+  std::vector<RankView> views;  // per rank, as received
 };
 
 // views[r] is what rank r encoded. Each host's machine comes from the first of its ranks that sent one. With more
