@@ -13,7 +13,11 @@ void* Workspace::get(Scratch slot, std::size_t bytes) {
   want = (want + 4095) & ~std::size_t{4095};
   void* p = std::aligned_alloc(4096, want);
   if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, want);  // touch every page now, not inside a timed collective
+  if (shared_) {
+    outgrown_.push_back(std::move(buf_[i]));
+  } else {
+    std::memset(p, 0, want);  // touch every page now, not inside a timed collective
+  }
   buf_[i].reset(p);
   size_[i] = want;
   return p;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -23,6 +24,7 @@
 
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
+#include "hopwise/common/reduce.h"
 #include "platform.h"
 #include "sim_ranks.h"
 
@@ -43,6 +45,9 @@ struct Options {
   std::size_t chunk = 256u << 10;            // the Communicator's default (HOPWISE_CHUNK_BYTES)
   double memory_gib = 8;                     // real buffers: every rank holds its own
   std::vector<std::string> simgrid_options;  // --cfg NAME:VALUE, passed to SimGrid
+  std::string buffers = "auto";              // real | phantom | auto (real where they fit in --memory-gib)
+  std::string compute = "measured";          // measured | none | REDUCE,COPY (bytes/s, e.g. 5GBps,10GBps)
+  bool plan_only = false;                    // print the plan's figures and stop
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -51,9 +56,36 @@ struct Options {
                "usage: hopwise-sim --platform fat-tree:hosts=H,ranks-per-host=R,link=25Gbps,oversub=O[,leaf=L]"
                "[,latency=1us][,local=20GBps] | --platform FILE.xml [--ranks N]\n"
                "       [--placement packed|cyclic|random] [--seed S] [--ring planned|rank] [-a ALGOS|all]\n"
-               "       [-b 4K] [-e 64M] [-f 4] [--chunk 256K] [--memory-gib 8] [--cfg SIMGRID_OPTION:VALUE]...\n",
+               "       [-b 4K] [-e 64M] [-f 4] [--chunk 256K] [--memory-gib 8] [--cfg SIMGRID_OPTION:VALUE]...\n"
+               "       [--buffers auto|real|phantom] [--compute measured|none|REDUCE,COPY] [--plan-only]\n",
                why.c_str());
   std::exit(2);
+}
+
+// The element-wise rates of this machine: reduce_into (float32 sum, out of place) and copy_bytes over 64 MiB buffers,
+// the best of 3 (memory-bound sizes, as a large collective's chunks stream through memory).
+std::pair<double, double> measure_element_rates() {
+  const std::size_t n = std::size_t{16} << 20;
+  std::vector<float> a(n, 1.0f), b(n, 2.0f), d(n, 0.0f);
+  double reduce = 0, copy = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    hopwise::reduce_into(hopwise::DataType::kFloat32, hopwise::ReduceOp::kSum, d.data(), a.data(), b.data(), n);
+    auto t1 = std::chrono::steady_clock::now();
+    hopwise::copy_bytes(d.data(), a.data(), n * sizeof(float));
+    auto t2 = std::chrono::steady_clock::now();
+    const double bytes = static_cast<double>(n * sizeof(float));
+    reduce = std::max(reduce, bytes / std::chrono::duration<double>(t1 - t0).count());
+    copy = std::max(copy, bytes / std::chrono::duration<double>(t2 - t1).count());
+  }
+  return {reduce, copy};
+}
+
+// "5GBps,10GBps" -> bytes/s each (a SimGrid-style rate: B, kB, MB, GB with "ps", or bits with "bps").
+std::pair<double, double> parse_rates(const std::string& v) {
+  const auto comma = v.find(',');
+  if (comma == std::string::npos) usage("--compute takes measured, none or REDUCE,COPY (e.g. 5GBps,10GBps)");
+  return {st::parse_rate(v.substr(0, comma)), st::parse_rate(v.substr(comma + 1))};
 }
 
 Options parse(int argc, char** argv) {
@@ -110,7 +142,16 @@ Options parse(int argc, char** argv) {
       o.memory_gib = std::atof(value().c_str());
     else if (a == "--cfg")
       o.simgrid_options.push_back(value());
-    else if (a == "-h" || a == "--help")
+    else if (a == "--plan-only")
+      o.plan_only = true;
+    else if (a == "--buffers") {
+      o.buffers = value();
+      if (o.buffers != "auto" && o.buffers != "real" && o.buffers != "phantom")
+        usage("--buffers takes auto, real or phantom");
+    } else if (a == "--compute") {
+      o.compute = value();
+      if (o.compute != "measured" && o.compute != "none") parse_rates(o.compute);
+    } else if (a == "-h" || a == "--help")
       usage("the allreduce table in simulated time");
     else
       usage("unknown argument " + a);
@@ -160,12 +201,19 @@ int main(int argc, char** argv) {
     if (o.planned) {
       const auto t0 = std::chrono::steady_clock::now();
       if (tree) {
-        ring = hopwise::topology::hierarchical_ring(st::fat_tree_problem(*tree, host_of));
+        ring = st::plan_on_fat_tree(*tree, host_of).ring;
       } else {  // hosts contiguous in the platform's order: what the planner does where it knows no more
         std::stable_sort(ring.begin(), ring.end(), [&](int a, int b) { return host_of[a] < host_of[b]; });
       }
       planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
+
+    // The element-wise work's simulated time (see RunOptions): this machine's measured rates, none, or given.
+    std::pair<double, double> rates{0, 0};
+    if (o.compute == "measured")
+      rates = measure_element_rates();
+    else if (o.compute != "none")
+      rates = parse_rates(o.compute);
 
     fmt::print("# hopwise-sim: {} ({} hosts in the platform); {} ranks on {} hosts, {} placement, {} ring{}\n",
                o.platform, names.size(), n, std::set<int>(host_of.begin(), host_of.end()).size(),
@@ -174,28 +222,68 @@ int main(int argc, char** argv) {
                                                        : "packed",
                o.planned ? "planned" : "rank-order",
                o.planned ? fmt::format(" (planned in {:.1f} ms)", planning_ms) : "");
+    if (tree) {  // how often the ring crosses hosts and leaf switches (each leaf's uplinks are shared)
+      auto crossings = [&](const std::vector<int>& order, int group) {
+        int c = 0;
+        for (std::size_t i = 0; i < order.size(); ++i)
+          c += host_of[static_cast<std::size_t>(order[i])] / group !=
+               host_of[static_cast<std::size_t>(order[(i + 1) % order.size()])] / group;
+        return c;
+      };
+      std::vector<int> rank_order(static_cast<std::size_t>(n));
+      std::iota(rank_order.begin(), rank_order.end(), 0);
+      fmt::print("# ring hops between hosts: {} (rank order {}); between leaf switches: {} (rank order {})\n",
+                 crossings(ring, 1), crossings(rank_order, 1), crossings(ring, tree->leaf),
+                 crossings(rank_order, tree->leaf));
+    }
+    if (o.plan_only) return 0;
+    fmt::print("# element-wise work: {}; buffers: {}\n",
+               rates.first > 0
+                   ? fmt::format("reduce {:.2f} GB/s, copy {:.2f} GB/s ({})", rates.first / 1e9, rates.second / 1e9,
+                                 o.compute == "measured" ? "measured on this machine" : "given")
+                   : std::string("free"),
+               o.buffers == "auto" ? fmt::format("real where {} ranks' fit in {} GiB, else phantom", n, o.memory_gib)
+                                   : o.buffers);
     fmt::print("# allreduce float32 sum, simulated time; busbw = algbw x 2(n-1)/n\n");
     fmt::print("{:>12} {:>10} {:>10} {:>12} {:>9} {:>9} {:>8}\n", "size", "count", "algo", "time(us)", "algbw", "busbw",
                "wall(s)");
     std::map<std::size_t, std::pair<std::string, double>> best;
     for (std::size_t bytes = o.begin; bytes <= o.end; bytes *= o.factor) {
       const std::size_t count = bytes / sizeof(float);
-      if (static_cast<double>(bytes) * 2.5 * n > o.memory_gib * (1u << 30)) {
+      const double memory = o.memory_gib * (1u << 30);
+      const bool fits = static_cast<double>(bytes) * 2.5 * n <= memory;
+      if (o.buffers == "real" && !fits) {
         fmt::print("{:>12} {:>10} skipped: {} ranks' real buffers would pass --memory-gib {}\n", bytes, count, n,
                    o.memory_gib);
         continue;
       }
+      const bool phantom = o.buffers == "phantom" || (o.buffers == "auto" && !fits);
+      // Phantom: one buffer for every rank, never written (the work is skipped), so its pages stay unallocated.
+      std::unique_ptr<float[]> shared(phantom ? new float[std::max<std::size_t>(count, 1)] : nullptr);
       for (hc::Algorithm a : o.algos) {
+        if (phantom && a == hc::Algorithm::kOneShot && static_cast<double>(bytes) * n > memory) {
+          fmt::print("{:>12} {:>10} {:>10} skipped: its gather of {} ranks' buffers would pass --memory-gib {}\n",
+                     bytes, count, hc::to_string(a), n, o.memory_gib);
+          continue;
+        }
         const auto w0 = std::chrono::steady_clock::now();
         bool right = true;
         sim::RunOptions run;
-        run.max_held_bytes = static_cast<std::size_t>(o.memory_gib * (1u << 30));
+        run.max_held_bytes = static_cast<std::size_t>(memory);
+        run.real_payloads = !phantom;
+        run.reduce_bytes_per_s = rates.first;
+        run.copy_bytes_per_s = rates.second;
         double seconds = 0;
         try {
           seconds = sim::run_ranks(
               hosts,
               [&](int me, hc::Transport& t) {
-                hc::sim::RankCollectives coll(t, ring, host_of, o.chunk);
+                hc::sim::RankCollectives coll(t, ring, host_of, o.chunk, phantom);
+                if (phantom) {
+                  coll.run(a, hc::Collective::kAllreduce, shared.get(), shared.get(), count,
+                           hopwise::DataType::kFloat32);
+                  return;
+                }
                 std::vector<float> buf(count, static_cast<float>(me % 3));
                 coll.run(a, hc::Collective::kAllreduce, buf.data(), buf.data(), count, hopwise::DataType::kFloat32);
                 const float want = static_cast<float>((n / 3) * 3 + (n % 3 == 2 ? 1 : 0));  // sum of r % 3
@@ -208,8 +296,8 @@ int main(int argc, char** argv) {
         }
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
         const double algbw = static_cast<double>(bytes) / seconds / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
-        fmt::print("{:>12} {:>10} {:>10} {:>12.1f} {:>9.3f} {:>9.3f} {:>8.2f}{}\n", bytes, count, hc::to_string(a),
-                   seconds * 1e6, algbw, busbw, wall, right ? "" : "  WRONG RESULT");
+        fmt::print("{:>12} {:>10} {:>10} {:>12.1f} {:>9.3f} {:>9.3f} {:>8.2f}{}{}\n", bytes, count, hc::to_string(a),
+                   seconds * 1e6, algbw, busbw, wall, phantom ? "  phantom" : "", right ? "" : "  WRONG RESULT");
         if (!right) return 1;
         auto& b = best[bytes];
         if (b.first.empty() || seconds < b.second) b = {std::string(hc::to_string(a)), seconds};

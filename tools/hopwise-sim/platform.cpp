@@ -120,30 +120,26 @@ std::string fat_tree_xml(const FatTree& t) {
       t.hosts - 1, t.link_text, t.latency_text, topo, t.local_text);
 }
 
-topology::RingProblem fat_tree_problem(const FatTree& t, const std::vector<int>& host_of) {
-  topology::RingProblem p;
-  p.n = static_cast<int>(host_of.size());
-  p.host = host_of;
-  const auto n = static_cast<std::size_t>(p.n);
-  p.bw.resize(n * n);
-  p.cost.resize(n * n);
-  p.latency.resize(n * n);
-  const double link = t.link_Bps / 1e9, local = t.local_Bps / 1e9, up = link / t.oversub;
-  const double net = topology::class_weight(topology::PathClass::NET) * 100.0,
-               shm = topology::class_weight(topology::PathClass::SYS) * 100.0;
-  for (std::size_t a = 0; a < n; ++a)
-    for (std::size_t b = 0; b < n; ++b) {
-      const int ha = host_of[a], hb = host_of[b];
-      const std::size_t i = a * n + b;
-      if (ha == hb) {
-        p.bw[i] = local, p.cost[i] = shm, p.latency[i] = 1;
-      } else if (ha / t.leaf == hb / t.leaf) {
-        p.bw[i] = link, p.cost[i] = net + 2, p.latency[i] = 2 * t.latency_s * 1e6;
-      } else {
-        p.bw[i] = up, p.cost[i] = net + 4, p.latency[i] = 4 * t.latency_s * 1e6;
-      }
-    }
-  return p;
+topology::Plan plan_on_fat_tree(const FatTree& t, const std::vector<int>& host_of) {
+  // The cluster as hopwise's topology sees a job's hosts (topology/cluster.h): each host a machine with its NUMA
+  // node and one NIC at the link's rate, the NICs joined by the network; hosts indexed in name order (n0, n1, ..).
+  topology::Topology g;
+  const int net = g.add_node({.kind = topology::NodeKind::Network, .name = "network"});
+  std::vector<int> numa_of(static_cast<std::size_t>(t.hosts));
+  for (int h = 0; h < t.hosts; ++h) {
+    const std::string name = fmt::format("n{}", h);
+    const int host = g.add_node({.kind = topology::NodeKind::Host, .name = name});
+    const int numa = g.add_node({.kind = topology::NodeKind::Numa, .name = name + ":NUMA0", .numa = 0, .index = 0});
+    const int nic = g.add_node(
+        {.kind = topology::NodeKind::Nic, .name = name + ":nic0", .index = 0, .speed_gbps = t.link_Bps * 8 / 1e9});
+    g.add_link({host, numa, topology::LinkKind::Internal});
+    g.add_link({numa, nic, topology::LinkKind::PCIe, 1, 4, 16, 0, 0});
+    g.add_link({nic, net, topology::LinkKind::Network, 1, 0, 0, t.link_Bps / 1e9, 0});
+    numa_of[static_cast<std::size_t>(h)] = numa;
+  }
+  std::vector<topology::RankPlacement> placement;
+  for (int h : host_of) placement.push_back({numa_of[static_cast<std::size_t>(h)], h});
+  return topology::plan_collectives(g, placement);
 }
 
 std::vector<int> place(int hosts, int ranks_per_host, Placement how, std::uint64_t seed) {

@@ -29,9 +29,10 @@ double parse_rate(const std::string& text);
 // Seconds of "1us", "50ms", "0.001" (seconds).
 double parse_latency(const std::string& text);
 
-// The ring problem of ranks placed on a fat tree's hosts (`host_of[r]`: the host's index, 0..H-1, leaves in order):
-// within a host the loopback, within a leaf two links, across leaves the leaf's uplinks shared by its hosts.
-topology::RingProblem fat_tree_problem(const FatTree& t, const std::vector<int>& host_of);
+// The planner's plan (ring, trees) for ranks placed on a fat tree's hosts (`host_of[r]`: the host's index, 0..H-1,
+// leaves in order), made as a job's: from the topology of its hosts (a NUMA node and a NIC each, joined by the
+// network), per host, linear in the hosts.
+topology::Plan plan_on_fat_tree(const FatTree& t, const std::vector<int>& host_of);
 
 // Rank -> host index: packed (R consecutive ranks a host), cyclic (rank r on host r % H: mpirun --map-by node) or
 // random (the packed slots shuffled by `seed`, as a scheduler that hands out free slots anywhere would).

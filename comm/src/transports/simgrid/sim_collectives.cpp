@@ -14,17 +14,33 @@
 
 namespace hopwise::comm::sim {
 
+namespace {
+
+// The scratch of ranks whose buffers hold nothing: one for the process (SimGrid runs every actor on one thread).
+Workspace& shared_scratch() {
+  static Workspace* w = [] {
+    auto* s = new Workspace;  // lives as long as the process: actors of later runs use it too
+    s->share_between_simulated_ranks();
+    return s;
+  }();
+  return *w;
+}
+
+}  // namespace
+
 struct RankCollectives::State {
   Transport& transport;
   detail::PlanState plan;
-  Workspace workspace;
+  Workspace own;
+  Workspace* workspace;
   std::size_t chunk_bytes;
-  State(Transport& t, std::size_t chunk) : transport(t), chunk_bytes(chunk) {}
+  State(Transport& t, std::size_t chunk, bool shared)
+      : transport(t), workspace(shared ? &shared_scratch() : &own), chunk_bytes(chunk) {}
 };
 
 RankCollectives::RankCollectives(Transport& t, std::vector<int> ring, std::vector<int> host_of_rank,
-                                 std::size_t chunk_bytes)
-    : s_(std::make_unique<State>(t, chunk_bytes)) {
+                                 std::size_t chunk_bytes, bool share_scratch)
+    : s_(std::make_unique<State>(t, chunk_bytes, share_scratch)) {
   const auto n = static_cast<std::size_t>(t.size());
   if (ring.size() != n || host_of_rank.size() != n)
     throw InvalidArgument(fmt::format("RankCollectives: a ring of {} and hosts of {} ranks for a transport of {}",
@@ -61,12 +77,12 @@ void RankCollectives::run(Algorithm a, Collective kind, const void* in, void* ou
   if (t.size() == 1 || (count == 0 && kind != Collective::kBarrier)) {  // as the Communicator's run()
     if (kind == Collective::kBroadcast || kind == Collective::kBarrier) return;
     if (kind == Collective::kReduce && t.rank() != root) return;
-    if (out != in && count != 0) std::memmove(out, in, count * es);
+    if (out != in && count != 0) copy_bytes(out, in, count * es);
     if (call.scale != 1.0 && kind != Collective::kAllgather) scale_by(dt, out, count, call.scale);
     return;
   }
   const AlgorithmInfo& row = algorithm_info(a);
-  AlgorithmContext ctx{t, s_->chunk_bytes, s_->plan.ring, &s_->workspace, &s_->plan};
+  AlgorithmContext ctx{t, s_->chunk_bytes, s_->plan.ring, s_->workspace, &s_->plan};
   ctx.one_channel = true;
   ctx.first_tag = row.first_tag;
   row.run(ctx, call);

@@ -37,9 +37,13 @@ double now();
 void sleep_for(double seconds);
 
 struct RunOptions {
-  // Whether messages carry their bytes (a receive gets what was sent). Without, only sizes travel: for simulations
-  // whose buffers are not checked.
+  // Whether messages carry their bytes (a receive gets what was sent). Without, only sizes travel and the
+  // algorithms' element-wise work (reductions, scaling, copies) is skipped, its time still charged: buffers hold
+  // nothing, so every rank may use the same ones (thousands of ranks in one process).
   bool real_payloads = true;
+  // The element-wise work's simulated time: bytes / rate (reduce: its output's bytes; scale and copy: the bytes
+  // they write), the rank's actor held that long, as a core of its own would be. 0: no time.
+  double reduce_bytes_per_s = 0, copy_bytes_per_s = 0;
   // Whether a message's bytes start to flow when it is sent, before its receive is posted (each rank is the
   // permanent receiver of its mailboxes), as over TCP and MPI's eager path; else only once both sides are there.
   bool eager = true;
@@ -67,8 +71,10 @@ std::vector<Algorithm> sim_algorithms();
 // within each host, a double binary tree over the hosts), as a planned Communicator's.
 class RankCollectives {
  public:
+  // share_scratch: every rank of the process uses one scratch space (a run without real payloads, whose buffers
+  // hold nothing: thousands of ranks would not fit their own).
   RankCollectives(Transport& t, std::vector<int> ring, std::vector<int> host_of_rank,
-                  std::size_t chunk_bytes = std::size_t{1} << 20);
+                  std::size_t chunk_bytes = std::size_t{1} << 20, bool share_scratch = false);
   ~RankCollectives();
   RankCollectives(const RankCollectives&) = delete;
   RankCollectives& operator=(const RankCollectives&) = delete;

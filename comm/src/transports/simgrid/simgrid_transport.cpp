@@ -6,7 +6,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -17,6 +16,8 @@
 #include <unordered_set>
 
 #include "hopwise/common/error.h"
+#include "hopwise/common/reduce.h"
+#include "hopwise/topology/cluster.h"
 #include "sim_ranks.h"
 
 namespace hopwise::comm::sim {
@@ -73,6 +74,19 @@ s4u::Engine& engine() {
     return new s4u::Engine(&argc, argv);  // SimGrid keeps one engine per process, to its end
   }();
   return *e;
+}
+
+// The run in progress (one at a time: engine().run() returns when it ends), for the element-wise work's hook.
+Job* running_job = nullptr;
+
+// reduce_into, scale_by and copy_bytes on the simulation's thread: their time charged to the rank's actor, the
+// work skipped where the buffers hold nothing.
+bool charge_element_work(ElementWork work, std::size_t bytes) {
+  if (running_job == nullptr || s4u::Actor::self() == nullptr) return false;
+  const RunOptions& o = running_job->options;
+  const double rate = work == ElementWork::kReduce ? o.reduce_bytes_per_s : o.copy_bytes_per_s;
+  if (rate > 0) s4u::this_actor::sleep_for(static_cast<double>(bytes) / rate);
+  return !o.real_payloads;
 }
 
 std::string& loaded_platform() {
@@ -302,25 +316,9 @@ void load_platform(const std::string& xml_path) {
 std::vector<std::string> host_names() {
   std::vector<std::string> names;
   for (const s4u::Host* h : engine().get_all_hosts()) names.push_back(h->get_name());
-  // SimGrid lists them in no useful order: sort by name, digit runs as numbers (n2 before n10), so that a cluster's
-  // hosts come in their radical's order (a fat tree's leaves then hold consecutive hosts).
-  auto split = [](const std::string& s) {
-    std::vector<std::pair<std::string, unsigned long long>> parts;
-    for (std::size_t i = 0; i < s.size();) {
-      std::size_t j = i;
-      if (std::isdigit(static_cast<unsigned char>(s[i]))) {
-        while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
-        parts.emplace_back("", std::stoull(s.substr(i, std::min<std::size_t>(j - i, 18))));
-      } else {
-        while (j < s.size() && !std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
-        parts.emplace_back(s.substr(i, j - i), 0);
-      }
-      i = j;
-    }
-    return parts;
-  };
-  std::stable_sort(names.begin(), names.end(),
-                   [&](const std::string& a, const std::string& b) { return split(a) < split(b); });
+  // SimGrid lists them in no useful order: a cluster's hosts in its radical's order (n2 before n10), so that a fat
+  // tree's leaves hold consecutive hosts, as the planner orders hosts.
+  std::stable_sort(names.begin(), names.end(), topology::host_name_less);
   return names;
 }
 
@@ -332,6 +330,10 @@ double run_ranks(const std::vector<std::string>& hosts, const std::function<void
                  const RunOptions& options) {
   if (loaded_platform().empty()) throw InvalidArgument("sim::run_ranks: load a platform first (sim::load_platform)");
   if (hosts.empty()) throw InvalidArgument("sim::run_ranks: give at least one rank");
+  if (!(options.reduce_bytes_per_s >= 0) || !(options.copy_bytes_per_s >= 0))
+    throw InvalidArgument(
+        fmt::format("sim::run_ranks: element-wise rates must be >= 0 bytes/s (0: no time); got {} and {}",
+                    options.reduce_bytes_per_s, options.copy_bytes_per_s));
   static std::uint64_t next_job = 1;
   auto job = std::make_shared<Job>();
   job->id = next_job++;
@@ -373,7 +375,17 @@ double run_ranks(const std::vector<std::string>& hosts, const std::function<void
       box->clear();
     }
   });
-  engine().run();
+  running_job = job.get();
+  set_work_hook(charge_element_work);
+  try {
+    engine().run();
+  } catch (...) {
+    set_work_hook(nullptr);
+    running_job = nullptr;
+    throw;
+  }
+  set_work_hook(nullptr);
+  running_job = nullptr;
   job->actors.clear();
   for (Message* m : std::vector<Message*>(job->live.begin(), job->live.end())) delete m;
   // The first failure in simulated time is the cause; the others' timeouts follow from it.
