@@ -14,9 +14,9 @@
 # Python wheels (nvidia-cublas, nvidia-nccl) where the machine has them. The NCCL tests need mpirun there.
 # --torch: also hopwise.torch on CUDA tensors (ctest torch_cuda: tests/python/cuda_worker.py, one rank). With
 # --prebuilt it unpacks DIR/dev-packages.tar.gz into / (adding files only, as mpi-runtime.tar.gz), builds the
-# extension alone (build-gpu-torch/, CUDA for this GPU) against this machine's python3 and its torch, with NCCL from
-# its wheel, and runs the test as ctest does (tests/spawn_ranks.sh 1, PYTHONPATH=build-gpu-torch/python, 300 s);
-# a skip (77) is a failure here. --torch-only: that alone, none of the other tests and benchmarks.
+# extension alone (build-gpu-torch/; CUDA for this GPU, or $HOPWISE_CUDA_ARCH) against this machine's python3 and
+# its torch, with NCCL from its wheel, and runs the test as ctest does (tests/spawn_ranks.sh 1,
+# PYTHONPATH=build-gpu-torch/python, 300 s); a skip (77) is a failure here. --torch-only: that alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,6 +56,14 @@ export PATH=/usr/local/cuda/bin:$PATH
 
 ld_path_before=${LD_LIBRARY_PATH:-}
 
+# Unpacks one of the bundle's tarballs into /, adding files only: none of the machine's is replaced. GNU tar before
+# 1.35 refuses --no-overwrite-dir beside --skip-old-files; there the folders it holds take the tarball's modes.
+unpack_into_root() {
+  local keep_dirs=--no-overwrite-dir
+  tar -tzf "$1" --skip-old-files --no-overwrite-dir >/dev/null 2>&1 || keep_dirs=
+  tar -xzf "$1" -C / --skip-old-files --keep-directory-symlink $keep_dirs && ldconfig
+}
+
 # hopwise.torch on CUDA tensors (--torch with --prebuilt): the extension built here against this machine's python3
 # and torch (NCCL from its wheel, the one torch loads), then tests/python/cuda_worker.py run as ctest runs torch_cuda.
 # Runs on the loader path it found: the bundle's libraries (an older libstdc++ among them) stay out of it.
@@ -66,8 +74,7 @@ torch_cuda_prebuilt() {
   [ -f "$prebuilt/dev-packages.tar.gz" ] ||
     { echo "gpu-check: $prebuilt/dev-packages.tar.gz not found; make it with scripts/gpu-bundle.sh" >&2; return 1; }
   step "hopwise.torch: the bundle's -dev packages (adds files only: none of the machine's is replaced)"
-  tar -xzf "$prebuilt/dev-packages.tar.gz" -C / --skip-old-files --keep-directory-symlink --no-overwrite-dir || return 1
-  ldconfig
+  unpack_into_root "$prebuilt/dev-packages.tar.gz" || return 1
   # tests/spawn_ranks.sh picks its port with /usr/bin/python3.
   if [ ! -x /usr/bin/python3 ]; then
     echo "gpu-check: no /usr/bin/python3 (tests/spawn_ranks.sh uses it): linking it to $py"
@@ -85,7 +92,7 @@ print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {tor
       f"NCCL {nccl} as torch loads it (wheel nvidia-nccl-cu13 {version('nvidia-nccl-cu13')}), "
       f"GPU {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none visible to torch'}")
 PY
-  args=(-DCMAKE_BUILD_TYPE=Release -DHOPWISE_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native -DHOPWISE_TORCH=ON
+  args=(-DCMAKE_BUILD_TYPE=Release -DHOPWISE_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${HOPWISE_CUDA_ARCH:-native}" -DHOPWISE_TORCH=ON
         -DHOPWISE_PYTHON="$py" -DHOPWISE_BUILD_TESTS=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5)
   command -v ninja >/dev/null && args+=(-G Ninja)
   # NCCL: the wheel's (torch loads that one; the toolkit may have none), headers and library of the same release.
@@ -159,8 +166,7 @@ else
   bin=$prebuilt/bin
   if ! command -v mpirun >/dev/null && [ -f "$prebuilt/mpi-runtime.tar.gz" ]; then
     step "Open MPI's runtime from the bundle (adds files only: none of the machine's is replaced)"
-    tar -xzf "$prebuilt/mpi-runtime.tar.gz" -C / --skip-old-files --keep-directory-symlink --no-overwrite-dir
-    ldconfig
+    unpack_into_root "$prebuilt/mpi-runtime.tar.gz"
     # One host: shared memory between ranks, no network transports to probe.
     export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
     mpirun --version | head -1
