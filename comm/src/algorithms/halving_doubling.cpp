@@ -18,24 +18,16 @@ void exchange_reduce(const Context& c, const char* send, std::size_t send_n, cha
   const std::size_t ce = std::max<std::size_t>(1, c.chunk_bytes / es);
   char* temp = static_cast<char*>(c.workspace.get(Scratch::kRecvA, recv_n * es + 64));
   Requests recvs(t), sends(t);
-  SendWindow window{t, sends, c.send_window};
   for (std::size_t j = 0; j < recv_n; j += ce)
     recvs.push_back(t.irecv(temp + j * es, std::min(ce, recv_n - j) * es, peer, tag));
-  // Sends as the window lets them go, one more after each chunk received and reduced.
-  std::size_t sent = 0;
-  auto send_next = [&] {
-    window.push(t.isend(send + sent * es, std::min(ce, send_n - sent) * es, peer, tag));
-    sent += ce;
-  };
-  while (sent < send_n && (c.send_window == 0 || sends.size() < c.send_window)) send_next();
+  for (std::size_t j = 0; j < send_n; j += ce)
+    sends.push_back(t.isend(send + j * es, std::min(ce, send_n - j) * es, peer, tag));
   std::size_t k = 0;
   for (std::size_t j = 0; j < recv_n; j += ce, ++k) {
     t.wait(recvs[k]);
     const std::size_t n = std::min(ce, recv_n - j);
     reduce_into(dt, op, dst + j * es, mine + j * es, temp + j * es, n);
-    if (sent < send_n) send_next();
   }
-  while (sent < send_n) send_next();
   t.wait_all(sends);
 }
 
@@ -44,14 +36,12 @@ void exchange(const Context& c, const char* send, std::size_t send_n, char* recv
               int peer, int tag) {
   Transport& t = c.transport;
   const std::size_t ce = std::max<std::size_t>(1, c.chunk_bytes / es);
-  Requests recvs(t), sends(t);
-  SendWindow window{t, sends, c.send_window};
+  Requests reqs(t);
   for (std::size_t j = 0; j < recv_n; j += ce)
-    recvs.push_back(t.irecv(recv + j * es, std::min(ce, recv_n - j) * es, peer, tag));
+    reqs.push_back(t.irecv(recv + j * es, std::min(ce, recv_n - j) * es, peer, tag));
   for (std::size_t j = 0; j < send_n; j += ce)
-    window.push(t.isend(send + j * es, std::min(ce, send_n - j) * es, peer, tag));
-  t.wait_all(recvs);
-  t.wait_all(sends);
+    reqs.push_back(t.isend(send + j * es, std::min(ce, send_n - j) * es, peer, tag));
+  t.wait_all(reqs);
 }
 
 }  // namespace
