@@ -10,6 +10,10 @@
   a Chrome/Perfetto trace (train_mnist --trace)
       a few steps of every rank: compute and the buckets' communication on their own rows, to see the overlap
 
+  scripts/plot.py --grid OUT.png [--title TEXT] CSV...
+      one panel per CSV (hopwise-bench's or hopwise-sim's), titled by its file name: bus bandwidth against size,
+      a line per algorithm, the panels side by side with one y scale (e.g. one fabric at 16 to 4096 ranks)
+
 Uses Debian's python3-matplotlib (scripts/setup.sh installs it); no display needed.
 """
 import csv
@@ -57,6 +61,45 @@ def bench_chart(rows, title, out):
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
+
+
+def grid_chart(paths, title, out):
+    """A panel per CSV, a line per algorithm; one legend, one y scale."""
+    cols = min(len(paths), 3)
+    rows_n = (len(paths) + cols - 1) // cols
+    fig, axes = plt.subplots(rows_n, cols, figsize=(4.6 * cols, 3.6 * rows_n), sharey=True, squeeze=False)
+    colors = {}
+    for i, path in enumerate(paths):
+        ax = axes[i // cols][i % cols]
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        lines = {}
+        for r in rows:
+            lines.setdefault(r["algo"], []).append((int(r["size_bytes"]), float(r["busbw_gbs"])))
+        for name, pts in sorted(lines.items()):
+            pts.sort()
+            color = colors.setdefault(name, f"C{len(colors)}")
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", marker="o", markersize=2.5, linewidth=1.3,
+                    color=color, label=name)
+        sizes = sorted({s for pts in lines.values() for s, _ in pts})
+        ax.set_xscale("log", base=2)
+        if sizes:
+            step = max(1, len(sizes) // 6)
+            ax.set_xticks(sizes[::step])
+            ax.set_xticklabels([human_bytes(s) for s in sizes[::step]], rotation=45, fontsize=7)
+        ax.set_title(Path(path).stem, fontsize=9)
+        ax.grid(True, alpha=0.3)
+        if i % cols == 0:
+            ax.set_ylabel("bus bandwidth (GB/s)")
+    for j in range(len(paths), rows_n * cols):
+        axes[j // cols][j % cols].axis("off")
+    handles = [plt.Line2D([], [], color=c, marker="o", markersize=3, label=n) for n, c in colors.items()]
+    fig.legend(handles=handles, loc="upper right", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.93, 0.95))
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
 
 
 def training_chart(records, title, out):
@@ -166,6 +209,15 @@ def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2
+    if argv[0] == "--grid":
+        if len(argv) < 3:
+            print("plot.py --grid OUT.png [--title TEXT] CSV...", file=sys.stderr)
+            return 2
+        out, rest, title = argv[1], argv[2:], ""
+        if rest[0] == "--title" and len(rest) >= 3:
+            title, rest = rest[1], rest[2:]
+        print(grid_chart(rest, title, out))
+        return 0
     failed = 0
     for path in argv:
         try:

@@ -22,9 +22,11 @@
 
 #include <unistd.h>
 
+#include "hopwise/comm/cost_model.h"
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/reduce.h"
+#include "hopwise/topology/planner.h"
 #include "platform.h"
 #include "sim_ranks.h"
 
@@ -48,6 +50,7 @@ struct Options {
   std::string buffers = "auto";              // real | phantom | auto (real where they fit in --memory-gib)
   std::string compute = "measured";          // measured | none | REDUCE,COPY (bytes/s, e.g. 5GBps,10GBps)
   bool plan_only = false;                    // print the plan's figures and stop
+  std::string csv;                           // --csv FILE: the rows as hopwise-bench's CSV (scripts/plot.py reads it)
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -57,7 +60,8 @@ struct Options {
                "[,latency=1us][,local=20GBps] | --platform FILE.xml [--ranks N]\n"
                "       [--placement packed|cyclic|random] [--seed S] [--ring planned|rank] [-a ALGOS|all]\n"
                "       [-b 4K] [-e 64M] [-f 4] [--chunk 256K] [--memory-gib 8] [--cfg SIMGRID_OPTION:VALUE]...\n"
-               "       [--buffers auto|real|phantom] [--compute measured|none|REDUCE,COPY] [--plan-only]\n",
+               "       [--buffers auto|real|phantom] [--compute measured|none|REDUCE,COPY] [--plan-only]\n"
+               "       [--csv FILE]\n",
                why.c_str());
   std::exit(2);
 }
@@ -144,6 +148,8 @@ Options parse(int argc, char** argv) {
       o.simgrid_options.push_back(value());
     else if (a == "--plan-only")
       o.plan_only = true;
+    else if (a == "--csv")
+      o.csv = value();
     else if (a == "--buffers") {
       o.buffers = value();
       if (o.buffers != "auto" && o.buffers != "real" && o.buffers != "phantom")
@@ -247,7 +253,30 @@ int main(int argc, char** argv) {
     fmt::print("# allreduce float32 sum, simulated time; busbw = algbw x 2(n-1)/n\n");
     fmt::print("{:>12} {:>10} {:>10} {:>12} {:>9} {:>9} {:>8}\n", "size", "count", "algo", "time(us)", "algbw", "busbw",
                "wall(s)");
+    // auto: the cost model's choice among the simulated rows, with the parameters a job's calibration would find
+    // on this platform: alpha a message's latency over the longest route (4 links across leaf switches, 2 within
+    // one), beta the inverse of a host's link (the slowest ring neighbours), gamma the measured reduction rate.
+    std::optional<hc::CostModel> model;
+    int tree_depth = 1;
+    if (tree) {
+      hc::CostParams cp;
+      cp.alpha = (tree->hosts > tree->leaf ? 4 : 2) * tree->latency_s;
+      cp.beta = 1.0 / tree->link_Bps;
+      cp.gamma = rates.first > 0 ? 1.0 / rates.first : 0;
+      cp.source = "platform";
+      model.emplace(cp);
+      tree_depth = std::max(1, hopwise::topology::hierarchical_trees(ring, host_of).first.depth());
+    }
+    std::map<std::size_t, std::map<std::string, double>> times;  // size -> algorithm -> seconds
+    std::set<std::size_t> phantom_sizes;
     std::map<std::size_t, std::pair<std::string, double>> best;
+    std::ofstream csv;
+    if (!o.csv.empty()) {
+      csv.open(o.csv);
+      if (!csv) throw hopwise::InvalidArgument(fmt::format("--csv {}: cannot write it", o.csv));
+      csv << "size_bytes,count,dtype,op,algo,ranks,time_us,algbw_gbs,busbw_gbs,wall_s,buffers,hosts,planned,"
+             "planning_ms,chosen\n";
+    }
     for (std::size_t bytes = o.begin; bytes <= o.end; bytes *= o.factor) {
       const std::size_t count = bytes / sizeof(float);
       const double memory = o.memory_gib * (1u << 30);
@@ -258,6 +287,7 @@ int main(int argc, char** argv) {
         continue;
       }
       const bool phantom = o.buffers == "phantom" || (o.buffers == "auto" && !fits);
+      if (phantom) phantom_sizes.insert(bytes);
       // Phantom: one buffer for every rank, never written (the work is skipped), so its pages stay unallocated.
       std::unique_ptr<float[]> shared(phantom ? new float[std::max<std::size_t>(count, 1)] : nullptr);
       for (hc::Algorithm a : o.algos) {
@@ -299,6 +329,11 @@ int main(int argc, char** argv) {
         fmt::print("{:>12} {:>10} {:>10} {:>12.1f} {:>9.3f} {:>9.3f} {:>8.2f}{}{}\n", bytes, count, hc::to_string(a),
                    seconds * 1e6, algbw, busbw, wall, phantom ? "  phantom" : "", right ? "" : "  WRONG RESULT");
         if (!right) return 1;
+        if (csv.is_open())
+          csv << fmt::format("{},{},float32,sum,{},{},{:.3f},{:.6f},{:.6f},{:.3f},{},{},{},{:.3f},\n", bytes, count,
+                             hc::to_string(a), n, seconds * 1e6, algbw, busbw, wall, phantom ? "phantom" : "real",
+                             std::set<int>(host_of.begin(), host_of.end()).size(), o.planned ? 1 : 0, planning_ms);
+        times[bytes][std::string(hc::to_string(a))] = seconds;
         auto& b = best[bytes];
         if (b.first.empty() || seconds < b.second) b = {std::string(hc::to_string(a)), seconds};
       }
@@ -306,6 +341,34 @@ int main(int argc, char** argv) {
     fmt::print("# best per size:");
     for (const auto& [bytes, b] : best) fmt::print(" {}={}", bytes, b.first);
     fmt::print("\n");
+    if (model) {
+      fmt::print("# auto (the cost model, alpha {:.2f} us, beta 1/{:.2f} GB/s, gamma 1/{:.2f} GB/s, tree depth {}):",
+                 model->params().alpha * 1e6, 1e-9 / model->params().beta,
+                 model->params().gamma > 0 ? 1e-9 / model->params().gamma : 0.0, tree_depth);
+      for (const auto& [bytes, row] : times) {
+        hc::CostQuery q;
+        q.bytes = bytes;
+        q.ranks = n;
+        q.hosts = static_cast<int>(std::set<int>(host_of.begin(), host_of.end()).size());
+        q.tree_depth = tree_depth;
+        std::string pick;
+        double least = 0;
+        for (const auto& [a, est] : model->candidates(q, false))
+          if (row.count(std::string(hc::to_string(a))) && (pick.empty() || est < least))
+            pick = hc::to_string(a), least = est;
+        if (pick.empty()) continue;
+        const double t = row.at(pick), ratio = best[bytes].second / t;
+        fmt::print(" {}={} ({:.2f})", bytes, pick, ratio);
+        if (csv.is_open()) {
+          const double algbw = static_cast<double>(bytes) / t / 1e9;
+          csv << fmt::format("{},{},float32,sum,auto,{},{:.3f},{:.6f},{:.6f},0,{},{},{},{:.3f},{}\n", bytes,
+                             bytes / sizeof(float), n, t * 1e6, algbw, algbw * 2.0 * (n - 1) / n,
+                             phantom_sizes.count(bytes) ? "phantom" : "real", q.hosts, o.planned ? 1 : 0, planning_ms,
+                             pick);
+        }
+      }
+      fmt::print("  (auto/best in brackets)\n");
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hopwise-sim: %s\n", e.what());
