@@ -8,7 +8,7 @@ message's time is half the call's; the route crosses 2 links), SimGrid's latency
 to TCP on older Ethernet). Prints one table per shape and the worst ratio; exits 1 when a ratio leaves the tolerance.
 
     scripts/sim-validate.py [--data tests/sim/emulated-1gbit] [--rate 125MBps] [--tolerance 0.15] [--algos ring,hd]
-                            [--exclude ALGO[:SHAPE|*][:FROM_BYTES]]...
+                            [--exclude ALGO[:SHAPE|*][:FROM[-TO]]]...
 
 --exclude keeps rows out of the verdict (they are still printed, marked *): those whose difference is understood
 and is not the simulation's (the README says why), e.g. --exclude one_shot:*:16M for every shape from 16 MiB.
@@ -67,9 +67,12 @@ def main():
     ap.add_argument("--tolerance", type=float, default=0.15)
     ap.add_argument("--algos", default="ring,hd,tree,one_shot", help="the algorithms to compare")
     ap.add_argument("--sim", default=str(ROOT / "build" / "bin" / "hopwise-sim"), help="the hopwise-sim to run")
-    ap.add_argument("--exclude", action="append", default=[], help="ALGO[:SHAPE|*][:FROM_BYTES] kept out of the verdict")
+    ap.add_argument("--exclude", action="append", default=[], help="ALGO[:SHAPE|*][:FROM[-TO]] kept out of the verdict")
     args = ap.parse_args()
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+    def bytes_of(t):
+        return int(t[:-1]) * units[t[-1]] if t[-1] in units else int(t)
 
     def excluded(algo, shape, size):
         for e in args.exclude:
@@ -77,9 +80,8 @@ def main():
             if parts[0] != algo or (len(parts) > 1 and parts[1] not in ("*", "", shape)):
                 continue
             if len(parts) > 2 and parts[2]:
-                t = parts[2]
-                start = int(t[:-1]) * units[t[-1]] if t[-1] in units else int(t)
-                if size < start:
+                lo, _, hi = parts[2].partition("-")
+                if size < bytes_of(lo) or (hi and size > bytes_of(hi)):
                     continue
             return True
         return False

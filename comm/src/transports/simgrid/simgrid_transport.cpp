@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <map>
 #include <memory>
@@ -28,6 +29,20 @@ namespace {
 
 struct Message;
 
+// One sender's stream to one receiver, as a TCP connection carries it: its messages flow one after another, in the
+// order sent. (As separate flows, a rank's sends shared its link evenly, so every one of them, chunk 0 too, ended
+// only when all had: a pipelined tree waited at each level for the whole level above.) A daemon actor of the
+// sender's host pumps the queue; the sender's request is done at once, as a send into a socket buffer is.
+struct Connection {
+  struct Queued {
+    s4u::Mailbox* box;
+    Message* message;
+    std::size_t bytes;
+  };
+  std::deque<Queued> queue;  // one OS thread runs every actor, switching only inside SimGrid's calls: no lock
+  s4u::SemaphorePtr ready = s4u::Semaphore::create(0);
+};
+
 struct Job {
   std::uint64_t id = 0;
   std::vector<std::string> hosts;  // rank -> host name
@@ -38,6 +53,7 @@ struct Job {
   std::unordered_set<s4u::Mailbox*> mailboxes;  // those given a receiver, cleared at the end
   std::unordered_set<Message*> live;            // messages not yet freed (one left in a mailbox is freed at the end)
   std::size_t held = 0;  // bytes in messages not yet delivered (one OS thread runs every actor: no lock)
+  std::map<std::pair<int, int>, std::shared_ptr<Connection>> connections;  // (sender, receiver), eager runs only
 };
 
 // What travels: the bytes (when the run carries them) and the true size, for the receiver's overflow check. The
@@ -127,11 +143,17 @@ class SimgridTransport final : public Transport {
       job_->held += bytes;
     }
     s4u::Mailbox* box = mailbox(rank_, peer, tag);
+    if (!job_->options.eager) {
+      p->comm = box->put_async(p->sent, bytes);
+      return keep(std::move(p), peer, false);
+    }
     // Its bytes flow before the receive is posted. (Our own record: SimGrid 3.32's get_receiver() fails on a
     // mailbox without one.)
-    if (job_->options.eager && job_->mailboxes.insert(box).second)
-      box->set_receiver(job_->actors[static_cast<std::size_t>(peer)]);
-    p->comm = box->put_async(p->sent, bytes);
+    if (job_->mailboxes.insert(box).second) box->set_receiver(job_->actors[static_cast<std::size_t>(peer)]);
+    Connection& c = connection(peer);
+    c.queue.push_back({box, p->sent, bytes});
+    c.ready->release();
+    p->sent = nullptr;  // the connection's now, then the receiver's
     return keep(std::move(p), peer, false);
   }
 
@@ -154,6 +176,10 @@ class SimgridTransport final : public Transport {
     for (Request& r : reqs) {
       if (!r.active) continue;
       Pending& p = *pending_.at(r.handle);
+      if (!p.comm) {  // a send handed to its connection
+        finish(r);
+        continue;
+      }
       try {
         const double left = std::max(0.0, deadline - s4u::Engine::get_clock());
         // wait_any_for, not wait_for: a comm that times out stays valid, to be cancelled below.
@@ -181,9 +207,9 @@ class SimgridTransport final : public Transport {
   bool test(Request& r) override {
     if (!r.active) return true;
     Pending& p = *pending_.at(r.handle);
-    bool done = false;
+    bool done = !p.comm;  // a send handed to its connection
     try {
-      done = p.comm->test();
+      if (!done) done = p.comm->test();
     } catch (const simgrid::Exception& e) {
       const int peer = r.peer;
       cancel(r);
@@ -212,6 +238,39 @@ class SimgridTransport final : public Transport {
 
   s4u::Mailbox* mailbox(int from, int to, int tag) const {
     return s4u::Mailbox::by_name(fmt::format("{}:{}>{}#{}", job_->id, from, to, tag));
+  }
+
+  // This rank's connection to `peer`, its pump started at the first send.
+  Connection& connection(int peer) {
+    auto& c = job_->connections[{rank_, peer}];
+    if (!c) {
+      c = std::make_shared<Connection>();
+      s4u::ActorPtr pump = s4u::Actor::create(fmt::format("rank{}>{}", rank_, peer), s4u::this_actor::get_host(), [c] {
+        // Two messages in flight at most: the next one's latency passes while the last one's bytes flow.
+        std::deque<s4u::CommPtr> flying;
+        for (;;) {
+          if (flying.size() < 2 && !c->queue.empty()) {
+            c->ready->acquire();  // counts the queue: does not block here
+            const Connection::Queued m = c->queue.front();
+            c->queue.pop_front();
+            flying.push_back(m.box->put_async(m.message, m.bytes));
+            continue;
+          }
+          if (flying.empty()) {  // nothing to send: sleep until a send is queued
+            c->ready->acquire();
+            c->ready->release();
+            continue;
+          }
+          try {
+            flying.front()->wait();
+          } catch (const simgrid::Exception&) {  // the receiver's actor ended: the run's end frees the message
+          }
+          flying.pop_front();
+        }
+      });
+      pump->daemonize();  // ends with the run's last rank
+    }
+    return *c;
   }
 
   Request keep(std::unique_ptr<Pending> p, int peer, bool is_recv) {
