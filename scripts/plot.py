@@ -78,9 +78,10 @@ def grid_chart(paths, title, out):
             lines.setdefault(r["algo"], []).append((int(r["size_bytes"]), float(r["busbw_gbs"])))
         for name, pts in sorted(lines.items()):
             pts.sort()
-            color = colors.setdefault(name, f"C{len(colors)}")
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", marker="o", markersize=2.5, linewidth=1.3,
-                    color=color, label=name)
+            color = "black" if name == "auto" else colors.setdefault(name, f"C{len(colors)}")
+            colors.setdefault(name, color)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "--" if name == "auto" else "-", marker="o",
+                    markersize=2.5, linewidth=1.0 if name == "auto" else 1.3, color=color, label=name)
         sizes = sorted({s for pts in lines.values() for s, _ in pts})
         ax.set_xscale("log", base=2)
         if sizes:
@@ -93,7 +94,8 @@ def grid_chart(paths, title, out):
             ax.set_ylabel("bus bandwidth (GB/s)")
     for j in range(len(paths), rows_n * cols):
         axes[j // cols][j % cols].axis("off")
-    handles = [plt.Line2D([], [], color=c, marker="o", markersize=3, label=n) for n, c in colors.items()]
+    handles = [plt.Line2D([], [], color=c, marker="o", markersize=3, linestyle="--" if n == "auto" else "-", label=n)
+               for n, c in sorted(colors.items())]
     fig.legend(handles=handles, loc="upper right", fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.93, 0.95))

@@ -4,8 +4,10 @@
 # hopwise-sim CSV per fabric and scale in OUT_DIR, a chart per fabric (scripts/plot.py --grid: a panel per scale),
 # and the best algorithm per size (summary.md).
 #   scripts/sim-scale.sh [OUT_DIR] [RANKS...]     (defaults: build/sim-scale, 16 64 256 1024 4096)
-# Environment: LINKS ("25Gbps 100Gbps"), OVERSUBS ("1 4"), ALGOS (ring,hd,tree), BEGIN (4K), END (1G; 64M past 1024
-# ranks, where a size's simulation takes minutes). Needs build/bin/hopwise-sim.
+# Environment: LINKS ("25Gbps 100Gbps"), OVERSUBS ("1 4"), ALGOS (ring,hd,tree), BEGIN (16K), END (64M), FACTOR (8),
+# COMPUTE (hopwise-sim's --compute; default the rates kept in tests/sim/emulated-1gbit/compute.txt, measured on an
+# idle machine, so that a busy one does not change the figures).
+# Needs build/bin/hopwise-sim. Each run prints its wall time: what a simulated call costs at that scale.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/sim-scale}
@@ -14,8 +16,10 @@ ranks_list=${*:-16 64 256 1024 4096}
 links=${LINKS:-25Gbps 100Gbps}
 oversubs=${OVERSUBS:-1 4}
 algos=${ALGOS:-ring,hd,tree}
-begin=${BEGIN:-4K}
-end=${END:-1G}
+begin=${BEGIN:-16K}
+end=${END:-64M}
+factor=${FACTOR:-8}
+compute=${COMPUTE:-$(cat tests/sim/emulated-1gbit/compute.txt)}
 sim=build/bin/hopwise-sim
 [ -x "$sim" ] || { echo "sim-scale.sh: $sim is not built (cmake --build build --target hopwise-sim)" >&2; exit 1; }
 mkdir -p "$out"
@@ -29,19 +33,17 @@ for link in $links; do
       over=$o
       [ $((hosts / leaf)) -gt 1 ] || over=1  # one leaf switch: no uplinks to oversubscribe
       [ $((leaf % over)) -eq 0 ] || over=1
-      e=$end
-      [ "$n" -le 1024 ] || e=${END_LARGE:-64M}
       name="$link-o$o-r$n"
       start=$(date +%s%N)
       "$sim" --platform "fat-tree:hosts=$hosts,ranks-per-host=$per_host,link=$link,oversub=$over,leaf=$leaf" \
-        -a "$algos" -b "$begin" -e "$e" -f 4 --csv "$out/$name.csv" >"$out/$name.txt"
+        -a "$algos" -b "$begin" -e "$end" -f "$factor" --compute "$compute" --csv "$out/$name.csv" >"$out/$name.txt"
       echo "sim-scale.sh: $name ($hosts hosts, leaf $leaf, ${over}:1) in $((($(date +%s%N) - start) / 1000000)) ms"
       csvs+=("$out/$name.csv")
     done
-    python3 scripts/plot.py --grid "$out/$link-o$o.png" --title "allreduce bus bandwidth, $link links, leaf uplinks $o:1 (simulated)" "${csvs[@]}" >/dev/null
+    /usr/bin/python3 scripts/plot.py --grid "$out/$link-o$o.png" --title "allreduce bus bandwidth, $link links, leaf uplinks $o:1 (simulated)" "${csvs[@]}" >/dev/null
   done
 done
-python3 - "$out" <<'EOF'
+/usr/bin/python3 - "$out" <<'EOF'
 import csv, sys
 from pathlib import Path
 out = Path(sys.argv[1])
