@@ -39,20 +39,6 @@ struct Context {
   std::size_t send_window = 0;  // sends in flight at most (0: no limit); see AlgorithmContext
 };
 
-// At most `limit` of a rank's sends in flight (0: any number), the oldest waited for before the next is posted.
-// Across hosts, a whole block queued at once made the TCP paths carry one direction at a time (see
-// AlgorithmContext::send_window): the ring and halving-doubling send through one.
-struct SendWindow {
-  Transport& t;
-  Requests& sends;
-  std::size_t limit;
-  std::size_t oldest = 0;
-  void push(const Request& r) {
-    if (limit != 0 && sends.size() - oldest >= limit) t.wait(sends[oldest++]);
-    sends.push_back(r);
-  }
-};
-
 // The scratch space, chunk and transport of a row's run, as the algorithm functions below take them.
 inline Context context_of(const AlgorithmContext& a) {
   return {a.transport, *a.workspace, a.chunk_bytes, 0, a.send_window};

@@ -36,6 +36,18 @@ void for_chunks(std::size_t len, std::size_t chunk, F f) {
   for (std::size_t j = 0, k = 0; j < len; j += chunk, ++k) f(k, j, std::min(chunk, len - j));
 }
 
+// At most `limit` of a rank's sends in flight (0: any number), the oldest waited for before the next is posted.
+struct SendWindow {
+  Transport& t;
+  Requests& sends;
+  std::size_t limit;
+  std::size_t oldest = 0;
+  void push(const Request& r) {
+    if (limit != 0 && sends.size() - oldest >= limit) t.wait(sends[oldest++]);
+    sends.push_back(r);
+  }
+};
+
 // Reduce-scatter phase. Step s sends segment i-s and receives segment i-s-1, reducing it with the local input.
 // Partial results go to `work` (indexed like `in`); the last step writes this rank's block to `final_dst`.
 void reduce_scatter_phase(const Context& c, const char* in, char* work, char* final_dst, const Blocks& blocks,
