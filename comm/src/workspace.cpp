@@ -14,7 +14,7 @@ void* Workspace::get(Scratch slot, std::size_t bytes) {
   void* p = std::aligned_alloc(4096, want);
   if (p == nullptr) throw std::bad_alloc();
   if (shared_) {
-    outgrown_.push_back(std::move(buf_[i]));
+    if (buf_[i]) outgrown_.push_back(std::move(buf_[i]));
   } else {
     std::memset(p, 0, want);  // touch every page now, not inside a timed collective
   }

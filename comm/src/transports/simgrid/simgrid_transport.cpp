@@ -434,17 +434,19 @@ double run_ranks(const std::vector<std::string>& hosts, const std::function<void
       box->clear();
     }
   });
-  running_job = job.get();
-  set_work_hook(charge_element_work);
-  try {
+  {
+    struct Charging {  // the element-wise work's hook, for this run only
+      explicit Charging(Job* j) {
+        running_job = j;
+        set_work_hook(charge_element_work);
+      }
+      ~Charging() {
+        set_work_hook(nullptr);
+        running_job = nullptr;
+      }
+    } charging(job.get());
     engine().run();
-  } catch (...) {
-    set_work_hook(nullptr);
-    running_job = nullptr;
-    throw;
   }
-  set_work_hook(nullptr);
-  running_job = nullptr;
   job->actors.clear();
   for (Message* m : std::vector<Message*>(job->live.begin(), job->live.end())) delete m;
   // The first failure in simulated time is the cause; the others' timeouts follow from it.
