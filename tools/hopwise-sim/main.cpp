@@ -210,25 +210,22 @@ int main(int argc, char** argv) {
     std::vector<int> ring(static_cast<std::size_t>(n));
     std::iota(ring.begin(), ring.end(), 0);
     double planning_ms = 0;
+    int tree_depth = 0;  // the plan's, for the cost model; else as RankCollectives lays the trees
     if (o.planned) {
       const auto t0 = std::chrono::steady_clock::now();
       if (tree) {
-        ring = st::plan_on_fat_tree(*tree, host_of).ring;
+        const hopwise::topology::Plan plan = st::plan_on_fat_tree(*tree, host_of);
+        ring = plan.ring;
+        tree_depth = plan.trees.first.depth();
       } else {  // hosts contiguous in the platform's order: what the planner does where it knows no more
         std::stable_sort(ring.begin(), ring.end(), [&](int a, int b) { return host_of[a] < host_of[b]; });
       }
       planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
 
-    // The element-wise work's simulated time (see RunOptions): this machine's measured rates, none, or given.
-    std::pair<double, double> rates{0, 0};
-    if (o.compute == "measured")
-      rates = measure_element_rates();
-    else if (o.compute != "none")
-      rates = parse_rates(o.compute);
-
+    const int host_count = static_cast<int>(std::set<int>(host_of.begin(), host_of.end()).size());
     fmt::print("# hopwise-sim: {} ({} hosts in the platform); {} ranks on {} hosts, {} placement, {} ring{}\n",
-               o.platform, names.size(), n, std::set<int>(host_of.begin(), host_of.end()).size(),
+               o.platform, names.size(), n, host_count,
                o.placement == st::Placement::kRandom   ? "random"
                : o.placement == st::Placement::kCyclic ? "cyclic"
                                                        : "packed",
@@ -249,6 +246,12 @@ int main(int argc, char** argv) {
                  crossings(rank_order, tree->leaf));
     }
     if (o.plan_only) return 0;
+    // The element-wise work's simulated time (see RunOptions): this machine's measured rates, none, or given.
+    std::pair<double, double> rates{0, 0};
+    if (o.compute == "measured")
+      rates = measure_element_rates();
+    else if (o.compute != "none")
+      rates = parse_rates(o.compute);
     fmt::print("# element-wise work: {}; buffers: {}\n",
                rates.first > 0
                    ? fmt::format("reduce {:.2f} GB/s, copy {:.2f} GB/s ({})", rates.first / 1e9, rates.second / 1e9,
@@ -263,7 +266,8 @@ int main(int argc, char** argv) {
     // on this platform: alpha a message's latency over the longest route (4 links across leaf switches, 2 within
     // one), beta the inverse of a host's link (the slowest ring neighbours), gamma the measured reduction rate.
     std::optional<hc::CostModel> model;
-    int tree_depth = 1;
+    if (tree_depth == 0) tree_depth = hopwise::topology::hierarchical_trees(ring, host_of).first.depth();
+    tree_depth = std::max(1, tree_depth);
     if (tree) {
       hc::CostParams cp;
       cp.alpha = (tree->hosts > tree->leaf ? 4 : 2) * tree->latency_s;
@@ -271,7 +275,6 @@ int main(int argc, char** argv) {
       cp.gamma = rates.first > 0 ? 1.0 / rates.first : 0;
       cp.source = "platform";
       model.emplace(cp);
-      tree_depth = std::max(1, hopwise::topology::hierarchical_trees(ring, host_of).first.depth());
     }
     std::map<std::size_t, std::map<std::string, double>> times;  // size -> algorithm -> seconds
     std::set<std::size_t> phantom_sizes;
@@ -338,7 +341,7 @@ int main(int argc, char** argv) {
         if (csv.is_open())
           csv << fmt::format("{},{},float32,sum,{},{},{:.3f},{:.6f},{:.6f},{:.3f},{},{},{},{:.3f},\n", bytes, count,
                              hc::to_string(a), n, seconds * 1e6, algbw, busbw, wall, phantom ? "phantom" : "real",
-                             std::set<int>(host_of.begin(), host_of.end()).size(), o.planned ? 1 : 0, planning_ms);
+                             host_count, o.planned ? 1 : 0, planning_ms);
         times[bytes][std::string(hc::to_string(a))] = seconds;
         auto& b = best[bytes];
         if (b.first.empty() || seconds < b.second) b = {std::string(hc::to_string(a)), seconds};
@@ -348,14 +351,15 @@ int main(int argc, char** argv) {
     for (const auto& [bytes, b] : best) fmt::print(" {}={}", bytes, b.first);
     fmt::print("\n");
     if (model) {
-      fmt::print("# auto (the cost model, alpha {:.2f} us, beta 1/{:.2f} GB/s, gamma 1/{:.2f} GB/s, tree depth {}):",
+      const double gamma = model->params().gamma;
+      fmt::print("# auto (the cost model, alpha {:.2f} us, beta 1/{:.2f} GB/s, gamma {}, tree depth {}):",
                  model->params().alpha * 1e6, 1e-9 / model->params().beta,
-                 model->params().gamma > 0 ? 1e-9 / model->params().gamma : 0.0, tree_depth);
+                 gamma > 0 ? fmt::format("1/{:.2f} GB/s", 1e-9 / gamma) : std::string("0"), tree_depth);
       for (const auto& [bytes, row] : times) {
         hc::CostQuery q;
         q.bytes = bytes;
         q.ranks = n;
-        q.hosts = static_cast<int>(std::set<int>(host_of.begin(), host_of.end()).size());
+        q.hosts = host_count;
         q.tree_depth = tree_depth;
         std::string pick;
         double least = 0;
