@@ -2,8 +2,11 @@
 # hopwise's allreduce algorithms at 16 to 4096 ranks, simulated (hopwise-sim): two-level fat trees of 8-rank hosts,
 # 16 hosts a leaf switch, links of 25 and 100 Gbit/s, leaf uplinks 1:1 and 4:1 oversubscribed, ranks packed. One
 # hopwise-sim CSV per fabric and scale in OUT_DIR, a chart per fabric (scripts/plot.py --grid: a panel per scale),
-# and the best algorithm per size (summary.md).
-#   scripts/sim-scale.sh [OUT_DIR] [RANKS...]     (defaults: build/sim-scale, 16 64 256 1024 4096)
+# and summary.md: per fabric and scale, busbw of ring / hd / tree at 16 KiB, 1 MiB and 64 MiB, the best algorithm
+# per size, and auto/best's lowest (the README's table).
+#   scripts/sim-scale.sh [OUT_DIR] [RANKS...]     (defaults: build/sim-scale, 16 64 256 1024)
+# A fabric takes about 20 minutes of one core at 1024 ranks (the ring there: 3-4 minutes a call), a minute below;
+# 4096 ranks would take some 16 times that.
 # Environment: LINKS ("25Gbps 100Gbps"), OVERSUBS ("1 4"), ALGOS (ring,hd,tree), BEGIN (16K), END (64M), FACTOR (8),
 # COMPUTE (hopwise-sim's --compute; default the rates kept in tests/sim/emulated-1gbit/compute.txt, measured on an
 # idle machine, so that a busy one does not change the figures).
@@ -12,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/sim-scale}
 shift || true
-ranks_list=${*:-16 64 256 1024 4096}
+ranks_list=${*:-16 64 256 1024}
 links=${LINKS:-25Gbps 100Gbps}
 oversubs=${OVERSUBS:-1 4}
 algos=${ALGOS:-ring,hd,tree}
@@ -47,16 +50,29 @@ done
 import csv, sys
 from pathlib import Path
 out = Path(sys.argv[1])
-lines = ["| fabric | ranks | best algorithm per size (busbw GB/s) |", "|---|---:|---|"]
-for p in sorted(out.glob("*-r*.csv"), key=lambda p: (p.stem.rsplit("-r", 1)[0], int(p.stem.rsplit("-r", 1)[1]))):
-    best = {}
+def size(b):
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+lines = ["| fabric | ranks | 16 KiB: ring / hd / tree | 1 MiB | 64 MiB | best per size | auto/best, lowest |",
+         "|---|---:|---|---|---|---|---:|"]
+runs = sorted(out.glob("*-r*.csv"), key=lambda p: (not p.stem.startswith("25G"), p.stem.rsplit("-r", 1)[0],
+                                                   int(p.stem.rsplit("-r", 1)[1])))
+for p in runs:
+    rows = {}
     for r in csv.DictReader(open(p)):
-        b, bw = int(r["size_bytes"]), float(r["busbw_gbs"])
-        if b not in best or bw > best[b][1]:
-            best[b] = (r["algo"], bw)
-    fabric, ranks = p.stem.rsplit("-r", 1)
-    cells = ", ".join(f"{b >> 10}K {a} {bw:.2f}" if b < 1 << 20 else f"{b >> 20}M {a} {bw:.2f}" for b, (a, bw) in sorted(best.items()))
-    lines.append(f"| {fabric} | {ranks} | {cells} |")
+        rows.setdefault(int(r["size_bytes"]), {})[r["algo"]] = float(r["busbw_gbs"])
+    def trio(b):
+        return " / ".join(f"{rows[b][a]:.2f}" if a in rows.get(b, {}) else "-" for a in ("ring", "hd", "tree"))
+    best, lowest = [], []
+    for b, algos in sorted(rows.items()):
+        peers = {a: v for a, v in algos.items() if a != "auto"}
+        top = max(peers, key=peers.get)
+        best.append(f"{size(b)} {top}")
+        if "auto" in algos:
+            lowest.append(algos["auto"] / peers[top])
+    link, over = p.stem.rsplit("-r", 1)[0].split("-o")
+    auto = f"{min(lowest):.2f}" if lowest else "-"
+    lines.append(f"| {link.replace('Gbps', ' Gbit/s')}, {over}:1 | {p.stem.rsplit('-r', 1)[1]} | {trio(16 << 10)} | "
+                 f"{trio(1 << 20)} | {trio(64 << 20)} | {', '.join(best)} | {auto} |")
 (out / "summary.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF
