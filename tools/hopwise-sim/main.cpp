@@ -4,6 +4,7 @@
 //
 //   hopwise-sim --platform fat-tree:hosts=16,ranks-per-host=8,link=25Gbps,oversub=4 -a all -b 4K -e 64M
 //   hopwise-sim --platform cluster.xml --ranks 32 --placement random --ring rank
+//   hopwise-sim --platform fat-tree:hosts=8,ranks-per-host=8,link=25Gbps,oversub=4 --train gpt2-small --step-ms 40
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -29,6 +30,7 @@
 #include "hopwise/topology/planner.h"
 #include "platform.h"
 #include "sim_ranks.h"
+#include "train.h"
 
 namespace {
 
@@ -51,6 +53,7 @@ struct Options {
   std::string compute = "measured";          // measured | none | REDUCE,COPY (bytes/s, e.g. 5GBps,10GBps)
   bool plan_only = false;                    // print the plan's figures and stop
   std::string csv;                           // --csv FILE: the rows as hopwise-bench's CSV (scripts/plot.py reads it)
+  st::TrainingOptions train;                 // --train MODEL: the training step instead of the allreduce table
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -61,7 +64,11 @@ struct Options {
                "       [--placement packed|cyclic|random] [--seed S] [--ring planned|rank] [-a ALGOS|all]\n"
                "       [-b 4K] [-e 64M] [-f 4] [--chunk 256K] [--memory-gib 8] [--cfg SIMGRID_OPTION:VALUE]...\n"
                "       [--buffers auto|real|phantom] [--compute measured|none|REDUCE,COPY] [--plan-only]\n"
-               "       [--csv FILE]\n",
+               "       [--csv FILE]\n"
+               "       [--train mnist|gpt2-small|LAYERS --step-ms MS [--method SPEC]... [--choose trial|model]\n"
+               "        [--codec-rate 500GBps] [--bucket-mb 25] [--first-bucket-mb 1]]\n"
+               "  methods: ddp, sync, sync/CODEC (sync/int8, sync/powersgd:rank=4), local:period=H,\n"
+               "           async:period=H[,delay=D][,codec=C]\n",
                why.c_str());
   std::exit(2);
 }
@@ -146,6 +153,21 @@ Options parse(int argc, char** argv) {
       o.memory_gib = std::atof(value().c_str());
     else if (a == "--cfg")
       o.simgrid_options.push_back(value());
+    else if (a == "--train")
+      o.train.model = value();
+    else if (a == "--step-ms")
+      o.train.step_ms = std::atof(value().c_str());
+    else if (a == "--method")
+      o.train.methods.push_back(value());
+    else if (a == "--choose") {
+      o.train.choose = value();
+      if (o.train.choose != "trial" && o.train.choose != "model") usage("--choose takes trial or model");
+    } else if (a == "--codec-rate")
+      o.train.codec_rate = st::parse_rate(value());
+    else if (a == "--bucket-mb")
+      o.train.bucket_mb = std::atof(value().c_str());
+    else if (a == "--first-bucket-mb")
+      o.train.first_bucket_mb = std::atof(value().c_str());
     else if (a == "--plan-only")
       o.plan_only = true;
     else if (a == "--csv")
@@ -257,11 +279,9 @@ int main(int argc, char** argv) {
                    ? fmt::format("reduce {:.2f} GB/s, copy {:.2f} GB/s ({})", rates.first / 1e9, rates.second / 1e9,
                                  o.compute == "measured" ? "measured on this machine" : "given")
                    : std::string("free"),
-               o.buffers == "auto" ? fmt::format("real where {} ranks' fit in {} GiB, else phantom", n, o.memory_gib)
-                                   : o.buffers);
-    fmt::print("# allreduce float32 sum, simulated time; busbw = algbw x 2(n-1)/n\n");
-    fmt::print("{:>12} {:>10} {:>10} {:>12} {:>9} {:>9} {:>8}\n", "size", "count", "algo", "time(us)", "algbw", "busbw",
-               "wall(s)");
+               !o.train.model.empty() ? std::string("phantom (a training step moves sizes only)")
+               : o.buffers == "auto"  ? fmt::format("real where {} ranks' fit in {} GiB, else phantom", n, o.memory_gib)
+                                      : o.buffers);
     // auto: the cost model's choice among the simulated rows, with the parameters a job's calibration would find
     // on this platform: alpha a message's latency over the longest route (4 links across leaf switches, 2 within
     // one), beta the inverse of a host's link (the slowest ring neighbours), gamma the measured reduction rate.
@@ -276,6 +296,22 @@ int main(int argc, char** argv) {
       cp.source = "platform";
       model.emplace(cp);
     }
+    if (!o.train.model.empty()) {
+      st::SimJob job{hosts, ring, host_of, o.chunk, {}, model, host_count, tree_depth};
+      job.run.max_held_bytes = static_cast<std::size_t>(o.memory_gib * (1u << 30));
+      job.run.reduce_bytes_per_s = rates.first;
+      job.run.copy_bytes_per_s = rates.second;
+      std::ofstream csv;
+      if (!o.csv.empty()) {
+        csv.open(o.csv);
+        if (!csv) throw hopwise::InvalidArgument(fmt::format("--csv {}: cannot write it", o.csv));
+        csv << "model,ranks,hosts,method,step_ms,compute_ms,utilization,wire_mb,buckets,choose,wall_s\n";
+      }
+      return st::run_training(o.train, job, csv.is_open() ? &csv : nullptr);
+    }
+    fmt::print("# allreduce float32 sum, simulated time; busbw = algbw x 2(n-1)/n\n");
+    fmt::print("{:>12} {:>10} {:>10} {:>12} {:>9} {:>9} {:>8}\n", "size", "count", "algo", "time(us)", "algbw", "busbw",
+               "wall(s)");
     std::map<std::size_t, std::map<std::string, double>> times;  // size -> algorithm -> seconds
     std::set<std::size_t> phantom_sizes;
     std::map<std::size_t, std::pair<std::string, double>> best;

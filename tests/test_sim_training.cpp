@@ -1,0 +1,177 @@
+// A training step on simulated ranks (comm/src/transports/simgrid/sim_training.h): the models and methods it
+// parses, and each method's simulated period against what the platform's lone allreduce takes (tests/sim/
+// cluster8.xml: 8 hosts on 1 Gbit/s links), with the element-wise work free so that only the network counts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "hopwise/common/error.h"
+#include "hopwise/compression/codec.h"
+#include "sim_ranks.h"
+#include "sim_training.h"
+
+namespace {
+
+namespace hc = hopwise::comm;
+namespace sim = hopwise::comm::sim;
+using hopwise::DataType;
+
+void load() {
+  static const bool configured = [] {
+    sim::configure("network/latency-factor:1");
+    sim::configure("network/bandwidth-factor:1");
+    return true;
+  }();
+  (void)configured;
+  sim::load_platform(HOPWISE_SIM_PLATFORM);
+}
+
+// n ranks, rank r on host r % hosts.
+struct Job {
+  std::vector<std::string> hosts;
+  std::vector<int> host_of, ring;
+};
+Job job(int n, int hosts) {
+  Job j;
+  const auto names = sim::host_names();
+  for (int r = 0; r < n; ++r) {
+    j.hosts.push_back(names[static_cast<std::size_t>(r % hosts)]);
+    j.host_of.push_back(r % hosts);
+  }
+  for (int h = 0; h < hosts; ++h)  // the planned ring: each host's ranks together
+    for (int r = h; r < n; r += hosts) j.ring.push_back(r);
+  return j;
+}
+
+sim::RunOptions free_work() {
+  sim::RunOptions o;
+  o.real_payloads = false;
+  return o;
+}
+
+const sim::ChooseAlgorithm ring = [](const sim::StepCall&) { return hc::Algorithm::kRing; };
+
+// The simulated seconds of one float32 allreduce of `count` on the ring.
+double lone_allreduce(const Job& j, std::size_t count) {
+  std::vector<float> buf(std::max<std::size_t>(count, 1));
+  return sim::run_ranks(
+      j.hosts,
+      [&](int, hc::Transport& t) {
+        sim::RankCollectives coll(t, j.ring, j.host_of, 256u << 10, true);
+        coll.run(hc::Algorithm::kRing, hc::Collective::kAllreduce, buf.data(), buf.data(), count, DataType::kFloat32,
+                 hopwise::ReduceOp::kAvg);
+      },
+      free_work());
+}
+
+sim::StepResult step(const Job& j, const std::string& model, const std::string& method, double compute_s,
+                     double bucket_mb = 1) {
+  sim::StepSettings s;
+  s.compute_s = compute_s;
+  s.bucket_mb = bucket_mb;
+  s.first_bucket_mb = bucket_mb;
+  return sim::simulate_step(j.hosts, j.ring, j.host_of, 256u << 10, free_work(), sim::parse_model(model),
+                            sim::parse_method(method), s, ring);
+}
+
+TEST(SimTraining, ModelsAndMethodsParseAndBadOnesAreNamed) {
+  EXPECT_EQ(sim::parse_model("mnist").parameters(), 784u * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10);
+  EXPECT_EQ(sim::parse_model("gpt2-small").parameters(), 124439808u);  // GPT-2 small's published count
+  const sim::TrainingModel m = sim::parse_model("3x4,5");
+  ASSERT_EQ(m.layers.size(), 2u);
+  EXPECT_EQ(m.layers[0].rows, 3u);
+  EXPECT_EQ(m.layers[1].cols, 5u);
+  for (const char* bad : {"", "3x", "x4", "0", "3x4,,5", "resnet"})
+    EXPECT_THROW(sim::parse_model(bad), hopwise::InvalidArgument) << bad;
+
+  EXPECT_EQ(sim::parse_method("sync/int8").codec, "int8");
+  const sim::TrainingMethod a = sim::parse_method("async:period=8,delay=2,codec=fp16");
+  EXPECT_EQ(a.kind, sim::TrainingMethod::Kind::kAsync);
+  EXPECT_EQ(a.period, 8);
+  EXPECT_EQ(a.delay, 2);
+  EXPECT_EQ(a.codec, "fp16");
+  EXPECT_EQ(sim::parse_method("async:period=8").delay, 8);
+  EXPECT_TRUE(sim::parse_method("ddp").ddp);
+  try {
+    sim::parse_method("gossip:peers=1");
+    ADD_FAILURE() << "gossip was taken";
+  } catch (const hopwise::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("gossip does not run on simulated ranks"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(sim::parse_method("local:period=4/int8"), hopwise::InvalidArgument);
+  EXPECT_THROW(sim::parse_method("sync/nosuchcodec"), hopwise::InvalidArgument);
+  EXPECT_THROW(sim::parse_method("sync/powersgd:rank=0"), hopwise::InvalidArgument);
+}
+
+// Two 1 MiB gradients, a bucket each. With a long backward the first bucket's allreduce hides under it and only
+// the last one's shows; with none, the two run back to back.
+TEST(SimTraining, SyncHidesWhatBackwardOverlapsAndExposesTheRest) {
+  load();
+  const Job j = job(4, 2);
+  const double t = lone_allreduce(j, 262144);
+  const sim::StepResult hidden = step(j, "262144,262144", "sync", 1.0);
+  EXPECT_EQ(hidden.buckets, 2);
+  EXPECT_NEAR(hidden.step_s(), 1.0 + t, 0.02 * t) << "a lone allreduce takes " << t;
+  EXPECT_NEAR(hidden.utilization(), 1.0 / (1.0 + t), 1e-3);
+  EXPECT_DOUBLE_EQ(hidden.wire_bytes, 2.0 * 262144 * 4);
+  const sim::StepResult bare = step(j, "262144,262144", "sync", 1e-6);
+  EXPECT_NEAR(bare.step_s(), 2 * t, 0.05 * t);
+  ASSERT_EQ(bare.calls.size(), 1u);
+  EXPECT_EQ(bare.calls[0].count, 262144u);
+}
+
+// local: H steps of compute, then the model's average; async: the average under D steps of compute.
+TEST(SimTraining, LocalAddsTheAverageAndAsyncHidesIt) {
+  load();
+  const Job j = job(4, 2);
+  const double t = lone_allreduce(j, 524288);
+  const sim::StepResult local = step(j, "262144,262144", "local:period=4", 0.1);
+  EXPECT_EQ(local.steps, 4);
+  EXPECT_NEAR(local.period_s, 0.4 + t, 0.02 * t);
+  const sim::StepResult hidden = step(j, "262144,262144", "async:period=4", 0.1);
+  ASSERT_LT(t, 0.4);
+  EXPECT_NEAR(hidden.period_s, 0.4, 1e-6);
+  EXPECT_DOUBLE_EQ(hidden.utilization(), 1.0);
+  const sim::StepResult behind = step(j, "262144,262144", "async:period=4,delay=1", t / 2);
+  EXPECT_NEAR(behind.period_s, t + 3 * t / 2, 0.02 * t);  // the average outlasts the one step it may take
+}
+
+// int8 moves a byte a float (and the scales it agrees on): at a quarter of the bytes the step is shorter; ddp's
+// rank-order ring crosses hosts at every hop where the planned one crosses twice.
+TEST(SimTraining, ACodecMovesItsPayloadAndDdpTakesTheRankOrderRing) {
+  load();
+  const Job j = job(4, 2);
+  const sim::StepResult plain = step(j, "1048576", "sync", 1e-6, 25);
+  const sim::StepResult int8 = step(j, "1048576", "sync/int8", 1e-6, 25);
+  const auto codec = hopwise::compression::make_codec("int8");
+  EXPECT_DOUBLE_EQ(int8.wire_bytes,
+                   static_cast<double>(codec->payload_bytes(1048576) + codec->scale_count(1048576) * sizeof(float)));
+  EXPECT_LT(int8.step_s(), 0.5 * plain.step_s());
+  bool payload_call = false;
+  for (const sim::StepCall& c : int8.calls)
+    payload_call |= c.count == codec->payload_count(1048576) && c.dtype == codec->payload_dtype();
+  EXPECT_TRUE(payload_call);
+  const sim::StepResult ddp = step(j, "1048576", "ddp", 1e-6, 25);
+  EXPECT_GT(ddp.step_s(), 1.5 * plain.step_s()) << "ddp " << ddp.step_s() << " s, planned " << plain.step_s();
+  const sim::StepResult powersgd = step(j, "1024x1024", "sync/powersgd:rank=4", 1e-6, 25);
+  EXPECT_DOUBLE_EQ(powersgd.wire_bytes, 2.0 * 1024 * 4 * 4);  // P and Q: 1024 x 4 floats each
+}
+
+TEST(SimTraining, CodecCostsAreMeasuredFromTheRealCodecs) {
+  const sim::CodecCosts none = sim::measure_codec_costs("none");
+  EXPECT_EQ(none.encode_s + none.decode_s + none.p_s, 0.0);
+  const sim::CodecCosts int8 = sim::measure_codec_costs("int8");
+  EXPECT_GT(int8.encode_s, 0.0);
+  EXPECT_GT(int8.decode_s, 0.0);
+  EXPECT_LT(int8.encode_s, 1e-6);  // under a microsecond a float on any machine that runs the suite
+  const sim::CodecCosts ps = sim::measure_codec_costs("powersgd:rank=4");
+  EXPECT_GT(ps.p_s, 0.0);
+  EXPECT_GT(ps.q_s, 0.0);
+  EXPECT_GT(ps.decompress_s, 0.0);
+  const sim::CodecCosts given = sim::codec_costs_at("int8", 400e9);
+  EXPECT_DOUBLE_EQ(given.encode_s, 4 / 400e9);
+}
+
+}  // namespace
