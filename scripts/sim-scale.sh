@@ -52,7 +52,7 @@ from pathlib import Path
 out = Path(sys.argv[1])
 def size(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
-lines = ["| fabric | ranks | 16 KiB: ring / hd / tree | 1 MiB | 64 MiB | best per size | auto/best, lowest |",
+lines = ["| fabric | ranks | 16 KiB: ring / hd / tree | 1 MiB | 64 MiB | best per size | auto/best, lowest: cost model / tuned |",
          "|---|---:|---|---|---|---|---:|"]
 runs = sorted(out.glob("*-r*.csv"), key=lambda p: (not p.stem.startswith("25G"), p.stem.rsplit("-r", 1)[0],
                                                    int(p.stem.rsplit("-r", 1)[1])))
@@ -62,15 +62,17 @@ for p in runs:
         rows.setdefault(int(r["size_bytes"]), {})[r["algo"]] = float(r["busbw_gbs"])
     def trio(b):
         return " / ".join(f"{rows[b][a]:.2f}" if a in rows.get(b, {}) else "-" for a in ("ring", "hd", "tree"))
-    best, lowest = [], []
+    best, lowest, tuned = [], [], []
     for b, algos in sorted(rows.items()):
-        peers = {a: v for a, v in algos.items() if a != "auto"}
+        peers = {a: v for a, v in algos.items() if a not in ("auto", "tuned")}
         top = max(peers, key=peers.get)
         best.append(f"{size(b)} {top}")
         if "auto" in algos:
             lowest.append(algos["auto"] / peers[top])
+        if "tuned" in algos:
+            tuned.append(algos["tuned"] / peers[top])
     link, over = p.stem.rsplit("-r", 1)[0].split("-o")
-    auto = f"{min(lowest):.2f}" if lowest else "-"
+    auto = (f"{min(lowest):.2f}" if lowest else "-") + " / " + (f"{min(tuned):.2f}" if tuned else "-")
     lines.append(f"| {link.replace('Gbps', ' Gbit/s')}, {over}:1 | {p.stem.rsplit('-r', 1)[1]} | {trio(16 << 10)} | "
                  f"{trio(1 << 20)} | {trio(64 << 20)} | {', '.join(best)} | {auto} |")
 (out / "summary.md").write_text("\n".join(lines) + "\n")

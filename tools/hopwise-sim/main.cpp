@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include "hopwise/comm/cost_model.h"
@@ -206,12 +207,19 @@ int main(int argc, char** argv) {
       xml = (std::filesystem::temp_directory_path() / fmt::format("hopwise-sim-{}.xml", ::getpid())).string();
       std::ofstream(xml) << st::fat_tree_xml(*tree);
     }
-    // SimGrid's latency and bandwidth factors at 1 unless given: its defaults were fitted to TCP on older Ethernet,
-    // and factor 1 is what the validation against the emulated cluster found (scripts/sim-validate.py).
-    for (const char* factor : {"network/latency-factor", "network/bandwidth-factor"})
+    // Defaults unless given: SimGrid's latency and bandwidth factors at 1 (its own were fitted to TCP on older
+    // Ethernet; 1 is what the validation against the emulated cluster found, scripts/sim-validate.py), and no guard
+    // page under an actor's stack (each is a memory mapping of its own: 4096 ranks and their connections' actors
+    // passed Linux's default limit of 65530 mappings, vm.max_map_count, and SimGrid aborted). Without the guard
+    // SimGrid callocs the stacks: a fixed mmap threshold keeps each a fresh mapping whose untouched pages cost
+    // nothing (glibc's moving threshold served them from the heap, zeroed: 23 GB for 4096 ranks' tree).
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+    for (const char* option : {"network/latency-factor:1", "network/bandwidth-factor:1", "contexts/guard-size:0"}) {
+      const std::string name = std::string(option).substr(0, std::string(option).rfind(':'));
       if (std::none_of(o.simgrid_options.begin(), o.simgrid_options.end(),
-                       [&](const std::string& c) { return c.rfind(factor, 0) == 0; }))
-        sim::configure(std::string(factor) + ":1");
+                       [&](const std::string& c) { return c.rfind(name + ":", 0) == 0; }))
+        sim::configure(option);
+    }
     for (const std::string& c : o.simgrid_options) sim::configure(c);
     sim::load_platform(xml);
     if (tree) std::filesystem::remove(xml);
@@ -435,8 +443,16 @@ int main(int argc, char** argv) {
           if (it != row.end() && est <= 8 * cheapest && (pick.empty() || it->second < row.at(pick))) pick = it->first;
         }
         if (pick.empty()) continue;
-        lowest = std::min(lowest, best[bytes].second / row.at(pick));
-        fmt::print(" {}={} ({:.2f})", bytes, pick, best[bytes].second / row.at(pick));
+        const double t = row.at(pick);
+        lowest = std::min(lowest, best[bytes].second / t);
+        fmt::print(" {}={} ({:.2f})", bytes, pick, best[bytes].second / t);
+        if (csv.is_open()) {
+          const double algbw = static_cast<double>(bytes) / t / 1e9;
+          csv << fmt::format("{},{},float32,sum,tuned,{},{:.3f},{:.6f},{:.6f},0,{},{},{},{:.3f},{}\n", bytes,
+                             bytes / sizeof(float), n, t * 1e6, algbw, algbw * 2.0 * (n - 1) / n,
+                             phantom_sizes.count(bytes) ? "phantom" : "real", host_count, o.planned ? 1 : 0,
+                             planning_ms, pick);
+        }
       }
       fmt::print("  (tuned/best in brackets; lowest {:.2f})\n", lowest);
     }

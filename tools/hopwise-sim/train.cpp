@@ -97,8 +97,8 @@ std::map<sim::StepCall, hc::Algorithm> run_trials(const SimJob& job, const std::
     double best = -1;
     for (hc::Algorithm a : candidates_for(c.kind)) {
       if (cheapest > 0 && estimate.count(a) && estimate[a] > 8 * cheapest) continue;
-      // one_shot connects every pair, and each connection is an actor: past 128 ranks the process runs out of
-      // memory mappings (vm.max_map_count) before the call runs.
+      // one_shot connects every pair, and each connection is an actor: past 128 ranks (16 thousand actors) the
+      // process runs out of memory mappings (vm.max_map_count) before the call runs.
       if (a == hc::Algorithm::kOneShot && job.hosts.size() > 128) continue;
       const double s = time_call(job, c, a);
       ++runs;
@@ -173,7 +173,7 @@ int run_training(const TrainingOptions& o, const SimJob& job, std::ostream* csv)
         sim::simulate_step(job.hosts, job.ring, job.host_of, job.chunk, job.run, model, m, s, choose);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
     if (m.ddp) ddp_step = r.step_s();
-    const double exposed = r.step_s() - base.compute_s;
+    const double exposed = std::max(0.0, r.step_s() - base.compute_s);  // not -0.00 where nothing shows
     const double wire_mb = r.wire_bytes / r.steps / 1e6;
     fmt::print("{:<26} {:>10.2f} {:>12.2f} {:>7.1f}% {:>11.2f} {:>8} {:>8} {:>8.1f}\n", m.spec, r.step_s() * 1e3,
                exposed * 1e3, r.utilization() * 100, wire_mb,
