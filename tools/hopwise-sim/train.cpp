@@ -72,7 +72,6 @@ double time_call(const SimJob& job, const sim::StepCall& c, hc::Algorithm a) {
 // Trials as the tuner makes them: per class of calls (collective, dtype class, size class: tuning.h), the class's
 // first call timed once per candidate in simulated time (no noise there: once is the median), skipping those the
 // cost model puts past 8x its cheapest estimate (the tuner's prior); the class's other calls take its pick.
-// one_shot is not tried past 128 ranks (see below).
 std::map<sim::StepCall, hc::Algorithm> run_trials(const SimJob& job, const std::vector<sim::StepCall>& calls) {
   std::map<sim::StepCall, hc::Algorithm> picks;
   std::map<std::tuple<hc::Collective, std::string, int>, hc::Algorithm> classes;
@@ -86,25 +85,29 @@ std::map<sim::StepCall, hc::Algorithm> run_trials(const SimJob& job, const std::
       continue;
     }
     ++tuned;
+    // The candidates that run here: one_shot connects every pair, and each connection is an actor: past 128
+    // ranks (16 thousand actors) the process runs out of memory mappings before the call runs.
+    std::vector<hc::Algorithm> runnable;
+    for (hc::Algorithm a : candidates_for(c.kind))
+      if (a != hc::Algorithm::kOneShot || job.hosts.size() <= 128) runnable.push_back(a);
     std::map<hc::Algorithm, double> estimate;
     double cheapest = -1;
     if (job.model)
-      for (const auto& [a, est] : job.model->candidates(query_of(c, job), false)) {
-        estimate[a] = est;
-        if (cheapest < 0 || est < cheapest) cheapest = est;
-      }
+      for (const auto& [a, est] : job.model->candidates(query_of(c, job), false))
+        if (std::find(runnable.begin(), runnable.end(), a) != runnable.end()) {
+          estimate[a] = est;
+          if (cheapest < 0 || est < cheapest) cheapest = est;
+        }
     std::string line;
     double best = -1;
-    for (hc::Algorithm a : candidates_for(c.kind)) {
+    for (hc::Algorithm a : runnable) {
       if (cheapest > 0 && estimate.count(a) && estimate[a] > 8 * cheapest) continue;
-      // one_shot connects every pair, and each connection is an actor: past 128 ranks (16 thousand actors) the
-      // process runs out of memory mappings (vm.max_map_count) before the call runs.
-      if (a == hc::Algorithm::kOneShot && job.hosts.size() > 128) continue;
       const double s = time_call(job, c, a);
       ++runs;
       line += fmt::format(" {} {:.3f} ms", hc::to_string(a), s * 1e3);
       if (best < 0 || s < best) best = s, picks[c] = a;
     }
+    if (best < 0) throw Error(fmt::format("hopwise-sim: no candidate for {} ran", describe(c)));
     classes[key] = picks[c];
     fmt::print("#   {}:{} -> {}\n", describe(c), line, hc::to_string(picks[c]));
   }
