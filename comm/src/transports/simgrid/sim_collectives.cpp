@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "../../algorithms/algorithms.h"
 #include "../../plan_state.h"
 #include "../../workspace.h"
 #include "hopwise/common/error.h"
@@ -79,6 +80,21 @@ void RankCollectives::run(Algorithm a, Collective kind, const void* in, void* ou
     if (kind == Collective::kReduce && t.rank() != root) return;
     if (out != in && count != 0) copy_bytes(out, in, count * es);
     if (call.scale != 1.0 && kind != Collective::kAllgather) scale_by(dt, out, count, call.scale);
+    return;
+  }
+  if (a == Algorithm::kHierarchical) {  // hier's row with its phases one after another (see sim_algorithms)
+    detail::PlanState& plan = s_->plan;
+    plan.make_groups(t);
+    const algo::Context local{*plan.host_group, *s_->workspace, s_->chunk_bytes};
+    const algo::HierarchicalPipeline one_segment{};
+    if (plan.leader_group) {
+      const algo::Context leaders{*plan.leader_group, *s_->workspace, s_->chunk_bytes};
+      algo::hierarchical_allreduce(local, &leaders, plan.host_tree, in, out, count, dt, call.op, call.scale,
+                                   one_segment);
+    } else {
+      algo::hierarchical_allreduce(local, nullptr, plan.host_tree, in, out, count, dt, call.op, call.scale,
+                                   one_segment);
+    }
     return;
   }
   const AlgorithmInfo& row = algorithm_info(a);

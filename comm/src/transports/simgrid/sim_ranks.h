@@ -7,8 +7,9 @@
 // runs must never block the thread on anything another actor would release (an OS mutex held across a SimGrid call,
 // a condition variable, a sleep, a spin on a flag another rank sets, a thread of its own): the transport never does,
 // and the algorithm rows run on it are those whose run is a sequence of sends, receives and waits on one thread
-// (sim_algorithms() lists them; the shared-slot rows have no slots here, and the pipelined hierarchical row runs its
-// phases on OS threads). Nothing here takes a lock.
+// (sim_algorithms() lists them; the shared-slot rows have no slots here; hier runs its three phases one after
+// another, as it does for calls under two segments: its pipeline runs them on OS threads). Nothing here takes a
+// lock.
 //
 // No SimGrid type appears in this header: programs that use it link hopwise_sim and need no SimGrid header.
 #pragma once

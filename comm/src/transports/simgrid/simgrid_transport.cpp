@@ -463,7 +463,7 @@ std::vector<Algorithm> sim_algorithms() {
   std::vector<Algorithm> out;
   for (Algorithm a : all_algorithms()) {
     const AlgorithmInfo& row = algorithm_info(a);
-    if (row.needs_native || a == Algorithm::kTwoShot || a == Algorithm::kHierarchical) continue;
+    if (row.needs_native || a == Algorithm::kTwoShot) continue;
     out.push_back(a);
   }
   return out;
