@@ -9,6 +9,7 @@
 
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
+#include "sim_platform.h"
 #include "sim_ranks.h"
 #include "sim_training.h"
 
@@ -17,16 +18,7 @@ namespace {
 namespace hc = hopwise::comm;
 namespace sim = hopwise::comm::sim;
 using hopwise::DataType;
-
-void load() {
-  static const bool configured = [] {
-    sim::configure("network/latency-factor:1");
-    sim::configure("network/bandwidth-factor:1");
-    return true;
-  }();
-  (void)configured;
-  sim::load_platform(HOPWISE_SIM_PLATFORM);
-}
+using hopwise::comm::sim::testing::load;
 
 // n ranks, rank r on host r % hosts.
 struct Job {

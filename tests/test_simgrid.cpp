@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "hopwise/common/error.h"
+#include "sim_platform.h"
 #include "sim_ranks.h"
 
 namespace {
@@ -23,16 +24,7 @@ namespace sim = hopwise::comm::sim;
 using hopwise::DataType;
 using hopwise::ReduceOp;
 
-// SimGrid's latency and bandwidth factors at 1, as the validation against the emulated cluster set them.
-void load() {
-  static const bool configured = [] {
-    sim::configure("network/latency-factor:1");
-    sim::configure("network/bandwidth-factor:1");
-    return true;
-  }();
-  (void)configured;
-  sim::load_platform(HOPWISE_SIM_PLATFORM);
-}
+using hopwise::comm::sim::testing::load;
 
 // n ranks over the platform's 8 hosts: rank r on host r % 8, so that from 9 ranks on some hosts hold two.
 std::vector<std::string> placed(int n) {

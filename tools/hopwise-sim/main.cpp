@@ -395,66 +395,50 @@ int main(int argc, char** argv) {
     for (const auto& [bytes, b] : best) fmt::print(" {}={}", bytes, b.first);
     fmt::print("\n");
     if (model) {
-      const double gamma = model->params().gamma;
-      fmt::print("# auto (the cost model, alpha {:.2f} us, beta 1/{:.2f} GB/s, gamma {}, tree depth {}):",
-                 model->params().alpha * 1e6, 1e-9 / model->params().beta,
-                 gamma > 0 ? fmt::format("1/{:.2f} GB/s", 1e-9 / gamma) : std::string("0"), tree_depth);
-      for (const auto& [bytes, row] : times) {
-        hc::CostQuery q;
-        q.bytes = bytes;
-        q.ranks = n;
-        q.hosts = host_count;
-        q.tree_depth = tree_depth;
-        std::string pick;
-        double least = 0;
-        for (const auto& [a, est] : model->candidates(q, false))
-          if (row.count(std::string(hc::to_string(a))) && (pick.empty() || est < least))
-            pick = hc::to_string(a), least = est;
-        if (pick.empty()) continue;
-        const double t = row.at(pick), ratio = best[bytes].second / t;
-        fmt::print(" {}={} ({:.2f})", bytes, pick, ratio);
-        if (csv.is_open()) {
-          const double algbw = static_cast<double>(bytes) / t / 1e9;
-          csv << fmt::format("{},{},float32,sum,auto,{},{:.3f},{:.6f},{:.6f},0,{},{},{},{:.3f},{}\n", bytes,
-                             bytes / sizeof(float), n, t * 1e6, algbw, algbw * 2.0 * (n - 1) / n,
-                             phantom_sizes.count(bytes) ? "phantom" : "real", q.hosts, o.planned ? 1 : 0, planning_ms,
-                             pick);
-        }
-      }
-      fmt::print("  (auto/best in brackets)\n");
-      // The tuner's way: trials of the candidates its prior keeps (the cost model's estimate within 8x of the
-      // cheapest), the fastest kept. Simulated time has no noise and each size here is a size class of its own, so
-      // only the prior can make it miss the best.
-      fmt::print("# tuned (trials in simulated time among the candidates within 8x of the cheapest estimate):");
+      // auto: the cost model's cheapest estimate among the simulated rows. tuned: the tuner's way, trials of the
+      // candidates its prior keeps (estimated within 8x of the cheapest), the fastest kept; simulated time has no
+      // noise and each size here is a size class of its own, so only the prior can make it miss the best.
+      std::string auto_line, tuned_line;
       double lowest = 1;
+      auto chosen = [&](const char* label, std::size_t bytes, const std::string& pick, std::string& line) {
+        const double t = times[bytes].at(pick), ratio = best[bytes].second / t;
+        line += fmt::format(" {}={} ({:.2f})", bytes, pick, ratio);
+        if (!csv.is_open()) return ratio;
+        const double algbw = static_cast<double>(bytes) / t / 1e9;
+        csv << fmt::format("{},{},float32,sum,{},{},{:.3f},{:.6f},{:.6f},0,{},{},{},{:.3f},{}\n", bytes,
+                           bytes / sizeof(float), label, n, t * 1e6, algbw, algbw * 2.0 * (n - 1) / n,
+                           phantom_sizes.count(bytes) ? "phantom" : "real", host_count, o.planned ? 1 : 0, planning_ms,
+                           pick);
+        return ratio;
+      };
       for (const auto& [bytes, row] : times) {
         hc::CostQuery q;
         q.bytes = bytes;
         q.ranks = n;
         q.hosts = host_count;
         q.tree_depth = tree_depth;
-        const auto estimates = model->candidates(q, false);
-        double cheapest = -1;
-        for (const auto& [a, est] : estimates)
-          if (row.count(std::string(hc::to_string(a))) && (cheapest < 0 || est < cheapest)) cheapest = est;
-        std::string pick;
-        for (const auto& [a, est] : estimates) {
-          const auto it = row.find(std::string(hc::to_string(a)));
-          if (it != row.end() && est <= 8 * cheapest && (pick.empty() || it->second < row.at(pick))) pick = it->first;
-        }
-        if (pick.empty()) continue;
-        const double t = row.at(pick);
-        lowest = std::min(lowest, best[bytes].second / t);
-        fmt::print(" {}={} ({:.2f})", bytes, pick, best[bytes].second / t);
-        if (csv.is_open()) {
-          const double algbw = static_cast<double>(bytes) / t / 1e9;
-          csv << fmt::format("{},{},float32,sum,tuned,{},{:.3f},{:.6f},{:.6f},0,{},{},{},{:.3f},{}\n", bytes,
-                             bytes / sizeof(float), n, t * 1e6, algbw, algbw * 2.0 * (n - 1) / n,
-                             phantom_sizes.count(bytes) ? "phantom" : "real", host_count, o.planned ? 1 : 0,
-                             planning_ms, pick);
-        }
+        std::vector<std::pair<std::string, double>> simulated;  // (algorithm, its estimate), the simulated rows
+        for (const auto& [a, est] : model->candidates(q, false))
+          if (row.count(std::string(hc::to_string(a)))) simulated.emplace_back(hc::to_string(a), est);
+        if (simulated.empty()) continue;
+        const auto cheapest = std::min_element(simulated.begin(), simulated.end(),
+                                               [](const auto& x, const auto& y) { return x.second < y.second; });
+        std::string tuned;
+        for (const auto& [a, est] : simulated)
+          if (est <= 8 * cheapest->second && (tuned.empty() || row.at(a) < row.at(tuned))) tuned = a;
+        chosen("auto", bytes, cheapest->first, auto_line);
+        lowest = std::min(lowest, chosen("tuned", bytes, tuned, tuned_line));
       }
-      fmt::print("  (tuned/best in brackets; lowest {:.2f})\n", lowest);
+      const double gamma = model->params().gamma;
+      fmt::print(
+          "# auto (the cost model, alpha {:.2f} us, beta 1/{:.2f} GB/s, gamma {}, tree depth {}):{}  (auto/best "
+          "in brackets)\n",
+          model->params().alpha * 1e6, 1e-9 / model->params().beta,
+          gamma > 0 ? fmt::format("1/{:.2f} GB/s", 1e-9 / gamma) : std::string("0"), tree_depth, auto_line);
+      fmt::print(
+          "# tuned (trials in simulated time among the candidates within 8x of the cheapest estimate):{}  "
+          "(tuned/best in brackets; lowest {:.2f})\n",
+          tuned_line, lowest);
     }
     return 0;
   } catch (const std::exception& e) {
