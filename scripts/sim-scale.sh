@@ -2,8 +2,8 @@
 # hopwise's allreduce algorithms at 16 to 4096 ranks, simulated (hopwise-sim): two-level fat trees of 8-rank hosts,
 # 16 hosts a leaf switch, links of 25 and 100 Gbit/s, leaf uplinks 1:1 and 4:1 oversubscribed, ranks packed. One
 # hopwise-sim CSV per fabric and scale in OUT_DIR, a chart per fabric (scripts/plot.py --grid: a panel per scale),
-# and summary.md: per fabric and scale, busbw of ring / hd / tree at 16 KiB, 1 MiB and 64 MiB, the best algorithm
-# per size, and auto/best's lowest (the README's table).
+# and summary.md: per fabric and scale, busbw of ring / hd / tree / hier at 16 KiB, 1 MiB and 64 MiB, the best
+# algorithm per size, and the lowest auto/best of the cost model and of the tuned pick (the README's table).
 #   scripts/sim-scale.sh [OUT_DIR] [RANKS...]     (defaults: build/sim-scale, 16 64 256 1024)
 # A fabric takes about 20 minutes of one core at 1024 ranks (the ring there: 3-4 minutes a call), a minute below;
 # 4096 ranks would take some 16 times that.
@@ -52,7 +52,7 @@ from pathlib import Path
 out = Path(sys.argv[1])
 def size(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
-lines = ["| fabric | ranks | 16 KiB: ring / hd / tree | 1 MiB | 64 MiB | best per size | auto/best, lowest: cost model / tuned |",
+lines = ["| fabric | ranks | 16 KiB: ring / hd / tree / hier | 1 MiB | 64 MiB | best per size | auto/best, lowest: cost model / tuned |",
          "|---|---:|---|---|---|---|---:|"]
 runs = sorted(out.glob("*-r*.csv"), key=lambda p: (not p.stem.startswith("25G"), p.stem.rsplit("-r", 1)[0],
                                                    int(p.stem.rsplit("-r", 1)[1])))
@@ -61,7 +61,7 @@ for p in runs:
     for r in csv.DictReader(open(p)):
         rows.setdefault(int(r["size_bytes"]), {})[r["algo"]] = float(r["busbw_gbs"])
     def trio(b):
-        return " / ".join(f"{rows[b][a]:.2f}" if a in rows.get(b, {}) else "-" for a in ("ring", "hd", "tree"))
+        return " / ".join(f"{rows[b][a]:.2f}" if a in rows.get(b, {}) else "-" for a in ("ring", "hd", "tree", "hier"))
     best, lowest, tuned = [], [], []
     for b, algos in sorted(rows.items()):
         peers = {a: v for a, v in algos.items() if a not in ("auto", "tuned")}
