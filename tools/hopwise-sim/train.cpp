@@ -167,10 +167,18 @@ int run_training(const TrainingOptions& o, const SimJob& job, std::ostream* csv)
   fmt::print("{:<26} {:>10} {:>12} {:>8} {:>11} {:>8} {:>8} {:>8}\n", "method", "step(ms)", "exposed(ms)", "util",
              "wire(MB)", "buckets", "vs ddp", "wall(s)");
   double ddp_step = 0;
+  std::string costs;
   for (const sim::TrainingMethod& m : methods) {
     sim::StepSettings s = base;
     const std::string codec = m.codec;
     s.costs = o.codec_rate > 0 ? sim::codec_costs_at(codec, o.codec_rate) : sim::measure_codec_costs(codec);
+    const sim::CodecCosts& k = s.costs;
+    if (codec != "none")  // the inputs the row rests on, printed under the table
+      costs += fmt::format("{}{}: ", costs.empty() ? "" : "; ", codec) +
+               (k.p_s > 0 ? fmt::format("P {:.2f}, Q {:.2f}, decompress {:.2f}", k.p_s * 1e9, k.q_s * 1e9,
+                                        k.decompress_s * 1e9)
+                          : fmt::format("scales {:.2f}, encode {:.2f}, decode {:.2f}", k.scales_s * 1e9,
+                                        k.encode_s * 1e9, k.decode_s * 1e9));
     const auto w0 = std::chrono::steady_clock::now();
     const sim::StepResult r =
         sim::simulate_step(job.hosts, job.ring, job.host_of, job.chunk, job.run, model, m, s, choose);
@@ -186,6 +194,8 @@ int run_training(const TrainingOptions& o, const SimJob& job, std::ostream* csv)
       *csv << fmt::format("{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{:.3f}\n", model.name, n, job.host_count,
                           m.spec, r.step_s() * 1e3, o.step_ms, r.utilization(), wire_mb, r.buckets, o.choose, wall);
   }
+  if (!costs.empty())
+    fmt::print("# codecs' work, ns a float ({}): {}\n", o.codec_rate > 0 ? "given" : "measured", costs);
   fmt::print(
       "# step: one step's simulated time (local, async: their period's over its steps); exposed: beyond the "
       "compute; util: compute / step; wire: a rank's payload a step; vs ddp: ddp's step / this one\n");
