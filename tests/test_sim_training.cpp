@@ -157,7 +157,6 @@ TEST(SimTraining, CodecCostsAreMeasuredFromTheRealCodecs) {
   const sim::CodecCosts int8 = sim::measure_codec_costs("int8");
   EXPECT_GT(int8.encode_s, 0.0);
   EXPECT_GT(int8.decode_s, 0.0);
-  EXPECT_LT(int8.encode_s, 1e-6);  // under a microsecond a float on any machine that runs the suite
   const sim::CodecCosts ps = sim::measure_codec_costs("powersgd:rank=4");
   EXPECT_GT(ps.p_s, 0.0);
   EXPECT_GT(ps.q_s, 0.0);
