@@ -12,6 +12,7 @@
 #include "sim_platform.h"
 #include "sim_ranks.h"
 #include "sim_training.h"
+#include "sim_tuner.h"
 
 namespace {
 
@@ -43,7 +44,7 @@ sim::RunOptions free_work() {
   return o;
 }
 
-const sim::ChooseAlgorithm ring = [](const sim::StepCall&) { return hc::Algorithm::kRing; };
+const sim::ChooseAlgorithm ring = [](const sim::StepCall&) { return hc::TuningChoice{hc::Algorithm::kRing}; };
 
 // The simulated seconds of one float32 allreduce of `count` on the ring.
 double lone_allreduce(const Job& j, std::size_t count) {
@@ -166,3 +167,45 @@ TEST(SimTraining, CodecCostsAreMeasuredFromTheRealCodecs) {
 }
 
 }  // namespace
+
+// The job's Tuner (comm/src/tuner) on simulated ranks: every rank decides the same choice after the same calls, the
+// decision is the one its figures name (the fastest in a row where confirmation blocks ran, else the fastest
+// lined-up median), and messages without bytes (the agreements' values beside them) decide exactly as with bytes.
+TEST(SimTuner, TheJobsTunerDecidesAlikeWithAndWithoutPayloads) {
+  load();
+  const Job j = job(8, 4);
+  const std::vector<hc::TuningChoice> candidates{{hc::Algorithm::kRing},
+                                                 {hc::Algorithm::kTree},
+                                                 {hc::Algorithm::kHalvingDoubling},
+                                                 {hc::Algorithm::kRing, 1u << 20}};
+  std::vector<sim::TunerRun> runs;
+  for (bool real : {false, true}) {
+    sim::TunerJob t;
+    t.hosts = j.hosts;
+    t.ring = j.ring;
+    t.host_of = j.host_of;
+    t.chunk_bytes = 256u << 10;
+    t.run.real_payloads = real;
+    runs.push_back(sim::tune_in_simulation(t, hc::Collective::kAllreduce, DataType::kFloat32, 1u << 20, candidates));
+  }
+  for (const sim::TunerRun& r : runs) {
+    EXPECT_NE(std::find(candidates.begin(), candidates.end(), r.choice), candidates.end());
+    EXPECT_GE(r.calls, static_cast<int>(candidates.size()));
+    ASSERT_FALSE(r.ranked.empty());
+    EXPECT_GT(r.tuning_s, 0);
+    const auto& by = r.in_a_row.empty() ? r.ranked : r.in_a_row;
+    const auto fastest = std::min_element(by.begin(), by.end(), [](auto& a, auto& b) { return a.second < b.second; });
+    EXPECT_EQ(hc::to_string(fastest->first), hc::to_string(r.choice));
+    EXPECT_EQ(r.stats.agreements > 0, true);
+  }
+  EXPECT_EQ(hc::to_string(runs[0].choice), hc::to_string(runs[1].choice));
+  EXPECT_EQ(runs[0].calls, runs[1].calls);
+  EXPECT_NEAR(runs[0].tuning_s, runs[1].tuning_s, 1e-9 * runs[1].tuning_s);
+  // No candidate to try is refused by name.
+  sim::TunerJob t;
+  t.hosts = j.hosts;
+  t.ring = j.ring;
+  t.host_of = j.host_of;
+  EXPECT_THROW(sim::tune_in_simulation(t, hc::Collective::kAllreduce, DataType::kFloat32, 64, {}),
+               hopwise::InvalidArgument);
+}

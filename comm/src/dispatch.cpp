@@ -15,8 +15,6 @@ namespace hopwise::comm {
 
 namespace {
 
-constexpr double kPriorFloorSeconds = 1e-3;
-
 detail::TuneKey key_of(Collective c, std::size_t bytes, DataType dt) {
   return {c, dtype_class_of(dt), size_class_of(bytes)};
 }
@@ -46,24 +44,9 @@ Algorithm detail::CommunicatorImpl::choose(Collective c, std::size_t bytes, Data
   return model_choice(c, bytes);
 }
 
-// The table's candidates the cost model does not rule out (possible here; and where a trial would cost more than
-// a millisecond, within the prior's factor of the best estimate: trials are cheap where calls are short), each at
-// the communicator's chunk; the pipelined ones also at 4x the chunk where a call holds many chunks, and the ring
-// allreduce on one ring where the plan runs several side by side.
 std::vector<TuningChoice> detail::CommunicatorImpl::candidates(Collective c, std::size_t bytes) const {
-  const auto est = cost.candidates(query(c, bytes), transport->native() != nullptr);
-  double best = INFINITY;
-  for (const auto& [a, t] : est) best = std::min(best, t);
-  std::vector<TuningChoice> out;
-  const std::size_t big_chunk = options.chunk_bytes * 4;
-  for (const auto& [a, t] : est) {
-    if (!std::isfinite(t) || (t > tuner->settings().prior * best && t > kPriorFloorSeconds)) continue;
-    const AlgorithmInfo& row = algorithm_info(a);
-    out.push_back({a, 0, 0});
-    if (row.pipelined && c != Collective::kBarrier && bytes >= 4 * big_chunk) out.push_back({a, big_chunk, 0});
-    if (row.channels && c == Collective::kAllreduce && plan.channels.size() > 1) out.push_back({a, 0, 1});
-  }
-  return out;
+  return detail::tuning_candidates(cost.candidates(query(c, bytes), transport->native() != nullptr), c, bytes,
+                                   tuner->settings().prior, options.chunk_bytes, plan.channels.size() > 1);
 }
 
 void detail::CommunicatorImpl::agree_max(std::vector<double>& v) {

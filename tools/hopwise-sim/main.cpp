@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -32,6 +33,7 @@
 #include "platform.h"
 #include "sim_ranks.h"
 #include "train.h"
+#include "tune.h"
 
 namespace {
 
@@ -53,6 +55,7 @@ struct Options {
   std::string buffers = "auto";              // real | phantom | auto (real where they fit in --memory-gib)
   std::string compute = "measured";          // measured | none | REDUCE,COPY (bytes/s, e.g. 5GBps,10GBps)
   bool plan_only = false;                    // print the plan's figures and stop
+  bool tuner = false;                        // --tuner: the job's Tuner per size, beside the table
   std::string csv;                           // --csv FILE: the rows as hopwise-bench's CSV (scripts/plot.py reads it)
   st::TrainingOptions train;                 // --train MODEL: the training step instead of the allreduce table
 };
@@ -65,8 +68,8 @@ struct Options {
                "       [--placement packed|cyclic|random] [--seed S] [--ring planned|rank] [-a ALGOS|all]\n"
                "       [-b 4K] [-e 64M] [-f 4] [--chunk 256K] [--memory-gib 8] [--cfg SIMGRID_OPTION:VALUE]...\n"
                "       [--buffers auto|real|phantom] [--compute measured|none|REDUCE,COPY] [--plan-only]\n"
-               "       [--csv FILE]\n"
-               "       [--train mnist|gpt2-small|LAYERS --step-ms MS [--method SPEC]... [--choose trial|model]\n"
+               "       [--csv FILE] [--tuner]\n"
+               "       [--train mnist|gpt2-small|LAYERS --step-ms MS [--method SPEC]... [--choose trial|tuner|model]\n"
                "        [--codec-rate 500GBps] [--bucket-mb 25] [--first-bucket-mb 1]]\n"
                "  methods: ddp, sync, sync/CODEC (sync/int8, sync/powersgd:rank=4), local:period=H,\n"
                "           async:period=H[,delay=D][,codec=C]\n",
@@ -162,7 +165,8 @@ Options parse(int argc, char** argv) {
       o.train.methods.push_back(value());
     else if (a == "--choose") {
       o.train.choose = value();
-      if (o.train.choose != "trial" && o.train.choose != "model") usage("--choose takes trial or model");
+      if (o.train.choose != "trial" && o.train.choose != "tuner" && o.train.choose != "model")
+        usage("--choose takes trial, tuner or model");
     } else if (a == "--codec-rate")
       o.train.codec_rate = st::parse_rate(value());
     else if (a == "--bucket-mb")
@@ -171,6 +175,8 @@ Options parse(int argc, char** argv) {
       o.train.first_bucket_mb = std::atof(value().c_str());
     else if (a == "--plan-only")
       o.plan_only = true;
+    else if (a == "--tuner")
+      o.tuner = true;
     else if (a == "--csv")
       o.csv = value();
     else if (a == "--buffers") {
@@ -304,11 +310,11 @@ int main(int argc, char** argv) {
       cp.source = "platform";
       model.emplace(cp);
     }
+    st::SimJob job{hosts, ring, host_of, o.chunk, {}, model, host_count, tree_depth};
+    job.run.max_held_bytes = static_cast<std::size_t>(o.memory_gib * (1u << 30));
+    job.run.reduce_bytes_per_s = rates.first;
+    job.run.copy_bytes_per_s = rates.second;
     if (!o.train.model.empty()) {
-      st::SimJob job{hosts, ring, host_of, o.chunk, {}, model, host_count, tree_depth};
-      job.run.max_held_bytes = static_cast<std::size_t>(o.memory_gib * (1u << 30));
-      job.run.reduce_bytes_per_s = rates.first;
-      job.run.copy_bytes_per_s = rates.second;
       std::ofstream csv;
       if (!o.csv.empty()) {
         csv.open(o.csv);
@@ -398,10 +404,12 @@ int main(int argc, char** argv) {
       // auto: the cost model's cheapest estimate among the simulated rows. tuned: the tuner's way, trials of the
       // candidates its prior keeps (estimated within 8x of the cheapest), the fastest kept; simulated time has no
       // noise and each size here is a size class of its own, so only the prior can make it miss the best.
-      std::string auto_line, tuned_line;
-      double lowest = 1;
-      auto chosen = [&](const char* label, std::size_t bytes, const std::string& pick, std::string& line) {
-        const double t = times[bytes].at(pick), ratio = best[bytes].second / t;
+      std::string auto_line, tuned_line, tuner_line;
+      double lowest = 1, tuner_lowest = INFINITY;
+      auto chosen = [&](const char* label, std::size_t bytes, const std::string& pick, std::string& line,
+                        double t = 0) {
+        if (t == 0) t = times[bytes].at(pick);
+        const double ratio = best[bytes].second / t;
         line += fmt::format(" {}={} ({:.2f})", bytes, pick, ratio);
         if (!csv.is_open()) return ratio;
         const double algbw = static_cast<double>(bytes) / t / 1e9;
@@ -428,6 +436,26 @@ int main(int argc, char** argv) {
           if (est <= 8 * cheapest->second && (tuned.empty() || row.at(a) < row.at(tuned))) tuned = a;
         chosen("auto", bytes, cheapest->first, auto_line);
         lowest = std::min(lowest, chosen("tuned", bytes, tuned, tuned_line));
+        if (!o.tuner) continue;
+        // The job's Tuner itself: its rounds, pruning and confirmation blocks on every rank, in simulated time; its
+        // choice timed as the table's rows are (a chunk variant may beat every row: above 1).
+        const std::size_t count = bytes / sizeof(float);
+        const sim::TunerRun r = st::tune_class(job, hc::Collective::kAllreduce, hopwise::DataType::kFloat32, count,
+                                               phantom_sizes.count(bytes) > 0);
+        std::string medians;
+        for (const auto& [choice, m] : r.ranked) medians += fmt::format(" {} {:.1f}", hc::to_string(choice), m * 1e6);
+        std::string in_a_row;
+        for (const auto& [choice, m] : r.in_a_row)
+          in_a_row += fmt::format(" {} {:.1f}", hc::to_string(choice), m * 1e6);
+        fmt::print(
+            "# tuner at {}: lined-up medians (us){}; in a row{}; {} after {} calls, {:.2f} ms of simulated time\n",
+            bytes, medians, in_a_row.empty() ? " (no blocks)" : in_a_row, hc::to_string(r.choice), r.calls,
+            r.tuning_s * 1e3);
+        const std::string pick = hc::to_string(r.choice);
+        const double t = row.count(pick) ? row.at(pick)
+                                         : st::time_choice(job, hc::Collective::kAllreduce, hopwise::DataType::kFloat32,
+                                                           count, r.choice);
+        tuner_lowest = std::min(tuner_lowest, chosen("tuner", bytes, pick, tuner_line, t));
       }
       const double gamma = model->params().gamma;
       fmt::print(
@@ -439,6 +467,9 @@ int main(int argc, char** argv) {
           "# tuned (trials in simulated time among the candidates within 8x of the cheapest estimate):{}  "
           "(tuned/best in brackets; lowest {:.2f})\n",
           tuned_line, lowest);
+      if (o.tuner)
+        fmt::print("# tuner (the job's Tuner, in simulated time):{}  (tuner/best in brackets; lowest {:.2f})\n",
+                   tuner_line, tuner_lowest);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -13,6 +13,7 @@
 #include "hopwise/comm/tuning.h"
 #include "hopwise/common/error.h"
 #include "sim_training.h"
+#include "tune.h"
 
 namespace hopwise::sim_tool {
 
@@ -25,93 +26,60 @@ std::string describe(const sim::StepCall& c) {
   return fmt::format("{} {} x{}", hc::to_string(c.kind), to_string(c.dtype), c.count);
 }
 
-std::vector<hc::Algorithm> candidates_for(hc::Collective kind) {
-  std::vector<hc::Algorithm> out;
-  for (hc::Algorithm a : sim::sim_algorithms())
-    if (hc::implements(a, kind)) out.push_back(a);
-  return out;
+std::size_t bytes_of(const sim::StepCall& c) { return c.count * dtype_size(c.dtype); }
+
+// The algorithm of each class of calls (collective, dtype class, size class: tuning.h), decided at the class's first
+// call and taken by its others: `decide` is the chooser.
+template <typename Decide>
+std::map<sim::StepCall, hc::TuningChoice> per_class(const std::vector<sim::StepCall>& calls, Decide decide) {
+  std::map<sim::StepCall, hc::TuningChoice> picks;
+  std::map<std::tuple<hc::Collective, std::string, int>, hc::TuningChoice> classes;
+  for (const sim::StepCall& c : calls) {
+    const auto key = std::make_tuple(c.kind, hc::dtype_class_of(c.dtype), hc::size_class_of(bytes_of(c)));
+    const auto it = classes.find(key);
+    picks[c] = it != classes.end() ? it->second : (classes[key] = decide(c));
+  }
+  return picks;
 }
 
-hc::CostQuery query_of(const sim::StepCall& c, const SimJob& job) {
-  hc::CostQuery q;
-  q.collective = c.kind;
-  q.bytes = c.count * dtype_size(c.dtype);
-  q.ranks = static_cast<int>(job.hosts.size());
-  q.hosts = job.host_count;
-  q.tree_depth = job.tree_depth;
-  return q;
-}
-
-// The cost model's cheapest candidate among those that run here (the ring where there is no model).
-hc::Algorithm model_pick(const sim::StepCall& c, const SimJob& job) {
-  const auto ok = candidates_for(c.kind);
-  if (!job.model) return hc::Algorithm::kRing;
-  hc::Algorithm pick = hc::Algorithm::kRing;
-  double least = -1;
-  for (const auto& [a, est] : job.model->candidates(query_of(c, job), false))
-    if (std::find(ok.begin(), ok.end(), a) != ok.end() && (least < 0 || est < least)) pick = a, least = est;
-  return pick;
-}
-
-// One call of `a` on every rank, phantom buffers: its simulated seconds.
-double time_call(const SimJob& job, const sim::StepCall& c, hc::Algorithm a) {
-  const std::size_t bytes = std::max<std::size_t>(c.count * dtype_size(c.dtype), 1) *
-                            (c.kind == hc::Collective::kAllgather ? job.hosts.size() : 1);
-  std::unique_ptr<std::byte[]> buf(new std::byte[bytes]);  // never written: phantom
-  sim::RunOptions run = job.run;
-  run.real_payloads = false;
-  return sim::run_ranks(
-      job.hosts,
-      [&](int, hc::Transport& t) {
-        sim::RankCollectives coll(t, job.ring, job.host_of, job.chunk, true);
-        coll.run(a, c.kind, buf.get(), buf.get(), c.count, c.dtype);
-      },
-      run);
-}
-
-// Trials as the tuner makes them: per class of calls (collective, dtype class, size class: tuning.h), the class's
-// first call timed once per candidate in simulated time (no noise there: once is the median), skipping those the
-// cost model puts past 8x its cheapest estimate (the tuner's prior); the class's other calls take its pick.
-std::map<sim::StepCall, hc::Algorithm> run_trials(const SimJob& job, const std::vector<sim::StepCall>& calls) {
-  std::map<sim::StepCall, hc::Algorithm> picks;
-  std::map<std::tuple<hc::Collective, std::string, int>, hc::Algorithm> classes;
+// Trials: each candidate a job's tuner would get (tune.h) timed once in simulated time (no noise there: once is
+// the median), the fastest kept.
+std::map<sim::StepCall, hc::TuningChoice> run_trials(const SimJob& job, const std::vector<sim::StepCall>& calls) {
   const auto w0 = std::chrono::steady_clock::now();
   int runs = 0, tuned = 0;
-  for (const sim::StepCall& c : calls) {
-    const auto key =
-        std::make_tuple(c.kind, hc::dtype_class_of(c.dtype), hc::size_class_of(c.count * dtype_size(c.dtype)));
-    if (const auto it = classes.find(key); it != classes.end()) {
-      picks[c] = it->second;
-      continue;
-    }
+  auto picks = per_class(calls, [&](const sim::StepCall& c) {
     ++tuned;
-    // The candidates that run here: one_shot connects every pair, and each connection is an actor: past 128
-    // ranks (16 thousand actors) the process runs out of memory mappings before the call runs.
-    std::vector<hc::Algorithm> runnable;
-    for (hc::Algorithm a : candidates_for(c.kind))
-      if (a != hc::Algorithm::kOneShot || job.hosts.size() <= 128) runnable.push_back(a);
-    std::map<hc::Algorithm, double> estimate;
-    double cheapest = -1;
-    if (job.model)
-      for (const auto& [a, est] : job.model->candidates(query_of(c, job), false))
-        if (std::find(runnable.begin(), runnable.end(), a) != runnable.end()) {
-          estimate[a] = est;
-          if (cheapest < 0 || est < cheapest) cheapest = est;
-        }
     std::string line;
     double best = -1;
-    for (hc::Algorithm a : runnable) {
-      if (cheapest > 0 && estimate.count(a) && estimate[a] > 8 * cheapest) continue;
-      const double s = time_call(job, c, a);
+    hc::TuningChoice pick;
+    for (const hc::TuningChoice& choice : sim_candidates(job, c.kind, bytes_of(c))) {
+      const double s = time_choice(job, c.kind, c.dtype, c.count, choice);
       ++runs;
-      line += fmt::format(" {} {:.3f} ms", hc::to_string(a), s * 1e3);
-      if (best < 0 || s < best) best = s, picks[c] = a;
+      line += fmt::format(" {} {:.3f} ms", hc::to_string(choice), s * 1e3);
+      if (best < 0 || s < best) best = s, pick = choice;
     }
     if (best < 0) throw Error(fmt::format("hopwise-sim: no candidate for {} ran", describe(c)));
-    classes[key] = picks[c];
-    fmt::print("#   {}:{} -> {}\n", describe(c), line, hc::to_string(picks[c]));
-  }
+    fmt::print("#   {}:{} -> {}\n", describe(c), line, hc::to_string(pick));
+    return pick;
+  });
   fmt::print("# trials: {} calls in {} classes, {} simulated runs, {:.1f} s of wall time\n", calls.size(), tuned, runs,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
+  return picks;
+}
+
+// The job's Tuner, a class at a time (its first calls back to back on every rank, until it decides).
+std::map<sim::StepCall, hc::TuningChoice> run_tuner(const SimJob& job, const std::vector<sim::StepCall>& calls) {
+  const auto w0 = std::chrono::steady_clock::now();
+  auto picks = per_class(calls, [&](const sim::StepCall& c) {
+    const sim::TunerRun r = tune_class(job, c.kind, c.dtype, c.count, true);
+    std::string line;
+    for (const auto& [choice, median] : r.ranked)
+      line += fmt::format(" {} {:.3f} ms", hc::to_string(choice), median * 1e3);
+    fmt::print("#   {}: medians{} -> {} after {} calls ({:.1f} ms simulated)\n", describe(c), line,
+               hc::to_string(r.choice), r.calls, r.tuning_s * 1e3);
+    return r.choice;
+  });
+  fmt::print("# tuner: {} calls, {:.1f} s of wall time\n", calls.size(),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
   return picks;
 }
@@ -146,12 +114,15 @@ int run_training(const TrainingOptions& o, const SimJob& job, std::ostream* csv)
       for (const sim::StepCall& c : sim::step_calls(n, model, m, base))
         if (std::find(calls.begin(), calls.end(), c) == calls.end()) calls.push_back(c);
   std::sort(calls.begin(), calls.end());
-  std::map<sim::StepCall, hc::Algorithm> picks;
+  std::map<sim::StepCall, hc::TuningChoice> picks;
   if (o.choose == "trial") {
-    fmt::print("# algorithms by trial in simulated time (as the tuner measures on a job):\n");
+    fmt::print("# algorithms by trial in simulated time (each candidate of a job's tuner once):\n");
     picks = run_trials(job, calls);
+  } else if (o.choose == "tuner") {
+    fmt::print("# algorithms by the job's tuner in simulated time (rounds, pruning, confirmation):\n");
+    picks = run_tuner(job, calls);
   } else {
-    for (const sim::StepCall& c : calls) picks[c] = model_pick(c, job);
+    for (const sim::StepCall& c : calls) picks[c] = {model_pick(job, c.kind, bytes_of(c))};
     fmt::print("# algorithms by the cost model:");
     for (const auto& [c, a] : picks) fmt::print(" {}={}", describe(c), hc::to_string(a));
     fmt::print("\n");

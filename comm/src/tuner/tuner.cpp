@@ -19,7 +19,26 @@ std::string class_text(const TuneKey& k) {
   return fmt::format("{} {} up to {}", to_string(k.collective), k.dtype_class, size_class_text(k.size_class));
 }
 
+constexpr double kPriorFloorSeconds = 1e-3;
+
 }  // namespace
+
+std::vector<TuningChoice> tuning_candidates(const std::vector<std::pair<Algorithm, double>>& estimates, Collective c,
+                                            std::size_t bytes, double prior, std::size_t chunk_bytes,
+                                            bool several_channels) {
+  double best = INFINITY;
+  for (const auto& [a, t] : estimates) best = std::min(best, t);
+  std::vector<TuningChoice> out;
+  const std::size_t big_chunk = chunk_bytes * 4;
+  for (const auto& [a, t] : estimates) {
+    if (!std::isfinite(t) || (t > prior * best && t > kPriorFloorSeconds)) continue;
+    const AlgorithmInfo& row = algorithm_info(a);
+    out.push_back({a, 0, 0});
+    if (row.pipelined && c != Collective::kBarrier && bytes >= 4 * big_chunk) out.push_back({a, big_chunk, 0});
+    if (row.channels && c == Collective::kAllreduce && several_channels) out.push_back({a, 0, 1});
+  }
+  return out;
+}
 
 void Tuner::preset(const std::vector<TuningEntry>& entries, std::uint64_t fingerprint) {
   std::lock_guard lock(mu_);
@@ -176,6 +195,8 @@ void Tuner::finish_confirm(const TuneKey& key, Class& c, const Agree& agree, int
   for (std::size_t i = 1; i < v.size(); ++i)
     if (v[i] < v[best]) best = i;
   const std::size_t pick = c.finalists[best];
+  c.confirmed.clear();
+  for (std::size_t i = 0; i < v.size(); ++i) c.confirmed.emplace_back(c.candidates[c.finalists[i]], v[i]);
   if (rank == 0) {
     std::string row;
     for (std::size_t i = 0; i < v.size(); ++i)
@@ -383,6 +404,13 @@ std::vector<std::pair<TuningChoice, double>> Tuner::ranked(const TuneKey& key) c
       if (name == to_string(ch) && std::isfinite(t)) out.emplace_back(ch, t);
   std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   return out;
+}
+
+std::vector<std::pair<TuningChoice, double>> Tuner::in_a_row(const TuneKey& key) const {
+  std::lock_guard lock(mu_);
+  auto it = classes_.find(key);
+  if (it == classes_.end() || !it->second.decided) return {};
+  return it->second.confirmed;
 }
 
 std::vector<TuningEntry> Tuner::entries() const {

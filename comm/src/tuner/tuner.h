@@ -25,6 +25,7 @@
 #include <tuple>
 #include <vector>
 
+#include "hopwise/comm/algorithm.h"
 #include "hopwise/comm/tuning.h"
 
 namespace hopwise::comm::detail {
@@ -67,6 +68,14 @@ struct TuneKey {
   bool operator<(const TuneKey& o) const { return tie() < o.tie(); }
 };
 
+// What a tuner tries for a call of `bytes`: the cost model's candidates (`estimates`, seconds) it does not rule out
+// (where a trial would cost more than a millisecond, those within `prior` x the best estimate: trials are cheap where
+// calls are short), each at the communicator's chunk; the pipelined ones also at 4x `chunk_bytes` where a call holds
+// many chunks, and the ring allreduce on one ring where the plan runs several side by side (`several_channels`).
+std::vector<TuningChoice> tuning_candidates(const std::vector<std::pair<Algorithm, double>>& estimates, Collective c,
+                                            std::size_t bytes, double prior, std::size_t chunk_bytes,
+                                            bool several_channels);
+
 class Tuner {
  public:
   using Agree = std::function<void(std::vector<double>&)>;  // elementwise max over the ranks; collective
@@ -100,6 +109,9 @@ class Tuner {
   std::optional<TuningChoice> decided(const TuneKey& key) const;
   // The class's candidates that were measured, fastest median first, with their medians (empty: not decided).
   std::vector<std::pair<TuningChoice, double>> ranked(const TuneKey& key) const;
+  // The finalists' agreed mean call in the job's rhythm (the confirmation blocks), as they decided the class; empty
+  // where no confirmation ran.
+  std::vector<std::pair<TuningChoice, double>> in_a_row(const TuneKey& key) const;
   // From any thread, every rank at the same point of its calls (between two calls, like a collective): the calls
   // of `key` run `choice` from the next one on, as if it had been decided (its drift watch starts afresh). The
   // executing thread applies it at its next call, as it alone writes the classes.
@@ -126,7 +138,8 @@ class Tuner {
     int since_check = 0;
     bool from_file = false;
     bool needs_candidates = false;  // a file's class that drifted: gather the candidates at the next call
-    std::vector<std::pair<std::string, double>> measured;  // every candidate's median, once decided
+    std::vector<std::pair<std::string, double>> measured;    // every candidate's median, once decided
+    std::vector<std::pair<TuningChoice, double>> confirmed;  // the finalists' block means, where blocks ran
     // The confirmation: finalists' blocks of calls in the job's rhythm (block + 1 calls each, the first not kept).
     std::vector<std::size_t> finalists;
     std::vector<std::vector<double>> block_s;

@@ -67,10 +67,11 @@ RankCollectives::RankCollectives(Transport& t, std::vector<int> ring, std::vecto
 RankCollectives::~RankCollectives() = default;
 
 void RankCollectives::run(Algorithm a, Collective kind, const void* in, void* out, std::size_t count, DataType dt,
-                          ReduceOp op, int root) {
+                          ReduceOp op, int root, std::size_t chunk_bytes) {
   if (!implements(a, kind))
     throw InvalidArgument(fmt::format("{} does not implement {}", to_string(a), to_string(kind)));
   Transport& t = s_->transport;
+  const std::size_t chunk = chunk_bytes ? chunk_bytes : s_->chunk_bytes;
   const std::size_t es = dtype_size(dt);
   const CollectiveCall call{
       kind, in, out, count, dt, op == ReduceOp::kAvg ? ReduceOp::kSum : op, op == ReduceOp::kAvg ? 1.0 / t.size() : 1.0,
@@ -85,10 +86,10 @@ void RankCollectives::run(Algorithm a, Collective kind, const void* in, void* ou
   if (a == Algorithm::kHierarchical) {  // hier's row with its phases one after another (see sim_algorithms)
     detail::PlanState& plan = s_->plan;
     plan.make_groups(t);
-    const algo::Context local{*plan.host_group, *s_->workspace, s_->chunk_bytes};
+    const algo::Context local{*plan.host_group, *s_->workspace, chunk};
     const algo::HierarchicalPipeline one_segment{};
     if (plan.leader_group) {
-      const algo::Context leaders{*plan.leader_group, *s_->workspace, s_->chunk_bytes};
+      const algo::Context leaders{*plan.leader_group, *s_->workspace, chunk};
       algo::hierarchical_allreduce(local, &leaders, plan.host_tree, in, out, count, dt, call.op, call.scale,
                                    one_segment);
     } else {
@@ -98,7 +99,7 @@ void RankCollectives::run(Algorithm a, Collective kind, const void* in, void* ou
     return;
   }
   const AlgorithmInfo& row = algorithm_info(a);
-  AlgorithmContext ctx{t, s_->chunk_bytes, s_->plan.ring, s_->workspace, &s_->plan};
+  AlgorithmContext ctx{t, chunk, s_->plan.ring, s_->workspace, &s_->plan};
   ctx.one_channel = true;
   ctx.first_tag = row.first_tag;
   row.run(ctx, call);

@@ -80,9 +80,10 @@ class RankCollectives {
   RankCollectives(const RankCollectives&) = delete;
   RankCollectives& operator=(const RankCollectives&) = delete;
   // One call as the Communicator takes it (avg included; 1 rank and empty buffers handled as there). `count` per
-  // rank as the public calls count it; `a` one of sim_algorithms() that implements `kind`.
+  // rank as the public calls count it; `a` one of sim_algorithms() that implements `kind`; `chunk_bytes` 0: the
+  // chunk given at construction (a tuner's choice may name another).
   void run(Algorithm a, Collective kind, const void* in, void* out, std::size_t count, DataType dt,
-           ReduceOp op = ReduceOp::kSum, int root = 0);
+           ReduceOp op = ReduceOp::kSum, int root = 0, std::size_t chunk_bytes = 0);
 
  private:
   struct State;

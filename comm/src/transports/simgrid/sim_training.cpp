@@ -271,8 +271,8 @@ class Simulated final : public StepEnv {
     if (s > 0) sim::sleep_for(s);
   }
   void collective(Collective kind, void* in, void* out, std::size_t count, DataType dt, ReduceOp op) override {
-    const Algorithm a = ddp_ ? Algorithm::kRing : choose_({kind, dt, count});
-    coll_.run(a, kind, in, out, count, dt, op);
+    const TuningChoice c = ddp_ ? TuningChoice{Algorithm::kRing} : choose_({kind, dt, count});
+    coll_.run(c.algorithm, kind, in, out, count, dt, op, 0, c.chunk_bytes);
   }
   void pass(std::size_t bytes) override {
     void* p = memory_.get(bytes);

@@ -20,6 +20,7 @@
 
 #include "hopwise/comm/algorithm.h"
 #include "hopwise/comm/transport.h"
+#include "hopwise/comm/tuning.h"
 #include "sim_ranks.h"
 
 namespace hopwise::comm::sim {
@@ -81,7 +82,7 @@ struct StepCall {
   bool operator<(const StepCall& o) const { return tie() < o.tie(); }
   bool operator==(const StepCall& o) const { return tie() == o.tie(); }
 };
-using ChooseAlgorithm = std::function<Algorithm(const StepCall&)>;
+using ChooseAlgorithm = std::function<TuningChoice(const StepCall&)>;  // the algorithm (and chunk) of a call
 
 struct StepResult {
   int steps = 1;                // the steps of one period (local, async: H)
