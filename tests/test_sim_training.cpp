@@ -87,11 +87,15 @@ TEST(SimTraining, ModelsAndMethodsParseAndBadOnesAreNamed) {
   EXPECT_EQ(a.codec, "fp16");
   EXPECT_EQ(sim::parse_method("async:period=8").delay, 8);
   EXPECT_TRUE(sim::parse_method("ddp").ddp);
+  const sim::TrainingMethod g = sim::parse_method("gossip:peers=2,codec=int8");
+  EXPECT_EQ(g.kind, sim::TrainingMethod::Kind::kGossip);
+  EXPECT_EQ(g.peers, 2);
+  EXPECT_EQ(g.codec, "int8");
   try {
-    sim::parse_method("gossip:peers=1");
-    ADD_FAILURE() << "gossip was taken";
+    sim::parse_method("hier:period=4");
+    ADD_FAILURE() << "hier was taken";
   } catch (const hopwise::InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("gossip does not run on simulated ranks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("hier does not run on simulated ranks"), std::string::npos) << e.what();
   }
   EXPECT_THROW(sim::parse_method("local:period=4/int8"), hopwise::InvalidArgument);
   EXPECT_THROW(sim::parse_method("sync/nosuchcodec"), hopwise::InvalidArgument);
@@ -129,6 +133,24 @@ TEST(SimTraining, LocalAddsTheAverageAndAsyncHidesIt) {
   EXPECT_DOUBLE_EQ(hidden.utilization(), 1.0);
   const sim::StepResult behind = step(j, "262144,262144", "async:period=4,delay=1", t / 2);
   EXPECT_NEAR(behind.period_s, t + 3 * t / 2, 0.02 * t);  // the average outlasts the one step it may take
+}
+
+// gossip: the model to one partner and back while the step computes: hidden under a long step, the exchange's
+// time under none (one message each way over a host's link: the planned ring's partner of rank 0 is on another
+// host here); its wire is the model a partner.
+TEST(SimTraining, GossipExchangesWithItsPartnersUnderTheStep) {
+  load();
+  const Job j = job(4, 4);  // a rank a host: every partner across the 1 Gbit/s network
+  const sim::StepResult hidden = step(j, "262144,262144", "gossip:peers=1", 1.0);
+  EXPECT_NEAR(hidden.period_s, 1.0, 1e-6);
+  EXPECT_DOUBLE_EQ(hidden.wire_bytes, 524288.0 * 4);
+  const sim::StepResult bare = step(j, "262144,262144", "gossip:peers=1", 1e-6);
+  const double wire_s = 524288.0 * 4 / 125e6;  // 2 MiB at 1 Gbit/s, each direction on its own
+  EXPECT_GT(bare.period_s, wire_s);
+  EXPECT_LT(bare.period_s, 1.2 * wire_s);
+  const sim::StepResult two = step(j, "262144,262144", "gossip:peers=2", 1e-6);
+  EXPECT_DOUBLE_EQ(two.wire_bytes, 2 * 524288.0 * 4);
+  EXPECT_GT(two.period_s, 1.5 * bare.period_s);  // two partners share the rank's link
 }
 
 // int8 moves a byte a float (and the scales it agrees on): at a quarter of the bytes the step is shorter; ddp's

@@ -90,7 +90,8 @@ int run_training(const TrainingOptions& o, const SimJob& job, std::ostream* csv)
   if (!(o.step_ms > 0)) throw InvalidArgument("--train needs --step-ms: one step's compute on one rank, in ms");
   const sim::TrainingModel model = sim::parse_model(o.model);
   std::vector<std::string> specs = o.methods;
-  if (specs.empty()) specs = {"ddp", "sync", "sync/int8", "sync/powersgd:rank=4", "local:period=8", "async:period=8"};
+  if (specs.empty())
+    specs = {"ddp", "sync", "sync/int8", "sync/powersgd:rank=4", "local:period=8", "async:period=8", "gossip:peers=1"};
   std::vector<sim::TrainingMethod> methods;
   for (const std::string& s : specs) methods.push_back(sim::parse_method(s));
   const int n = static_cast<int>(job.hosts.size());

@@ -13,6 +13,7 @@
 #include <set>
 #include <span>
 
+#include "../../algorithms/algorithms.h"
 #include "../../compressed/compressed_recipe.h"
 #include "../../compressed/powersgd_recipe.h"
 #include "../../reducer/schedule.h"
@@ -121,10 +122,16 @@ TrainingMethod parse_method(const std::string& spec) {
       (void)compression::make_codec(m.codec);
   }
   if (avg.method == "sync") return m;
+  if (avg.method == "gossip") {
+    m.kind = TrainingMethod::Kind::kGossip;
+    m.peers = avg.peers;
+    m.codec = avg.codec;
+    return m;
+  }
   if (avg.method != "local" && avg.method != "async")
     throw InvalidArgument(
         fmt::format("method '{}': {} does not run on simulated ranks (sync, sync/CODEC, local, "
-                    "async and ddp do)",
+                    "async, gossip and ddp do)",
                     spec, avg.method));
   m.kind = avg.method == "local" ? TrainingMethod::Kind::kLocal : TrainingMethod::Kind::kAsync;
   m.period = avg.period;
@@ -220,6 +227,11 @@ class StepEnv {
   virtual void pass(std::size_t bytes) = 0;
   // Memory for a buffer of `bytes` (phantom: never written).
   virtual void* scratch(std::size_t bytes) = 0;
+  // Gossip's exchange: `bytes` to and from each of `partners` (ranks), posted now; finish_exchange() waits for them.
+  virtual void start_exchange(const std::vector<int>& partners, std::size_t bytes) = 0;
+  virtual void finish_exchange() = 0;
+  // The planned ring (gossip pairs ranks along it).
+  virtual const std::vector<int>& ring() const = 0;
 };
 
 // Lists the calls; the clock only counts.
@@ -235,9 +247,13 @@ class Recorder final : public StepEnv {
   }
   void pass(std::size_t) override {}
   void* scratch(std::size_t) override { return nullptr; }
+  void start_exchange(const std::vector<int>&, std::size_t) override {}
+  void finish_exchange() override {}
+  const std::vector<int>& ring() const override { return ring_; }
   std::set<StepCall> calls;
 
  private:
+  std::vector<int> ring_{0};
   int ranks_;
   double clock_ = 0;
 };
@@ -262,8 +278,9 @@ class PhantomMemory {
 
 class Simulated final : public StepEnv {
  public:
-  Simulated(Transport& t, RankCollectives& coll, const ChooseAlgorithm& choose, PhantomMemory& memory, bool ddp)
-      : t_(t), coll_(coll), choose_(choose), memory_(memory), ddp_(ddp) {}
+  Simulated(Transport& t, RankCollectives& coll, const ChooseAlgorithm& choose, PhantomMemory& memory, bool ddp,
+            const std::vector<int>& ring, double copy_rate)
+      : t_(t), coll_(coll), choose_(choose), memory_(memory), ddp_(ddp), ring_(ring), copy_rate_(copy_rate) {}
   int size() const override { return t_.size(); }
   int rank() const override { return t_.rank(); }
   double now() override { return sim::now(); }
@@ -274,11 +291,23 @@ class Simulated final : public StepEnv {
     const TuningChoice c = ddp_ ? TuningChoice{Algorithm::kRing} : choose_({kind, dt, count});
     coll_.run(c.algorithm, kind, in, out, count, dt, op, 0, c.chunk_bytes);
   }
+  // At the run's copy rate, as the work hook charges a copy (a copy onto itself would be no work at all).
   void pass(std::size_t bytes) override {
-    void* p = memory_.get(bytes);
-    copy_bytes(p, p, bytes);  // phantom: skipped, its time charged by the run's work hook
+    if (copy_rate_ > 0) sim::sleep_for(static_cast<double>(bytes) / copy_rate_);
   }
   void* scratch(std::size_t bytes) override { return memory_.get(bytes); }
+  void start_exchange(const std::vector<int>& partners, std::size_t bytes) override {
+    void* buf = memory_.get(bytes);
+    for (std::size_t j = 0; j < partners.size(); ++j) {  // tags as gossip_exchange.cpp's
+      exchange_.push_back(t_.irecv(buf, bytes, partners[j], algo::kTagGossip + static_cast<int>(j)));
+      exchange_.push_back(t_.isend(buf, bytes, partners[j], algo::kTagGossip + static_cast<int>(j)));
+    }
+  }
+  void finish_exchange() override {
+    t_.wait_all(exchange_);
+    exchange_.clear();
+  }
+  const std::vector<int>& ring() const override { return ring_; }
 
  private:
   Transport& t_;
@@ -286,6 +315,9 @@ class Simulated final : public StepEnv {
   const ChooseAlgorithm& choose_;
   PhantomMemory& memory_;
   bool ddp_;
+  const std::vector<int>& ring_;
+  double copy_rate_;
+  std::vector<Request> exchange_;
 };
 
 // The compressed recipe's backend (compressed_recipe.h): the codec's sizes, its work charged, its bytes moved.
@@ -444,6 +476,32 @@ void sync_step(StepEnv& env, const TrainingModel& model, const TrainingMethod& m
   if (env.now() < t0 + s.compute_s) env.sleep_for(t0 + s.compute_s - env.now());
 }
 
+// Gossip's step in its steady state: the model (or, with a codec, its encoded difference) sent to and received
+// from this step's partners while the step computes (started after the last optimizer step), then the mix.
+void gossip_step(StepEnv& env, std::size_t n, const TrainingMethod& m, const StepSettings& s, StepResult& r) {
+  const std::vector<int>& ring = env.ring();
+  const int size = env.size();
+  const int position = static_cast<int>(std::find(ring.begin(), ring.end(), env.rank()) - ring.begin());
+  const int per_step = std::min(m.peers, std::max(1, size - 1));
+  std::vector<int> partners;
+  for (int j = 0; j < per_step; ++j)
+    if (const int q = gossip_partner(position, size, j); q >= 0) partners.push_back(ring[static_cast<std::size_t>(q)]);
+  std::size_t bytes = n * sizeof(float);
+  const double per_float = static_cast<double>(n);
+  if (m.codec != "none") {  // the difference's scales and encode, and this rank's own decode (gossip_exchange.cpp)
+    const auto c = compression::make_codec(m.codec);
+    bytes = c->scale_count(n) * sizeof(float) + c->payload_bytes(n);
+    env.pass(n * sizeof(float));
+    env.sleep_for((s.costs.scales_s + s.costs.encode_s + s.costs.decode_s) * per_float);
+  }
+  env.start_exchange(partners, bytes);
+  r.wire_bytes += static_cast<double>(bytes * partners.size());
+  env.sleep_for(s.compute_s);
+  env.finish_exchange();
+  if (m.codec != "none") env.sleep_for(s.costs.decode_s * per_float * static_cast<double>(partners.size()));
+  env.pass((partners.size() + 1) * n * sizeof(float));  // the mix reads every model once
+}
+
 StepResult run_period(StepEnv& env, const TrainingModel& model, const TrainingMethod& method, const StepSettings& s) {
   StepResult r;
   const double t0 = env.now();
@@ -455,6 +513,7 @@ StepResult run_period(StepEnv& env, const TrainingModel& model, const TrainingMe
       env.sleep_for(s.compute_s * method.period);
       average_model(env, n, "none", s.costs, r.wire_bytes);
       break;
+    case TrainingMethod::Kind::kGossip: gossip_step(env, n, method, s, r); break;
     case TrainingMethod::Kind::kAsync: {  // the snapshot's average beside D steps of compute, applied, H - D more
       r.steps = method.period;
       average_model(env, n, method.codec, s.costs, r.wire_bytes);
@@ -495,7 +554,7 @@ StepResult simulate_step(const std::vector<std::string>& hosts, const std::vecto
       hosts,
       [&](int me, Transport& t) {
         RankCollectives coll(t, order, host_of_rank, chunk_bytes, true);
-        Simulated env(t, coll, choose, memory, method.ddp);
+        Simulated env(t, coll, choose, memory, method.ddp, order, run.copy_bytes_per_s);
         coll.run(Algorithm::kRing, Collective::kBarrier, nullptr, nullptr, 0, DataType::kFloat32);  // start together
         results[static_cast<std::size_t>(me)] = run_period(env, model, method, settings);
       },
