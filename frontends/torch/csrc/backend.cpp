@@ -34,8 +34,6 @@ std::unique_ptr<comm::Transport> make_transport(c10::intrusive_ptr<c10d::Store> 
   return translated([&] { return comm::make_group_transport(request); });
 }
 
-std::vector<at::Tensor> as_list(const at::Tensor& t) { return {t}; }
-
 }  // namespace
 
 HopwiseBackend::HopwiseBackend(c10::intrusive_ptr<c10d::Store> store, int rank, int size,

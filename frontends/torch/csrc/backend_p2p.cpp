@@ -19,8 +19,6 @@ namespace {
 
 constexpr int kGatherTag = kFirstBackendTag, kScatterTag = kFirstBackendTag + 1, kAlltoallTag = kFirstBackendTag + 2;
 
-std::vector<at::Tensor> as_list(const at::Tensor& t) { return {t}; }
-
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,

@@ -48,4 +48,7 @@ void fold_bitwise(const at::Tensor& gathered, c10d::ReduceOp::RedOpType op, at::
 
 std::string op_name(c10d::ReduceOp::RedOpType op);
 
+// One tensor as the list a Work reports its outputs in.
+inline std::vector<at::Tensor> as_list(const at::Tensor& t) { return {t}; }
+
 }  // namespace hopwise::torch_backend
