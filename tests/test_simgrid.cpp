@@ -66,6 +66,42 @@ TEST(SimTransport, OrderPerPairAndTagAndSizesFromZeroToMegabytes) {
   }
 }
 
+// Tags 64 apart share a mailbox (SimGrid keeps every mailbox to the end): in the order sent they arrive whole, each
+// at its own receive; received the other way round, the transport names both tags rather than mixing them up.
+TEST(SimTransport, TagsThatShareAMailboxArriveInOrderOrAreNamed) {
+  load();
+  for (bool in_order : {true, false}) {
+    std::string error;
+    try {
+      sim::run_ranks(placed(2), [&](int me, hc::Transport& t) {
+        std::vector<int> a(3, 0), b(3, 0);
+        if (me == 0) {
+          std::vector<int> x{1, 2, 3}, y{4, 5, 6};
+          std::vector<hc::Request> reqs{t.isend(x.data(), 12, 1, 3), t.isend(y.data(), 12, 1, 3 + 64)};
+          t.wait_all(reqs);
+          return;
+        }
+        std::vector<hc::Request> reqs;
+        if (in_order)
+          reqs = {t.irecv(a.data(), 12, 0, 3), t.irecv(b.data(), 12, 0, 3 + 64)};
+        else
+          reqs = {t.irecv(b.data(), 12, 0, 3 + 64), t.irecv(a.data(), 12, 0, 3)};
+        t.wait_all(reqs);
+        EXPECT_EQ(a, (std::vector<int>{1, 2, 3}));
+        EXPECT_EQ(b, (std::vector<int>{4, 5, 6}));
+      });
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (in_order) {
+      EXPECT_EQ(error, "");
+    } else {
+      EXPECT_NE(error.find("a message of tag 3 from rank 0 met the receive posted for tag 67"), std::string::npos)
+          << error;
+    }
+  }
+}
+
 TEST(SimTransport, HundredsInFlightTestNeverBlocksAndACancelledReceiveNeverWrites) {
   load();
   sim::run_ranks(placed(3), [](int me, hc::Transport& t) {
