@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <set>
@@ -237,7 +238,9 @@ class StepEnv {
 // Lists the calls; the clock only counts.
 class Recorder final : public StepEnv {
  public:
-  explicit Recorder(int ranks) : ranks_(ranks) {}
+  explicit Recorder(int ranks) : ring_(static_cast<std::size_t>(ranks)), ranks_(ranks) {
+    std::iota(ring_.begin(), ring_.end(), 0);  // rank 0's view: gossip finds its partners on it
+  }
   int size() const override { return ranks_; }
   int rank() const override { return 0; }
   double now() override { return clock_; }
@@ -253,7 +256,7 @@ class Recorder final : public StepEnv {
   std::set<StepCall> calls;
 
  private:
-  std::vector<int> ring_{0};
+  std::vector<int> ring_;
   int ranks_;
   double clock_ = 0;
 };
