@@ -16,6 +16,7 @@
 #include "hopwise/common/error.h"
 #include "sim_platform.h"
 #include "sim_ranks.h"
+#include "sim_side_by_side.h"
 
 namespace {
 
@@ -283,6 +284,43 @@ TEST(SimCollectives, ALargeAllreduceMatchesOnUnevenHosts) {
   for (hc::Algorithm a : sim::sim_algorithms())
     if (hc::implements(a, hc::Collective::kAllreduce))
       check_collective<float>(a, hc::Collective::kAllreduce, 11, (1u << 18) + 3, ReduceOp::kSum);
+}
+
+// hier's pipeline runs its phases as parts of a call side by side: on simulated ranks each part is an actor of the
+// rank's host, and a part that waits for another's progress waits in simulated time (an OS wait would stop every
+// actor). Three parts that each compute 1 s take 1 s, not 3; a part waiting for a counter goes on when another
+// advances it; a failed part wakes the waiters.
+TEST(SimSideBySide, PartsRunAtOnceAndWaitForEachOtherInSimulatedTime) {
+  load();
+  const double seconds = sim::run_ranks({"h0", "h1"}, [&](int, hc::Transport&) {
+    hc::algo::SideBySide& parts = hc::algo::side_by_side();
+    const auto progress = parts.progress(1);
+    double waited_until = -1, second_advance = -1;
+    parts.run({[&] {
+                 ASSERT_TRUE(progress->wait_past(0, 1));  // both of the other part's advances
+                 waited_until = sim::now();
+               },
+               [&] {
+                 sim::sleep_for(0.5);
+                 progress->advance(0);
+                 sim::sleep_for(0.5);
+                 progress->advance(0);
+                 second_advance = sim::now();
+               },
+               [&] { sim::sleep_for(1.0); }});
+    EXPECT_NEAR(waited_until, second_advance, 1e-9);
+    EXPECT_NEAR(waited_until, 1.0, 1e-6);
+    const auto failing = parts.progress(1);
+    bool woke_false = true;
+    parts.run({[&] { woke_false = failing->wait_past(0, 0); },
+               [&] {
+                 sim::sleep_for(0.25);
+                 failing->fail();
+               }});
+    EXPECT_FALSE(woke_false);
+    EXPECT_TRUE(failing->failed());
+  });
+  EXPECT_NEAR(seconds, 1.25, 1e-6) << "the parts ran one after another, not side by side";
 }
 
 // The simulated time against the platform: 2 hosts on 125 MB/s links exchange 64 MiB (a ring allreduce of 2 ranks

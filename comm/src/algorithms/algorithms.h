@@ -118,7 +118,8 @@ bool two_shot_allreduce(const Context& c, const void* in, void* out, std::size_t
 // Reduce within a host to its leader (local rank 0), ring allreduce among the leaders, broadcast within the host.
 // `local`: this rank's host group; `leaders`: the leaders' group on leaders, nullptr elsewhere; `tree`: over the
 // host group's ranks, rooted at its rank 0 (the leader). Calls of at least two segments are pipelined: the
-// phases run side by side on three threads, segment by segment, the two extra ones on `workspaces`.
+// phases run side by side (side_by_side.h: threads in a job, actors in a simulation), segment by segment, the
+// reduce and the broadcast on `workspaces`.
 struct HierarchicalPipeline {
   std::size_t segment_bytes = 0;           // 0: one segment, the phases one after another
   std::array<Workspace*, 2> workspaces{};  // the reduce's and the broadcast's scratch space

@@ -3,16 +3,14 @@
 // broadcast within each host. The groups are GroupTransports over the communicator's transport. Large calls run
 // the three phases side by side, segment by segment, so the host's work hides behind the network's.
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
 #include <exception>
-#include <mutex>
-#include <thread>
 
 #include "../plan_state.h"
 #include "algorithms.h"
 #include "hopwise/comm/cost_model.h"
 #include "hopwise/common/reduce.h"
+#include "side_by_side.h"
 
 namespace hopwise::comm::algo {
 
@@ -36,34 +34,6 @@ void hierarchical_segment(const Context& local, const Context* leaders, const to
   if (local.transport.size() > 1) tree_broadcast(local, out, count, dt, tree);
 }
 
-// How far each phase has come (segments done), shared by the phases' threads; a failed phase wakes the others.
-struct Progress {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::size_t reduced = 0, ringed = 0;
-  bool failed = false;
-  void advance(std::size_t& what) {
-    {
-      std::lock_guard lock(mu);
-      ++what;
-    }
-    cv.notify_all();
-  }
-  // Waits until `what` passes `segment`; false if another phase failed.
-  bool wait_past(const std::size_t& what, std::size_t segment) {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return failed || what > segment; });
-    return !failed;
-  }
-  void fail() {
-    {
-      std::lock_guard lock(mu);
-      failed = true;
-    }
-    cv.notify_all();
-  }
-};
-
 }  // namespace
 
 void hierarchical_allreduce(const Context& local, const Context* leaders, const topology::TreeShape& tree,
@@ -82,57 +52,57 @@ void hierarchical_allreduce(const Context& local, const Context* leaders, const 
     hierarchical_segment(local, leaders, tree, src, dst, count, dt, op);
   } else {
     // Pipelined: the host's reduce of segment k+1 runs while the leaders' ring carries segment k and the host's
-    // broadcast spreads segment k-1; each phase on its own thread with its own scratch space, in segment order,
-    // so that each phase's messages keep their order. A non-leader's broadcast of segment k waits on no local
-    // event: its receives wait for the leader.
+    // broadcast spreads segment k-1; each phase a part of its own (side_by_side.h) with its own scratch space, in
+    // segment order, so that each phase's messages keep their order. A non-leader's broadcast of segment k waits on
+    // no local event: its receives wait for the leader.
     const std::size_t segments = (count + seg_count - 1) / seg_count;
     auto seg = [&](std::size_t k) { return std::pair{k * seg_count, std::min(seg_count, count - k * seg_count)}; };
-    Progress prog;
+    enum Counter { kReduced, kRinged };
+    SideBySide& parts = side_by_side();
+    const std::unique_ptr<PartProgress> prog = parts.progress(2);
     std::exception_ptr errors[3];
     const Context reduce_ctx{local.transport, *pipe.workspaces[0], local.chunk_bytes};
     const Context bcast_ctx{local.transport, *pipe.workspaces[1], local.chunk_bytes};
     const bool leader = local.transport.rank() == tree.root;
     auto guarded = [&](int i, auto body) {
-      try {
-        body();
-      } catch (...) {
-        errors[i] = std::current_exception();
-        prog.fail();
-      }
+      return [&, i, body] {
+        try {
+          body();
+        } catch (...) {
+          errors[i] = std::current_exception();
+          prog->fail();
+        }
+      };
     };
-    std::thread reducer([&] {
-      guarded(0, [&] {
-        for (std::size_t k = 0; k < segments && !prog.failed; ++k) {
-          const auto [off, n] = seg(k);
-          if (!alone)
-            tree_reduce(reduce_ctx, src + off * es, dst + off * es, n, dt, op, 1.0, tree);
-          else if (src != dst)
-            std::memcpy(dst + off * es, src + off * es, n * es);
-          prog.advance(prog.reduced);
-        }
-      });
-    });
-    std::thread broadcaster([&] {
-      guarded(1, [&] {
+    std::vector<std::function<void()>> phases;
+    if (leader && ring)  // the leaders' ring on the caller's thread
+      phases.push_back(guarded(2, [&] {
         for (std::size_t k = 0; k < segments; ++k) {
-          if (leader && !prog.wait_past(ring ? prog.ringed : prog.reduced, k)) return;
-          const auto [off, n] = seg(k);
-          if (!alone) tree_broadcast(bcast_ctx, dst + off * es, n, dt, tree);
-        }
-      });
-    });
-    if (leader && ring)  // the leaders' ring on this thread
-      guarded(2, [&] {
-        for (std::size_t k = 0; k < segments; ++k) {
-          if (!prog.wait_past(prog.reduced, k)) return;
+          if (!prog->wait_past(kReduced, k)) return;
           const auto [off, n] = seg(k);
           ring_allreduce(*leaders, dst + off * es, dst + off * es, n, dt, op, 1.0,
                          topology::identity_ring(leaders->transport.size()));
-          prog.advance(prog.ringed);
+          prog->advance(kRinged);
         }
-      });
-    reducer.join();
-    broadcaster.join();
+      }));
+    phases.push_back(guarded(0, [&] {
+      for (std::size_t k = 0; k < segments && !prog->failed(); ++k) {
+        const auto [off, n] = seg(k);
+        if (!alone)
+          tree_reduce(reduce_ctx, src + off * es, dst + off * es, n, dt, op, 1.0, tree);
+        else if (src != dst)
+          std::memcpy(dst + off * es, src + off * es, n * es);
+        prog->advance(kReduced);
+      }
+    }));
+    phases.push_back(guarded(1, [&] {
+      for (std::size_t k = 0; k < segments; ++k) {
+        if (leader && !prog->wait_past(ring ? kRinged : kReduced, k)) return;
+        const auto [off, n] = seg(k);
+        if (!alone) tree_broadcast(bcast_ctx, dst + off * es, n, dt, tree);
+      }
+    }));
+    parts.run(phases);
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
   }

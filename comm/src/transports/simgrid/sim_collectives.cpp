@@ -32,11 +32,15 @@ Workspace& shared_scratch() {
 struct RankCollectives::State {
   Transport& transport;
   detail::PlanState plan;
-  Workspace own;
-  Workspace* workspace;
+  Workspace own, own_reduce, own_broadcast;  // hier's pipeline: its reduce and broadcast have scratch of their own
+  Workspace *workspace, *reduce_workspace, *broadcast_workspace;
   std::size_t chunk_bytes;
   State(Transport& t, std::size_t chunk, bool shared)
-      : transport(t), workspace(shared ? &shared_scratch() : &own), chunk_bytes(chunk) {}
+      : transport(t),
+        workspace(shared ? &shared_scratch() : &own),
+        reduce_workspace(shared ? &shared_scratch() : &own_reduce),
+        broadcast_workspace(shared ? &shared_scratch() : &own_broadcast),
+        chunk_bytes(chunk) {}
 };
 
 RankCollectives::RankCollectives(Transport& t, std::vector<int> ring, std::vector<int> host_of_rank,
@@ -83,18 +87,17 @@ void RankCollectives::run(Algorithm a, Collective kind, const void* in, void* ou
     if (call.scale != 1.0 && kind != Collective::kAllgather) scale_by(dt, out, count, call.scale);
     return;
   }
-  if (a == Algorithm::kHierarchical) {  // hier's row with its phases one after another (see sim_algorithms)
+  if (a == Algorithm::kHierarchical) {  // hier's row, its pipeline's phases on actors of the rank's host
     detail::PlanState& plan = s_->plan;
     plan.make_groups(t);
     const algo::Context local{*plan.host_group, *s_->workspace, chunk};
-    const algo::HierarchicalPipeline one_segment{};
+    const algo::HierarchicalPipeline pipe{algo::hierarchical_segment_bytes(count * es, chunk),
+                                          {s_->reduce_workspace, s_->broadcast_workspace}};
     if (plan.leader_group) {
       const algo::Context leaders{*plan.leader_group, *s_->workspace, chunk};
-      algo::hierarchical_allreduce(local, &leaders, plan.host_tree, in, out, count, dt, call.op, call.scale,
-                                   one_segment);
+      algo::hierarchical_allreduce(local, &leaders, plan.host_tree, in, out, count, dt, call.op, call.scale, pipe);
     } else {
-      algo::hierarchical_allreduce(local, nullptr, plan.host_tree, in, out, count, dt, call.op, call.scale,
-                                   one_segment);
+      algo::hierarchical_allreduce(local, nullptr, plan.host_tree, in, out, count, dt, call.op, call.scale, pipe);
     }
     return;
   }

@@ -6,10 +6,10 @@
 // SimGrid runs every actor on one OS thread, switching between them only inside its own calls. So the code an actor
 // runs must never block the thread on anything another actor would release (an OS mutex held across a SimGrid call,
 // a condition variable, a sleep, a spin on a flag another rank sets, a thread of its own): the transport never does,
-// and the algorithm rows run on it are those whose run is a sequence of sends, receives and waits on one thread
-// (sim_algorithms() lists them; the shared-slot rows have no slots here; hier runs its three phases one after
-// another, as it does for calls under two segments: its pipeline runs them on OS threads). Nothing here takes a
-// lock.
+// and the algorithm rows run on it are those whose run is a sequence of sends, receives and waits (sim_algorithms()
+// lists them; the shared-slot rows have no slots here). hier's pipeline runs its phases side by side as parts of
+// the call (algorithms/side_by_side.h): here each part is an actor of the rank's host and the parts wait on
+// SimGrid's condition variables (sim_side_by_side.h). Nothing here takes an OS lock.
 //
 // No SimGrid type appears in this header: programs that use it link hopwise_sim and need no SimGrid header.
 #pragma once

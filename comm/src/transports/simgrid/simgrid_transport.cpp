@@ -23,6 +23,7 @@
 #include "hopwise/common/reduce.h"
 #include "hopwise/topology/cluster.h"
 #include "sim_ranks.h"
+#include "sim_side_by_side.h"
 
 namespace hopwise::comm::sim {
 
@@ -446,12 +447,14 @@ double run_ranks(const std::vector<std::string>& hosts, const std::function<void
     }
   });
   {
-    struct Charging {  // the element-wise work's hook, for this run only
+    struct Charging {  // the element-wise work's hook and the parts' actors, for this run only
       explicit Charging(Job* j) {
         running_job = j;
         set_work_hook(charge_element_work);
+        algo::set_side_by_side(&actors_side_by_side());
       }
       ~Charging() {
+        algo::set_side_by_side(nullptr);
         set_work_hook(nullptr);
         running_job = nullptr;
       }
