@@ -91,11 +91,14 @@ TEST(SimTraining, ModelsAndMethodsParseAndBadOnesAreNamed) {
   EXPECT_EQ(g.kind, sim::TrainingMethod::Kind::kGossip);
   EXPECT_EQ(g.peers, 2);
   EXPECT_EQ(g.codec, "int8");
+  const sim::TrainingMethod h = sim::parse_method("hier:period=4");
+  EXPECT_EQ(h.kind, sim::TrainingMethod::Kind::kHier);
+  EXPECT_EQ(h.period, 4);
   try {
-    sim::parse_method("hier:period=4");
-    ADD_FAILURE() << "hier was taken";
+    sim::parse_method("nosuchmethod:period=4");
+    ADD_FAILURE() << "an unknown method was taken";
   } catch (const hopwise::InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("hier does not run on simulated ranks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nosuchmethod"), std::string::npos) << e.what();
   }
   EXPECT_THROW(sim::parse_method("local:period=4/int8"), hopwise::InvalidArgument);
   EXPECT_THROW(sim::parse_method("sync/nosuchcodec"), hopwise::InvalidArgument);
@@ -133,6 +136,34 @@ TEST(SimTraining, LocalAddsTheAverageAndAsyncHidesIt) {
   EXPECT_DOUBLE_EQ(hidden.utilization(), 1.0);
   const sim::StepResult behind = step(j, "262144,262144", "async:period=4,delay=1", t / 2);
   EXPECT_NEAR(behind.period_s, t + 3 * t / 2, 0.02 * t);  // the average outlasts the one step it may take
+}
+
+// The simulated seconds of one float32 average of `count` among each host's ranks.
+double within_host(const Job& j, std::size_t count) {
+  std::vector<float> buf(count);
+  return sim::run_ranks(
+      j.hosts,
+      [&](int, hc::Transport& t) {
+        sim::RankCollectives coll(t, j.ring, j.host_of, 256u << 10, true);
+        coll.allreduce_within_host(buf.data(), buf.data(), count, DataType::kFloat32, hopwise::ReduceOp::kAvg);
+      },
+      free_work());
+}
+
+// hier: each step's buckets averaged within the host (the loopback, not the wire), the model over the world after H
+// steps: with no compute, 4 steps of two host averages and one world average; its wire is the world's average alone.
+TEST(SimTraining, HierAveragesWithinEachHostEveryStepAndOverTheWorldEveryPeriod) {
+  load();
+  const Job j = job(8, 4);  // two ranks a host
+  const double host = within_host(j, 262144), world = lone_allreduce(j, 524288);
+  ASSERT_GT(host, 0);
+  ASSERT_LT(host, world / 2) << "a host's loopback against 1 Gbit/s links";
+  const sim::StepResult bare = step(j, "262144,262144", "hier:period=4", 1e-6);
+  EXPECT_EQ(bare.steps, 4);
+  EXPECT_DOUBLE_EQ(bare.wire_bytes, 524288.0 * 4);
+  EXPECT_NEAR(bare.period_s, 4 * 2 * host + world, 0.05 * (8 * host + world));
+  const sim::StepResult hidden = step(j, "262144,262144", "hier:period=4", 1.0);
+  EXPECT_NEAR(hidden.period_s, 4 * (1.0 + host) + world, 0.05 * (4 * host + world));  // the last bucket shows
 }
 
 // gossip: the model to one partner and back while the step computes: hidden under a long step, the exchange's

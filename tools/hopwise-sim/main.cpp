@@ -61,20 +61,19 @@ struct Options {
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(
-      stderr,
-      "hopwise-sim: %s\n"
-      "usage: hopwise-sim --platform fat-tree:hosts=H,ranks-per-host=R,link=25Gbps,oversub=O[,leaf=L]"
-      "[,latency=1us][,local=20GBps] | --platform FILE.xml [--ranks N]\n"
-      "       [--placement packed|cyclic|random] [--seed S] [--ring planned|rank] [-a ALGOS|all]\n"
-      "       [-b 4K] [-e 64M] [-f 4] [--chunk 256K] [--memory-gib 8] [--cfg SIMGRID_OPTION:VALUE]...\n"
-      "       [--buffers auto|real|phantom] [--compute measured|none|REDUCE,COPY] [--plan-only]\n"
-      "       [--csv FILE] [--tuner]\n"
-      "       [--train mnist|gpt2-small|LAYERS --step-ms MS [--method SPEC]... [--choose trial|tuner|model]\n"
-      "        [--codec-rate 500GBps] [--bucket-mb 25] [--first-bucket-mb 1]]\n"
-      "  methods: ddp, sync, sync/CODEC (sync/int8, sync/powersgd:rank=4), local:period=H, gossip:peers=K[,codec=C],\n"
-      "           async:period=H[,delay=D][,codec=C]\n",
-      why.c_str());
+  std::fprintf(stderr,
+               "hopwise-sim: %s\n"
+               "usage: hopwise-sim --platform fat-tree:hosts=H,ranks-per-host=R,link=25Gbps,oversub=O[,leaf=L]"
+               "[,latency=1us][,local=20GBps] | --platform FILE.xml [--ranks N]\n"
+               "       [--placement packed|cyclic|random] [--seed S] [--ring planned|rank] [-a ALGOS|all]\n"
+               "       [-b 4K] [-e 64M] [-f 4] [--chunk 256K] [--memory-gib 8] [--cfg SIMGRID_OPTION:VALUE]...\n"
+               "       [--buffers auto|real|phantom] [--compute measured|none|REDUCE,COPY] [--plan-only]\n"
+               "       [--csv FILE] [--tuner]\n"
+               "       [--train mnist|gpt2-small|LAYERS --step-ms MS [--method SPEC]... [--choose trial|tuner|model]\n"
+               "        [--codec-rate 500GBps] [--bucket-mb 25] [--first-bucket-mb 1]]\n"
+               "  methods: ddp, sync, sync/CODEC (sync/int8, sync/powersgd:rank=4), local:period=H, hier:period=H,\n"
+               "           gossip:peers=K[,codec=C], async:period=H[,delay=D][,codec=C]\n",
+               why.c_str());
   std::exit(2);
 }
 

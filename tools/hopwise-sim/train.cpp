@@ -91,7 +91,8 @@ int run_training(const TrainingOptions& o, const SimJob& job, std::ostream* csv)
   const sim::TrainingModel model = sim::parse_model(o.model);
   std::vector<std::string> specs = o.methods;
   if (specs.empty())
-    specs = {"ddp", "sync", "sync/int8", "sync/powersgd:rank=4", "local:period=8", "async:period=8", "gossip:peers=1"};
+    specs = {"ddp",           "sync",           "sync/int8",     "sync/powersgd:rank=4", "local:period=8",
+             "hier:period=8", "async:period=8", "gossip:peers=1"};
   std::vector<sim::TrainingMethod> methods;
   for (const std::string& s : specs) methods.push_back(sim::parse_method(s));
   const int n = static_cast<int>(job.hosts.size());
@@ -160,7 +161,7 @@ int run_training(const TrainingOptions& o, const SimJob& job, std::ostream* csv)
     const double wire_mb = r.wire_bytes / r.steps / 1e6;
     fmt::print("{:<26} {:>10.2f} {:>12.2f} {:>7.1f}% {:>11.2f} {:>8} {:>8} {:>8.1f}\n", m.spec, r.step_s() * 1e3,
                exposed * 1e3, r.utilization() * 100, wire_mb,
-               m.kind == sim::TrainingMethod::Kind::kSync ? r.buckets : 0,
+               m.kind == sim::TrainingMethod::Kind::kSync || m.kind == sim::TrainingMethod::Kind::kHier ? r.buckets : 0,
                ddp_step > 0 ? fmt::format("{:.2f}x", ddp_step / r.step_s()) : std::string("-"), wall);
     if (csv)
       *csv << fmt::format("{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{:.3f}\n", model.name, n, job.host_count,

@@ -88,17 +88,7 @@ void RankCollectives::run(Algorithm a, Collective kind, const void* in, void* ou
     return;
   }
   if (a == Algorithm::kHierarchical) {  // hier's row, its pipeline's phases on actors of the rank's host
-    detail::PlanState& plan = s_->plan;
-    plan.make_groups(t);
-    const algo::Context local{*plan.host_group, *s_->workspace, chunk};
-    const algo::HierarchicalPipeline pipe{algo::hierarchical_segment_bytes(count * es, chunk),
-                                          {s_->reduce_workspace, s_->broadcast_workspace}};
-    if (plan.leader_group) {
-      const algo::Context leaders{*plan.leader_group, *s_->workspace, chunk};
-      algo::hierarchical_allreduce(local, &leaders, plan.host_tree, in, out, count, dt, call.op, call.scale, pipe);
-    } else {
-      algo::hierarchical_allreduce(local, nullptr, plan.host_tree, in, out, count, dt, call.op, call.scale, pipe);
-    }
+    hierarchical(in, out, count, dt, call.op, call.scale, chunk, true);
     return;
   }
   const AlgorithmInfo& row = algorithm_info(a);
@@ -106,6 +96,29 @@ void RankCollectives::run(Algorithm a, Collective kind, const void* in, void* ou
   ctx.one_channel = true;
   ctx.first_tag = row.first_tag;
   row.run(ctx, call);
+}
+
+void RankCollectives::hierarchical(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, double scale,
+                                   std::size_t chunk, bool across_hosts) {
+  detail::PlanState& plan = s_->plan;
+  plan.make_groups(s_->transport);
+  const algo::Context local{*plan.host_group, *s_->workspace, chunk};
+  const algo::HierarchicalPipeline pipe{algo::hierarchical_segment_bytes(count * dtype_size(dt), chunk),
+                                        {s_->reduce_workspace, s_->broadcast_workspace}};
+  if (across_hosts && plan.leader_group) {
+    const algo::Context leaders{*plan.leader_group, *s_->workspace, chunk};
+    algo::hierarchical_allreduce(local, &leaders, plan.host_tree, in, out, count, dt, op, scale, pipe);
+  } else {
+    algo::hierarchical_allreduce(local, nullptr, plan.host_tree, in, out, count, dt, op, scale, pipe);
+  }
+}
+
+void RankCollectives::allreduce_within_host(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) {
+  if (count == 0) return;
+  s_->plan.make_groups(s_->transport);
+  const int n = s_->plan.host_group->size();
+  hierarchical(in, out, count, dt, op == ReduceOp::kAvg ? ReduceOp::kSum : op, op == ReduceOp::kAvg ? 1.0 / n : 1.0,
+               s_->chunk_bytes, false);
 }
 
 }  // namespace hopwise::comm::sim

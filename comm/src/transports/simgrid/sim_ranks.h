@@ -84,8 +84,13 @@ class RankCollectives {
   // chunk given at construction (a tuner's choice may name another).
   void run(Algorithm a, Collective kind, const void* in, void* out, std::size_t count, DataType dt,
            ReduceOp op = ReduceOp::kSum, int root = 0, std::size_t chunk_bytes = 0);
+  // Each host's ranks all-reduce among themselves, as Communicator::allreduce_within_host does it (hier's host
+  // phases, no leaders' ring between).
+  void allreduce_within_host(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op = ReduceOp::kSum);
 
  private:
+  void hierarchical(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, double scale,
+                    std::size_t chunk, bool across_hosts);
   struct State;
   std::unique_ptr<State> s_;
 };

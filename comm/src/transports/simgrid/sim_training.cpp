@@ -129,12 +129,14 @@ TrainingMethod parse_method(const std::string& spec) {
     m.codec = avg.codec;
     return m;
   }
-  if (avg.method != "local" && avg.method != "async")
+  if (avg.method != "local" && avg.method != "async" && avg.method != "hier")
     throw InvalidArgument(
-        fmt::format("method '{}': {} does not run on simulated ranks (sync, sync/CODEC, local, "
+        fmt::format("method '{}': {} does not run on simulated ranks (sync, sync/CODEC, local, hier, "
                     "async, gossip and ddp do)",
                     spec, avg.method));
-  m.kind = avg.method == "local" ? TrainingMethod::Kind::kLocal : TrainingMethod::Kind::kAsync;
+  m.kind = avg.method == "local"  ? TrainingMethod::Kind::kLocal
+           : avg.method == "hier" ? TrainingMethod::Kind::kHier
+                                  : TrainingMethod::Kind::kAsync;
   m.period = avg.period;
   m.delay = avg.delay > 0 ? avg.delay : avg.period;
   if (m.kind == TrainingMethod::Kind::kAsync) m.codec = avg.codec;
@@ -224,6 +226,8 @@ class StepEnv {
   virtual double now() = 0;
   virtual void sleep_for(double seconds) = 0;
   virtual void collective(Collective kind, void* in, void* out, std::size_t count, DataType dt, ReduceOp op) = 0;
+  // An average among the ranks of this rank's host (hier's gradients).
+  virtual void average_within_host(void* buf, std::size_t count) = 0;
   // A pass over `bytes` (a copy or scaling on the rank's own buffers), charged at the copy rate.
   virtual void pass(std::size_t bytes) = 0;
   // Memory for a buffer of `bytes` (phantom: never written).
@@ -248,6 +252,7 @@ class Recorder final : public StepEnv {
   void collective(Collective kind, void*, void*, std::size_t count, DataType dt, ReduceOp) override {
     calls.insert({kind, dt, count});
   }
+  void average_within_host(void*, std::size_t) override {}  // no trials: the host's phases have one way
   void pass(std::size_t) override {}
   void* scratch(std::size_t) override { return nullptr; }
   void start_exchange(const std::vector<int>&, std::size_t) override {}
@@ -293,6 +298,9 @@ class Simulated final : public StepEnv {
   void collective(Collective kind, void* in, void* out, std::size_t count, DataType dt, ReduceOp op) override {
     const TuningChoice c = ddp_ ? TuningChoice{Algorithm::kRing} : choose_({kind, dt, count});
     coll_.run(c.algorithm, kind, in, out, count, dt, op, 0, c.chunk_bytes);
+  }
+  void average_within_host(void* buf, std::size_t count) override {
+    coll_.allreduce_within_host(buf, buf, count, DataType::kFloat32, ReduceOp::kAvg);
   }
   // At the run's copy rate, as the work hook charges a copy (a copy onto itself would be no work at all).
   void pass(std::size_t bytes) override {
@@ -425,7 +433,7 @@ void average_model(StepEnv& env, std::size_t n, const std::string& codec, const 
 // backward's time; every complete bucket launched in bucket order (the launch takes the actor, as the progress
 // thread runs one call at a time), the step over when both backward and the last bucket are done.
 void sync_step(StepEnv& env, const TrainingModel& model, const TrainingMethod& method, const StepSettings& s,
-               StepResult& r) {
+               StepResult& r, bool within_host = false) {
   ReducerOptions options;
   options.bucket_mb = s.bucket_mb;
   options.first_bucket_mb = s.first_bucket_mb;
@@ -458,6 +466,8 @@ void sync_step(StepEnv& env, const TrainingModel& model, const TrainingMethod& m
     } else if (codec) {
       CodecBackend backend(env, *codec, s.costs, b.count, r.wire_bytes);
       compressed::allreduce(backend, b.count, ReduceOp::kAvg, env.size());
+    } else if (within_host) {  // the host's loopback, not the wire
+      env.average_within_host(env.scratch(b.count * sizeof(float)), b.count);
     } else {
       void* buf = env.scratch(b.count * sizeof(float));
       env.collective(Collective::kAllreduce, buf, buf, b.count, DataType::kFloat32, ReduceOp::kAvg);
@@ -514,6 +524,11 @@ StepResult run_period(StepEnv& env, const TrainingModel& model, const TrainingMe
     case TrainingMethod::Kind::kLocal:  // H steps of compute, then the parameters averaged (blocking)
       r.steps = method.period;
       env.sleep_for(s.compute_s * method.period);
+      average_model(env, n, "none", s.costs, r.wire_bytes);
+      break;
+    case TrainingMethod::Kind::kHier:  // H steps with the gradients averaged within each host, then the world's
+      r.steps = method.period;
+      for (int k = 0; k < method.period; ++k) sync_step(env, model, method, s, r, true);
       average_model(env, n, "none", s.costs, r.wire_bytes);
       break;
     case TrainingMethod::Kind::kGossip: gossip_step(env, n, method, s, r); break;

@@ -9,8 +9,10 @@
 // the codecs' work is charged at rates measured from the real codecs on this machine, or given.
 //
 // gossip exchanges the model with its partners on the planned ring (the averager's pairing, gossip_partner) while the
-// step computes, then waits for them and mixes. Not simulated: hier (within-host groups), a method's warm-up steps and
-// PowerSGD's (the steady state is what a long run sees), and compute slowed by communication on shared cores.
+// step computes, then waits for them and mixes. hier averages each bucket within the host as backward completes it
+// (Communicator::allreduce_within_host's phases) for H steps, then the model over the world. Not simulated: a
+// method's warm-up steps and PowerSGD's (the steady state is what a long run sees), and compute slowed by
+// communication on shared cores.
 #pragma once
 
 #include <cstddef>
@@ -43,15 +45,15 @@ struct TrainingModel {
 TrainingModel parse_model(const std::string& spec);
 
 // What a step averages and how: "sync" (gradients over the world every step), "sync/CODEC" (every bucket through a
-// codec of compression/codec.h, or PowerSGD: "sync/powersgd:rank=4"), "local:period=H", "async:period=H[,delay=D]
-// [,codec=C]", "gossip:peers=K[,codec=C]" (the averagers' specs, comm/averaging.h), "ddp" (a topology-blind library:
-// every bucket on the ring in rank order, the same buckets).
+// codec of compression/codec.h, or PowerSGD: "sync/powersgd:rank=4"), "local:period=H", "hier:period=H",
+// "async:period=H[,delay=D][,codec=C]", "gossip:peers=K[,codec=C]" (the averagers' specs, comm/averaging.h), "ddp" (a
+// topology-blind library: every bucket on the ring in rank order, the same buckets).
 struct TrainingMethod {
-  enum class Kind { kSync, kLocal, kAsync, kGossip };
+  enum class Kind { kSync, kLocal, kHier, kAsync, kGossip };
   std::string spec;  // as given
   Kind kind = Kind::kSync;
   std::string codec = "none";  // sync: the buckets' codec or powersgd spec; async: the snapshot's codec
-  int period = 1, delay = 1;   // local, async: steps between averagings; async: steps until an average applies
+  int period = 1, delay = 1;   // local, hier, async: steps between averagings; async: steps until an average applies
   int peers = 1;               // gossip: partners a step
   bool ddp = false;
 };
