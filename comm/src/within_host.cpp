@@ -26,7 +26,7 @@ Task within_host_task(int rank, const void* in, void* out, std::size_t count, Da
     const double scale = op == ReduceOp::kAvg ? 1.0 / n : 1.0;
     const std::size_t chunk = impl.options.chunk_bytes;
     const algo::Context local{*plan.host_group, impl.workspace, chunk};
-    const algo::HierarchicalPipeline pipe{algo::hierarchical_segment_bytes(count * dtype_size(dt), chunk),
+    const algo::HierarchicalPipeline pipe{algo::hierarchical_segment_bytes(count * dtype_size(dt), chunk, 1),
                                           {plan.hier_workspaces[0].get(), plan.hier_workspaces[1].get()}};
     algo::hierarchical_allreduce(local, nullptr, plan.host_tree, in, out, count, dt, base, scale, pipe);
   };

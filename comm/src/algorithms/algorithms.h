@@ -124,7 +124,7 @@ struct HierarchicalPipeline {
   std::size_t segment_bytes = 0;           // 0: one segment, the phases one after another
   std::array<Workspace*, 2> workspaces{};  // the reduce's and the broadcast's scratch space
 };
-std::size_t hierarchical_segment_bytes(std::size_t bytes, std::size_t chunk_bytes);
+std::size_t hierarchical_segment_bytes(std::size_t bytes, std::size_t chunk_bytes, int hosts);
 void hierarchical_allreduce(const Context& local, const Context* leaders, const topology::TreeShape& tree,
                             const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, double scale,
                             const HierarchicalPipeline& pipe);

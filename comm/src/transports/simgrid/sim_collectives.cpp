@@ -103,8 +103,9 @@ void RankCollectives::hierarchical(const void* in, void* out, std::size_t count,
   detail::PlanState& plan = s_->plan;
   plan.make_groups(s_->transport);
   const algo::Context local{*plan.host_group, *s_->workspace, chunk};
-  const algo::HierarchicalPipeline pipe{algo::hierarchical_segment_bytes(count * dtype_size(dt), chunk),
-                                        {s_->reduce_workspace, s_->broadcast_workspace}};
+  const algo::HierarchicalPipeline pipe{
+      algo::hierarchical_segment_bytes(count * dtype_size(dt), chunk, across_hosts ? plan.hosts() : 1),
+      {s_->reduce_workspace, s_->broadcast_workspace}};
   if (across_hosts && plan.leader_group) {
     const algo::Context leaders{*plan.leader_group, *s_->workspace, chunk};
     algo::hierarchical_allreduce(local, &leaders, plan.host_tree, in, out, count, dt, op, scale, pipe);
