@@ -5,11 +5,11 @@
 # and summary.md: per fabric and scale, busbw of ring / hd / tree / hier at 16 KiB, 1 MiB and 64 MiB, the best
 # algorithm per size, and the lowest auto/best of the cost model and of the tuned pick (the README's table).
 #   scripts/sim-scale.sh [OUT_DIR] [RANKS...]     (defaults: build/sim-scale, 16 64 256 1024)
-# A fabric takes about 20 minutes of one core at 1024 ranks (the ring there: 3-4 minutes a call), a minute below;
-# 4096 ranks would take some 16 times that.
-# Environment: LINKS ("25Gbps 100Gbps"), OVERSUBS ("1 4"), ALGOS (ring,hd,tree), BEGIN (16K), END (64M), FACTOR (8),
-# COMPUTE (hopwise-sim's --compute; default the rates kept in tests/sim/emulated-1gbit/compute.txt, measured on an
-# idle machine, so that a busy one does not change the figures).
+# A fabric takes 6-7 minutes of one core at 1024 ranks (the ring there: about a minute a call), 2 at 256, seconds
+# below; the ring at 4096 ranks takes half an hour a call.
+# Environment: LINKS ("25Gbps 100Gbps"), OVERSUBS ("1 4"), ALGOS (ring,hd,tree,hier), BEGIN (16K), END (64M),
+# FACTOR (8), COMPUTE (hopwise-sim's --compute; default the rates kept in tests/sim/emulated-1gbit/compute.txt,
+# measured on an idle machine, so that a busy one does not change the figures).
 # Needs build/bin/hopwise-sim. Each run prints its wall time: what a simulated call costs at that scale.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ shift || true
 ranks_list=${*:-16 64 256 1024}
 links=${LINKS:-25Gbps 100Gbps}
 oversubs=${OVERSUBS:-1 4}
-algos=${ALGOS:-ring,hd,tree}
+algos=${ALGOS:-ring,hd,tree,hier}
 begin=${BEGIN:-16K}
 end=${END:-64M}
 factor=${FACTOR:-8}

@@ -12,8 +12,8 @@
 # Environment: MNIST_RANKS ("64 256 1024"), GPT2_RANKS ("64 256"; empty: none), METHODS (hopwise-sim's default
 # set), MNIST_MS (train_mnist's compute a step; default measured now: 20.7-43.6 ms here as the machine's load
 # varied, so give it to compare runs).
-# Wall time: about a minute at 64 ranks, 10-15 at 256, 30-40 for mnist at 1024 (the ring's 2 x 1023 x 1024
-# messages a bucket).
+# Wall time (one core): under 2 minutes at 64 ranks, about 10 at 256 (gpt2-small), 10 for mnist at 1024 (the
+# ring's 2 x 1023 x 1024 messages a bucket), gpt2-small at 1024 well over an hour.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/sim-train}

@@ -17,7 +17,7 @@ namespace hopwise::comm::algo {
 
 // Segments of at least 4 chunks, and at most 8 per call: each segment's ring pays its own 2(H-1) latencies. And at
 // least 32 KiB a leader: on 128 hosts 1 MiB segments gave each leader 8 KiB a step, latency-bound (simulated, 1024
-// ranks, 8 MiB: 13.4 ms in 8 segments, 11.0 in 2, 12.3 in one; 16 KiB, 64 KiB and 128 KiB a leader did worse).
+// ranks, 8 MiB: 13.4 ms in 8 segments, 11.0 in 2, 12.3 in one; 64 and 128 KiB a leader did worse).
 std::size_t hierarchical_segment_bytes(std::size_t bytes, std::size_t chunk_bytes, int hosts) {
   constexpr std::size_t kLeastPerLeader = 32 << 10;
   return std::max({4 * chunk_bytes, (bytes + 7) / 8, static_cast<std::size_t>(std::max(hosts, 1)) * kLeastPerLeader});
