@@ -1,10 +1,13 @@
 // ElasticGroup's agreement over a store, with ranks as threads (in-process transports, one world per generation):
 // the survivors of a lost rank agree on one list and go on; a rank that answers late is refused, naming the
-// generation; a newcomer is let in at a boundary; a failure that lost no rank is not hidden; bad modes are named.
+// generation; a slow rank whose heartbeat moves is waited for, a stopped one left out; a newcomer is let in at a
+// boundary; a failure that lost no rank is not hidden; bad modes are named.
 // NeighbourCopy: each rank holds its ring predecessor's last complete state, which outlives the predecessor.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -86,7 +89,7 @@ TEST(Elastic, ARankThatAnswersAfterTheAgreementIsRefused) {
   const auto errors = on_threads(3, [&](int id) {
     hc::ElasticGroup g(store, id, 3, options(), hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 1),
                        worlds.factory());
-    if (id == 1) {  // stopped until the others have agreed, then back
+    if (id == 1) {  // beating, but silent past the others' wait (settle + timeout), then back
       while (!store->check({"hopwise/elastic/1/members"})) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       g.shrink("it was stopped");
       return;
@@ -105,6 +108,64 @@ TEST(Elastic, ARankThatAnswersAfterTheAgreementIsRefused) {
   EXPECT_NE(errors[1].find("rank 1 was left out of generation 1: ranks 0, 2 agreed on it without this rank"),
             std::string::npos)
       << errors[1];
+}
+
+// The agreement alone, each thread a member with a heartbeat of its own: settle 0.5 s, timeout 10 s.
+constexpr hc::Store::Seconds kBeat{0.125}, kTimeout{10.0};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(Elastic, ASlowRankWhoseHeartbeatMovesIsWaitedFor) {
+  auto store = std::make_shared<hc::InProcessStore>();
+  const std::vector<int> members = {0, 1, 2, 3};
+  std::vector<std::vector<int>> next(4);
+  std::vector<double> waited(4, 0);
+  const auto errors = on_threads(4, [&](int id) {
+    auto beat = std::make_unique<hc::ElasticHeartbeat>(store, id, kBeat);
+    if (id == 2) {  // lost: it beat a while, then nothing
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      return;
+    }
+    if (id == 1) std::this_thread::sleep_for(std::chrono::seconds(2));  // four settle windows late, beating
+    const auto t0 = std::chrono::steady_clock::now();
+    next[static_cast<std::size_t>(id)] = hc::agree_on_survivors(*store, 0, id, members, options(), kTimeout, "lost");
+    waited[static_cast<std::size_t>(id)] = seconds_since(t0);
+  });
+  for (int id : {0, 1, 3}) {
+    EXPECT_EQ(errors[static_cast<std::size_t>(id)], "") << "rank " << id;
+    EXPECT_EQ(next[static_cast<std::size_t>(id)], (std::vector<int>{0, 1, 3})) << "rank " << id;
+  }
+  EXPECT_GT(waited[0], 1.5) << "rank 0 went on without waiting for rank 1";
+  EXPECT_LT(waited[0], kTimeout.count()) << "rank 0 waited out the timeout rather than for rank 1's answer";
+}
+
+TEST(Elastic, AStoppedRankIsLeftOutOnceItsHeartbeatStandsStill) {
+  auto store = std::make_shared<hc::InProcessStore>();
+  const std::vector<int> members = {0, 1, 2};
+  std::vector<double> waited(3, 0);
+  const auto errors = on_threads(3, [&](int id) {
+    auto beat = std::make_unique<hc::ElasticHeartbeat>(store, id, kBeat);
+    if (id == 1) {  // stopped: its heartbeat stops with it; it answers once the others have agreed
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      beat.reset();
+      while (!store->check({"hopwise/elastic/1/members"})) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      hc::agree_on_survivors(*store, 0, id, members, options(), kTimeout, "it was stopped");
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(hc::agree_on_survivors(*store, 0, id, members, options(), kTimeout, "lost"), (std::vector<int>{0, 2}));
+    waited[static_cast<std::size_t>(id)] = seconds_since(t0);
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[2], "");
+  EXPECT_NE(errors[1].find("rank 1 was left out of generation 1: ranks 0, 2 agreed on it without this rank, which "
+                           "gave up on generation 0 too late (its heartbeat stood still for 0.5 s"),
+            std::string::npos)
+      << errors[1];
+  // Left out for its silence (0.5 s after the first look), not for the 10 s timeout.
+  EXPECT_LT(std::max(waited[0], waited[2]), kTimeout.count() / 2);
 }
 
 TEST(Elastic, AFailureThatLostNoRankIsNotHidden) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -217,7 +218,9 @@ std::unique_ptr<ElasticGroup> ElasticGroup::from_launch(ElasticOptions options, 
 }
 
 void ElasticGroup::build(std::int64_t generation, std::vector<int> members) {
-  comm_.reset();  // the old generation's first: its transport lets go of the peers that are gone
+  comm_.reset();                       // the old generation's first: its transport lets go of the peers that are gone
+  if (options_.shrink && !heartbeat_)  // beating from before the first transport meets: its wait may be long
+    heartbeat_ = std::make_unique<ElasticHeartbeat>(store_, id_, Store::Seconds(options_.settle_s / 4));
   const auto at = std::find(members.begin(), members.end(), id_);
   const int rank = static_cast<int>(at - members.begin()), size = static_cast<int>(members.size());
   auto transport =
@@ -227,18 +230,53 @@ void ElasticGroup::build(std::int64_t generation, std::vector<int> members) {
   members_ = std::move(members);
 }
 
+namespace {
+
+// Until every member of generation g marked itself alive, or each one still missing is lost (its heartbeat stood
+// still for settle_s) or, beating still, has not answered `timeout` past settle_s. A member's heartbeat is first
+// looked at when the wait starts: one lost earlier looks silent from then on.
+void wait_for_members(Store& store, std::int64_t g, int id, const std::vector<int>& members,
+                      const ElasticOptions& options, Store::Seconds timeout) {
+  const auto t0 = Clock::now();
+  const auto settle = std::chrono::duration_cast<Clock::duration>(Store::Seconds(options.settle_s));
+  const auto give_up_on_the_living = t0 + settle + std::chrono::duration_cast<Clock::duration>(timeout);
+  struct Beat {
+    std::string count;
+    Clock::time_point moved;
+  };
+  std::map<int, Beat> missing;
+  Clock::time_point looked{};
+  while (store.add(key(g, "alive"), 0) < static_cast<std::int64_t>(members.size())) {
+    const auto now = Clock::now();
+    if (now >= give_up_on_the_living) return;
+    if (now - looked >= std::chrono::milliseconds(100)) {  // a look costs a few store calls per missing member
+      looked = now;
+      bool someone_beats = false;
+      for (int m : members) {
+        if (m == id || store.check({key(g, fmt::format("alive/{}", m))})) continue;
+        const std::string beat_key = elastic_beat_key(m);
+        const std::string count = store.check({beat_key}) ? store.get(beat_key, timeout) : "";
+        const auto [it, first] = missing.try_emplace(m, Beat{count, now});
+        if (!first && it->second.count != count) it->second = {count, now};
+        if (now - it->second.moved < settle) someone_beats = true;
+      }
+      if (!someone_beats) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace
+
 std::vector<int> agree_on_survivors(Store& store, std::int64_t generation, int id, const std::vector<int>& members,
                                     const ElasticOptions& options, Store::Seconds timeout, const std::string& why) {
   const auto t0 = Clock::now();
   const std::int64_t g = generation;
-  const auto n = static_cast<std::int64_t>(members.size());
   std::vector<int> next;
   try {
     store.set(key(g, fmt::format("alive/{}", id)), "1");
     store.add(key(g, "alive"), 1);
-    const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(Store::Seconds(options.settle_s));
-    while (store.add(key(g, "alive"), 0) < n && Clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    wait_for_members(store, g, id, members, options, timeout);
     if (store.add(key(g, "proposer"), 1) == 1) {  // the first to finish waiting writes the list
       std::vector<int> alive;
       for (int m : members)
@@ -257,9 +295,10 @@ std::vector<int> agree_on_survivors(Store& store, std::int64_t generation, int i
   if (!contains(next, id))
     throw Error(fmt::format(
         "elastic: rank {} was left out of generation {}: ranks {} agreed on it without this rank, which gave up on "
-        "generation {} too late (stopped or slow past their {:.1f} s wait); its model is stale, so it cannot "
-        "re-enter: exit (a restart of the job brings it back)",
-        id, g + 1, fmt::join(next, ", "), g, options.settle_s));
+        "generation {} too late (its heartbeat stood still for {:.1f} s: the process was stopped or starved; or it "
+        "answered over {:.1f} s after them); its model is stale, so it cannot re-enter: exit (a restart of the job "
+        "brings it back)",
+        id, g + 1, fmt::join(next, ", "), g, options.settle_s, options.settle_s + timeout.count()));
   if (next.size() == members.size())
     throw Error(fmt::format(
         "elastic: every rank of generation {} answered after {:.1f} s: the failure was not a lost rank, so shrinking "

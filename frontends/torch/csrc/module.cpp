@@ -148,6 +148,19 @@ PYBIND11_MODULE(_C, m) {
       py::arg("why"), py::call_guard<py::gil_scoped_release>(),
       "The survivors' agreement (hopwise/comm/elastic.h): the next generation's members, alike on every survivor.");
 
+  py::class_<hopwise::comm::ElasticHeartbeat>(m, "ElasticHeartbeat",
+                                              "This member's sign of life in the store (hopwise/comm/elastic.h): "
+                                              "beats from a thread until the object is dropped.")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int id, const std::string& mode) {
+             return hopwise::torch_backend::translated([&] {
+               const auto options = hopwise::comm::ElasticOptions::parse(mode);
+               return std::make_unique<hopwise::comm::ElasticHeartbeat>(
+                   std::make_shared<hopwise::torch_backend::TorchStore>(store), id,
+                   hopwise::comm::Store::Seconds(options.settle_s / 4));
+             });
+           }),
+           py::arg("store"), py::arg("id"), py::arg("mode"));
+
   py::class_<TorchMonitor, std::shared_ptr<TorchMonitor>>(m, "Monitor")
       .def(py::init([](const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& spec, double util_alert,
                        const std::string& metrics_file, const std::string& metrics_json, const std::string& job) {

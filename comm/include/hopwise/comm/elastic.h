@@ -3,12 +3,16 @@
 // is the job as launched. The trainer keeps the state each step started from and redoes the step that failed
 // (train_mnist does; see the README's "When a rank dies").
 //
-// How the survivors agree (generation g, its members M): each survivor that gave up on a collective marks itself
-// alive for g in the store and waits until every member of M has, or `settle_s` passed; the first to finish its wait
-// writes the members of g+1 (those marked alive then), which every survivor reads: all hold the same list. A member
-// that marks itself later (stopped or slow past the window) reads a list without itself and is refused, naming the
-// generation, so that it cannot re-enter with a stale model. The store must outlive every rank that may die: a TCP
-// store served by rank 0 dies with it (HOPWISE_STORE=file:///shared/dir does not).
+// How the survivors agree (generation g, its members M): while it is a member, each process's heartbeat bumps a
+// counter of its own in the store every settle_s / 4. Each survivor that gave up on a collective marks itself alive
+// for g and waits until every member of M has, or every member still missing is lost: its counter stood still for
+// `settle_s` (killed, or stopped: a stopped process's heartbeat stops too). A missing member whose counter moves is
+// alive, only slow (a loaded machine, a longer step): it gives up on its own collective within the communicator's
+// timeout, so it is waited for up to that timeout past settle_s. The first to finish its wait writes the members of
+// g+1 (those marked alive then), which every survivor reads: all hold the same list. A member that marks itself
+// later reads a list without itself and is refused, naming the generation, so that it cannot re-enter with a stale
+// model. The store must outlive every rank that may die: a TCP store served by rank 0 dies with it
+// (HOPWISE_STORE=file:///shared/dir does not).
 //
 // Growing (HOPWISE_ELASTIC=grow): a process started later (HOPWISE_ELASTIC_JOIN=1) takes a ticket in the store and
 // waits. At each step boundary the members call admit(): they agree (an allreduce of the smallest ticket count each
@@ -34,7 +38,7 @@ struct ElasticOptions {
   bool shrink = false;  // carry on over the survivors when a peer is lost
   bool grow = false;    // let processes started later join at a step boundary (admit())
   bool join = false;    // this process is one (HOPWISE_ELASTIC_JOIN=1)
-  double settle_s = 3;  // how long survivors wait for each other before agreeing on who is left
+  double settle_s = 3;  // how long a missing member's heartbeat must stand still before the survivors leave it out
   int min_ranks = 1;    // fewer survivors than this: the job fails (and a launcher may restart it)
   // Where the ranks' models differ (an averaging method): every this many steps each rank's state goes to its ring
   // successor (NeighbourCopy). 1 keeps the last step's; N costs 1/N as much and risks N-1 steps of a lost rank's
@@ -61,11 +65,29 @@ struct ElasticEvent {
 };
 
 // The agreement alone (what shrink() does before it rebuilds), for a framework that builds its own group over the
-// survivors (hopwise.torch's ElasticContext): member `id` of `members` (generation `generation`) gave up; returns the
-// next generation's members, the same on every survivor. Error as shrink() names it (left out, nothing lost, fewer
+// survivors (hopwise.torch's ElasticContext, which keeps an ElasticHeartbeat): member `id` of `members` (generation
+// `generation`) gave up; returns the next generation's members, the same on every survivor. A missing member that
+// still beats is waited for up to `timeout` past settle_s. Error as shrink() names it (left out, nothing lost, fewer
 // than min_ranks, the store gone), `why` appended.
 std::vector<int> agree_on_survivors(Store& store, std::int64_t generation, int id, const std::vector<int>& members,
                                     const ElasticOptions& options, Store::Seconds timeout, const std::string& why);
+
+// A member's sign of life while it belongs to an elastic job: a thread sets elastic_beat_key(id) to a counter that
+// grows every `period` (ElasticGroup keeps one from its first generation on). A store that fails stops it, with a
+// warning. The store must take calls from two threads at once (every hopwise store does; a TCP store's client
+// queues them).
+class ElasticHeartbeat {
+ public:
+  ElasticHeartbeat(std::shared_ptr<Store> store, int id, Store::Seconds period);
+  ~ElasticHeartbeat();  // stops beating (a member that leaves looks lost after settle_s)
+  ElasticHeartbeat(const ElasticHeartbeat&) = delete;
+  ElasticHeartbeat& operator=(const ElasticHeartbeat&) = delete;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+std::string elastic_beat_key(int id);  // "hopwise/elastic/beat/ID"
 
 class ElasticGroup {
  public:
@@ -116,8 +138,9 @@ class ElasticGroup {
   std::int64_t generation_ = 0;
   std::vector<int> members_;
   std::unique_ptr<Communicator> comm_;
-  std::int64_t admitted_ = 0;  // tickets let in so far, alike on every member
-  std::int64_t waiting_ = 0;   // tickets seen by every member at the last newcomers_waiting()
+  std::unique_ptr<ElasticHeartbeat> heartbeat_;  // under shrink, from the first generation this member is in
+  std::int64_t admitted_ = 0;                    // tickets let in so far, alike on every member
+  std::int64_t waiting_ = 0;                     // tickets seen by every member at the last newcomers_waiting()
   bool joined_late_ = false;
 };
 

@@ -329,9 +329,10 @@ void MpiTransport::wait_all(std::span<Request> reqs) {
     if (spins % yield_every == 0) sched_yield();
     // A long wait means the peer is busy elsewhere (computing, or late): stop burning the core that this rank's
     // own compute thread needs, polling every 50 us instead. Short waits (a transfer in flight) still spin.
-    if (spins % 64 == 0 && std::chrono::steady_clock::now() - start > std::chrono::microseconds(300))
+    const auto now = std::chrono::steady_clock::now();  // every spin: under load a yield may take milliseconds
+    if (spins % 64 == 0 && now - start > std::chrono::microseconds(300))
       std::this_thread::sleep_for(std::chrono::microseconds(50));
-    if (spins % 1024 == 0 && std::chrono::steady_clock::now() - start > timeout_) {
+    if (now - start > timeout_) {
       std::vector<int> pending;
       for (std::size_t k = 0; k < mpi.size(); ++k) {
         int flag = 0;

@@ -578,6 +578,7 @@ bool UcxTransport::test(Request& r) {
 // sleeps between polls once a wait is long (the peer is computing), so that the rank's own compute gets the core.
 void UcxTransport::wait_all(std::span<Request> reqs) {
   const auto start = std::chrono::steady_clock::now();
+  auto looked = start;
   const int yield_every = s_->oversubscribed ? 1 : 64;
   std::string error;
   std::vector<int> failed;
@@ -615,11 +616,15 @@ void UcxTransport::wait_all(std::span<Request> reqs) {
       break;
     }
     if (spins % yield_every == 0) sched_yield();
-    if (spins % 64 == 0 && std::chrono::steady_clock::now() - start > std::chrono::microseconds(300))
+    // By the clock, not by spins: on a loaded machine each yield may wait out other processes' time slices, and
+    // 2048 spins took longer than a 3 s timeout (a survivor missed the elastic agreement).
+    const auto now = std::chrono::steady_clock::now();
+    if (spins % 64 == 0 && now - start > std::chrono::microseconds(300))
       std::this_thread::sleep_for(std::chrono::microseconds(50));
-    // Shared memory has no peer failure events: a long wait looks at the pending peers' processes, ~10 times a
-    // second.
-    if (spins % 2048 == 0 && std::chrono::steady_clock::now() - start > std::chrono::milliseconds(100)) {
+    // Shared memory has no peer failure events: a long wait looks at the pending peers' processes, and for a note
+    // that some rank gave up, 10 times a second.
+    if (now - start > std::chrono::milliseconds(100) && now - looked >= std::chrono::milliseconds(100)) {
+      looked = now;
       for (Request& r : reqs)
         if (r.active) peer_gone(r.peer);
       if (const int q = first_to_give_up(); q >= 0) {
@@ -630,7 +635,7 @@ void UcxTransport::wait_all(std::span<Request> reqs) {
                              {q});
       }
     }
-    if (spins % 256 == 0 && std::chrono::steady_clock::now() - start > timeout_) {
+    if (now - start > timeout_) {
       std::vector<int> peers;
       for (Request& r : reqs)
         if (r.active) {

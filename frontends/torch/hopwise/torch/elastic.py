@@ -22,13 +22,14 @@ state (it holds the model's own tensors).
         step += 1
 
 The ranks meet through a file store every rank sees (torch.distributed.FileStore), which outlives any of them: a
-TCP store dies with the rank that serves it. RANK and WORLD_SIZE come from the launcher (a harness, or
-``srun --kill-on-bad-exit=0``); torchrun ends every rank when one dies, so under it use the restart path
-(hopwise.torch.Checkpoints) instead. The agreement is hopwise's (hopwise/comm/elastic.h): each survivor marks itself
-alive, waits until all have or HOPWISE_ELASTIC_SETTLE_S (3 s) passed, and the first to finish writes the list all
-read; a rank that answers later is refused, naming the generation. A newcomer takes a ticket in the store; at each
-boundary the members agree (the smallest count of tickets any of them saw) on whom to let in, and rank 0 writes
-each newcomer's generation and the members.
+TCP store dies with the rank that serves it. RANK and WORLD_SIZE come from the launcher (a harness, or ``srun
+--kill-on-bad-exit=0``); torchrun ends every rank when one dies, so under it use the restart path
+(hopwise.torch.Checkpoints) instead. The agreement is hopwise's (hopwise/comm/elastic.h): each member's heartbeat
+bumps a counter in the store; each survivor marks itself alive and waits until all have, or every one still missing
+is lost (its counter stood still for HOPWISE_ELASTIC_SETTLE_S, 3 s; one that still beats is waited for up to the
+timeout), and the first to finish writes the list all read; a rank that answers later is refused, naming the
+generation. A newcomer takes a ticket in the store; at each boundary the members agree (the smallest count of
+tickets any of them saw) on whom to let in, and rank 0 writes each newcomer's generation and the members.
 """
 import datetime
 import os
@@ -66,7 +67,13 @@ class ElasticContext:
             self.members = list(range(int(os.environ["WORLD_SIZE"])))
             self.generation = 0
             self.next_id = len(self.members)  # a newcomer's id: ids are never reused, the lost ranks' included
+        # This member's sign of life for the survivors' agreement: one that still beats is waited for.
+        self._heartbeat = _C.ElasticHeartbeat(self.store, self.id, self._mode())
         self._form()
+
+    @staticmethod
+    def _mode():
+        return os.environ.get("HOPWISE_ELASTIC", "shrink") or "shrink"
 
     def _wait_to_be_let_in(self):
         ticket = self.store.add(TICKETS, 1)
@@ -169,8 +176,8 @@ class ElasticContext:
         """After a collective failed on this rank: agree with the survivors and form the default group over them
         (the old one is destroyed). Returns the event; raises RuntimeError on a rank left out."""
         t0 = time.perf_counter()
-        survivors = _C.elastic_agree(self.store, self.generation, self.id, self.members,
-                                     os.environ.get("HOPWISE_ELASTIC", "shrink") or "shrink", self.timeout_s, why)
+        survivors = _C.elastic_agree(self.store, self.generation, self.id, self.members, self._mode(),
+                                     self.timeout_s, why)
         left = [m for m in self.members if m not in survivors]
         dist.destroy_process_group()
         self.generation += 1
