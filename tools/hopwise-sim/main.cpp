@@ -407,8 +407,8 @@ int main(int argc, char** argv) {
     fmt::print("\n");
     if (model) {
       // auto: the cost model's cheapest estimate among the simulated rows. tuned: the tuner's way, trials of the
-      // candidates its prior keeps (estimated within 8x of the cheapest), the fastest kept; simulated time has no
-      // noise and each size here is a size class of its own, so only the prior can make it miss the best.
+      // candidates a job's tuner gets (sim_candidates: its prior's), the fastest kept; simulated time has no noise
+      // and each size here is a size class of its own, so only the prior can make it miss the best.
       std::string auto_line, tuned_line, tuner_line;
       double lowest = 1, tuner_lowest = INFINITY;
       auto chosen = [&](const char* label, std::size_t bytes, const std::string& pick, std::string& line,
@@ -436,9 +436,11 @@ int main(int argc, char** argv) {
         if (simulated.empty()) continue;
         const auto cheapest = std::min_element(simulated.begin(), simulated.end(),
                                                [](const auto& x, const auto& y) { return x.second < y.second; });
-        std::string tuned;
-        for (const auto& [a, est] : simulated)
-          if (est <= 8 * cheapest->second && (tuned.empty() || row.at(a) < row.at(tuned))) tuned = a;
+        std::string tuned = cheapest->first;
+        for (const hc::TuningChoice& c : st::sim_candidates(job, hc::Collective::kAllreduce, bytes)) {
+          const std::string a(hc::to_string(c.algorithm));  // a chunk variant is timed as its row
+          if (row.count(a) && row.at(a) < row.at(tuned)) tuned = a;
+        }
         chosen("auto", bytes, cheapest->first, auto_line);
         lowest = std::min(lowest, chosen("tuned", bytes, tuned, tuned_line));
         if (!o.tuner) continue;
@@ -469,7 +471,7 @@ int main(int argc, char** argv) {
           model->params().alpha * 1e6, 1e-9 / model->params().beta,
           gamma > 0 ? fmt::format("1/{:.2f} GB/s", 1e-9 / gamma) : std::string("0"), tree_depth, auto_line);
       fmt::print(
-          "# tuned (trials in simulated time among the candidates within 8x of the cheapest estimate):{}  "
+          "# tuned (trials in simulated time among the tuner's candidates, its prior's):{}  "
           "(tuned/best in brackets; lowest {:.2f})\n",
           tuned_line, lowest);
       if (o.tuner)
