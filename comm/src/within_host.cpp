@@ -24,11 +24,9 @@ Task within_host_task(int rank, const void* in, void* out, std::size_t count, Da
     const int n = plan.host_group->size();
     const ReduceOp base = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
     const double scale = op == ReduceOp::kAvg ? 1.0 / n : 1.0;
-    const std::size_t chunk = impl.options.chunk_bytes;
-    const algo::Context local{*plan.host_group, impl.workspace, chunk};
-    const algo::HierarchicalPipeline pipe{algo::hierarchical_segment_bytes(count * dtype_size(dt), chunk, 1),
-                                          {plan.hier_workspaces[0].get(), plan.hier_workspaces[1].get()}};
-    algo::hierarchical_allreduce(local, nullptr, plan.host_tree, in, out, count, dt, base, scale, pipe);
+    algo::hierarchical_over_plan(plan, {*impl.transport, impl.workspace, impl.options.chunk_bytes},
+                                 {plan.hier_workspaces[0].get(), plan.hier_workspaces[1].get()}, false, in, out, count,
+                                 dt, base, scale);
   };
   return t;
 }

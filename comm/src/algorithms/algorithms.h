@@ -128,6 +128,13 @@ std::size_t hierarchical_segment_bytes(std::size_t bytes, std::size_t chunk_byte
 void hierarchical_allreduce(const Context& local, const Context* leaders, const topology::TreeShape& tree,
                             const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, double scale,
                             const HierarchicalPipeline& pipe);
+// hier over a plan's host and leader groups (made at the first call): across the hosts, the leaders' ring on
+// `base`'s send window, or within this rank's host only (across_hosts false). `base`: the communicator's transport,
+// workspace and chunk; `phases`: the pipeline's two workspaces. The algorithm table's row,
+// Communicator::allreduce_within_host and the simulated ranks all run it through here.
+void hierarchical_over_plan(detail::PlanState& plan, const Context& base, const std::array<Workspace*, 2>& phases,
+                            bool across_hosts, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
+                            double scale);
 
 // Dissemination barrier: ceil(log2 p) rounds of 1-byte messages.
 void dissemination_barrier(const Context& c);

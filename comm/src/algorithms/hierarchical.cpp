@@ -113,6 +113,22 @@ void hierarchical_allreduce(const Context& local, const Context* leaders, const 
   if (scale != 1.0) scale_by(dt, out, count, scale);
 }
 
+void hierarchical_over_plan(detail::PlanState& plan, const Context& base, const std::array<Workspace*, 2>& phases,
+                            bool across_hosts, const void* in, void* out, std::size_t count, DataType dt, ReduceOp op,
+                            double scale) {
+  plan.make_groups(base.transport);
+  const Context local{*plan.host_group, base.workspace, base.chunk_bytes};
+  // Every rank cuts the same segments, leader or not (only leaders hold a leader group).
+  const HierarchicalPipeline pipe{
+      hierarchical_segment_bytes(count * dtype_size(dt), base.chunk_bytes, across_hosts ? plan.hosts() : 1), phases};
+  if (across_hosts && plan.leader_group) {
+    const Context leaders{*plan.leader_group, base.workspace, base.chunk_bytes, 0, base.send_window};
+    hierarchical_allreduce(local, &leaders, plan.host_tree, in, out, count, dt, op, scale, pipe);
+  } else {
+    hierarchical_allreduce(local, nullptr, plan.host_tree, in, out, count, dt, op, scale, pipe);
+  }
+}
+
 AlgorithmInfo hierarchical_row() {
   AlgorithmInfo r;
   r.name = "hier";
@@ -144,16 +160,8 @@ AlgorithmInfo hierarchical_row() {
   };
   r.run = [](AlgorithmContext& a, const CollectiveCall& c) {
     detail::PlanState& plan = *a.plan;
-    plan.make_groups(a.transport);
-    const Context local{*plan.host_group, *a.workspace, a.chunk_bytes};
-    const HierarchicalPipeline pipe{hierarchical_segment_bytes(c.count * dtype_size(c.dt), a.chunk_bytes, plan.hosts()),
-                                    {plan.hier_workspaces[0].get(), plan.hier_workspaces[1].get()}};
-    if (plan.leader_group) {
-      const Context leaders{*plan.leader_group, *a.workspace, a.chunk_bytes, 0, a.send_window};
-      hierarchical_allreduce(local, &leaders, plan.host_tree, c.in, c.out, c.count, c.dt, c.op, c.scale, pipe);
-    } else {
-      hierarchical_allreduce(local, nullptr, plan.host_tree, c.in, c.out, c.count, c.dt, c.op, c.scale, pipe);
-    }
+    hierarchical_over_plan(plan, context_of(a), {plan.hier_workspaces[0].get(), plan.hier_workspaces[1].get()}, true,
+                           c.in, c.out, c.count, c.dt, c.op, c.scale);
   };
   return r;
 }

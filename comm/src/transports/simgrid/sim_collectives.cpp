@@ -100,18 +100,9 @@ void RankCollectives::run(Algorithm a, Collective kind, const void* in, void* ou
 
 void RankCollectives::hierarchical(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, double scale,
                                    std::size_t chunk, bool across_hosts) {
-  detail::PlanState& plan = s_->plan;
-  plan.make_groups(s_->transport);
-  const algo::Context local{*plan.host_group, *s_->workspace, chunk};
-  const algo::HierarchicalPipeline pipe{
-      algo::hierarchical_segment_bytes(count * dtype_size(dt), chunk, across_hosts ? plan.hosts() : 1),
-      {s_->reduce_workspace, s_->broadcast_workspace}};
-  if (across_hosts && plan.leader_group) {
-    const algo::Context leaders{*plan.leader_group, *s_->workspace, chunk};
-    algo::hierarchical_allreduce(local, &leaders, plan.host_tree, in, out, count, dt, op, scale, pipe);
-  } else {
-    algo::hierarchical_allreduce(local, nullptr, plan.host_tree, in, out, count, dt, op, scale, pipe);
-  }
+  algo::hierarchical_over_plan(s_->plan, {s_->transport, *s_->workspace, chunk},
+                               {s_->reduce_workspace, s_->broadcast_workspace}, across_hosts, in, out, count, dt, op,
+                               scale);
 }
 
 void RankCollectives::allreduce_within_host(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) {
