@@ -429,25 +429,39 @@ void average_model(StepEnv& env, std::size_t n, const std::string& codec, const 
   compressed::allreduce(b, n, ReduceOp::kAvg, env.size());
 }
 
-// One step's backward with the reducer's buckets: gradients ready in backward order, each after its share of the
-// backward's time; every complete bucket launched in bucket order (the launch takes the actor, as the progress
-// thread runs one call at a time), the step over when both backward and the last bucket are done.
-void sync_step(StepEnv& env, const TrainingModel& model, const TrainingMethod& method, const StepSettings& s,
-               StepResult& r, bool within_host = false) {
+ReducerOptions bucket_options(const TrainingMethod& method, const StepSettings& s) {
   ReducerOptions options;
   options.bucket_mb = s.bucket_mb;
   options.first_bucket_mb = s.first_bucket_mb;
   options.compression = method.codec;
   options.rebuild = false;
   options.tune_steps = false;
-  // Every simulated rank registers the same model: the layout agreement holds by construction, so the schedule's
-  // own collectives answer locally (buffers are phantom: a gathered fingerprint would hold nothing).
-  reducer::Collectives local{[&](std::uint64_t v) { return std::vector<std::uint64_t>(env.size(), v); },
-                             [](std::vector<std::int32_t>&) {}, [](std::vector<double>&) {}};
-  reducer::Schedule schedule(
-      options, env.rank(), "simulated gradient", local, [] {}, false);
-  for (const Layer& l : model.layers) schedule.add(l.name, l.rows, l.cols);
-  schedule.finalize();
+  return options;
+}
+
+// The reducer's buckets over the model's gradients, laid out once for a period's steps. Every simulated rank
+// registers the same model: the layout agreement holds by construction, so the schedule's own collectives answer
+// locally (buffers are phantom: a gathered fingerprint would hold nothing).
+struct ModelBuckets {
+  ReducerOptions options;
+  reducer::Schedule schedule;
+  ModelBuckets(const StepEnv& env, const TrainingModel& model, const TrainingMethod& method, const StepSettings& s)
+      : options(bucket_options(method, s)),
+        schedule(
+            options, env.rank(), "simulated gradient",
+            reducer::Collectives{[n = env.size()](std::uint64_t v) { return std::vector<std::uint64_t>(n, v); },
+                                 [](std::vector<std::int32_t>&) {}, [](std::vector<double>&) {}},
+            [] {}, false) {
+    for (const Layer& l : model.layers) schedule.add(l.name, l.rows, l.cols);
+    schedule.finalize();
+  }
+};
+
+// One step's backward with the reducer's buckets: gradients ready in backward order, each after its share of the
+// backward's time; every complete bucket launched in bucket order (the launch takes the actor, as the progress
+// thread runs one call at a time), the step over when both backward and the last bucket are done.
+void sync_step(StepEnv& env, const TrainingModel& model, const TrainingMethod& method, const StepSettings& s,
+               reducer::Schedule& schedule, StepResult& r, bool within_host = false) {
   r.buckets = static_cast<int>(schedule.buckets().size());
 
   std::unique_ptr<compression::Codec> codec;
@@ -487,6 +501,7 @@ void sync_step(StepEnv& env, const TrainingModel& model, const TrainingMethod& m
   }
   schedule.begin_finish(launch);
   if (env.now() < t0 + s.compute_s) env.sleep_for(t0 + s.compute_s - env.now());
+  schedule.end_step([] {});  // every bucket is done (each launch returned with its call): marks reset
 }
 
 // Gossip's step in its steady state: the model (or, with a codec, its encoded difference) sent to and received
@@ -520,17 +535,23 @@ StepResult run_period(StepEnv& env, const TrainingModel& model, const TrainingMe
   const double t0 = env.now();
   const std::size_t n = model.parameters();
   switch (method.kind) {
-    case TrainingMethod::Kind::kSync: sync_step(env, model, method, s, r); break;
+    case TrainingMethod::Kind::kSync: {
+      ModelBuckets buckets(env, model, method, s);
+      sync_step(env, model, method, s, buckets.schedule, r);
+      break;
+    }
     case TrainingMethod::Kind::kLocal:  // H steps of compute, then the parameters averaged (blocking)
       r.steps = method.period;
       env.sleep_for(s.compute_s * method.period);
       average_model(env, n, "none", s.costs, r.wire_bytes);
       break;
-    case TrainingMethod::Kind::kHier:  // H steps with the gradients averaged within each host, then the world's
+    case TrainingMethod::Kind::kHier: {  // H steps with the gradients averaged within each host, then the world's
       r.steps = method.period;
-      for (int k = 0; k < method.period; ++k) sync_step(env, model, method, s, r, true);
+      ModelBuckets buckets(env, model, method, s);
+      for (int k = 0; k < method.period; ++k) sync_step(env, model, method, s, buckets.schedule, r, true);
       average_model(env, n, "none", s.costs, r.wire_bytes);
       break;
+    }
     case TrainingMethod::Kind::kGossip: gossip_step(env, n, method, s, r); break;
     case TrainingMethod::Kind::kAsync: {  // the snapshot's average beside D steps of compute, applied, H - D more
       r.steps = method.period;
