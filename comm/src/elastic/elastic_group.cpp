@@ -220,7 +220,7 @@ std::unique_ptr<ElasticGroup> ElasticGroup::from_launch(ElasticOptions options, 
 void ElasticGroup::build(std::int64_t generation, std::vector<int> members) {
   comm_.reset();                       // the old generation's first: its transport lets go of the peers that are gone
   if (options_.shrink && !heartbeat_)  // beating from before the first transport meets: its wait may be long
-    heartbeat_ = std::make_unique<ElasticHeartbeat>(store_, id_, Store::Seconds(options_.settle_s / 4));
+    heartbeat_ = std::make_unique<ElasticHeartbeat>(store_, id_, options_.heartbeat_period());
   const auto at = std::find(members.begin(), members.end(), id_);
   const int rank = static_cast<int>(at - members.begin()), size = static_cast<int>(members.size());
   auto transport =

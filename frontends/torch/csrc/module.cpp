@@ -153,10 +153,9 @@ PYBIND11_MODULE(_C, m) {
                                               "beats from a thread until the object is dropped.")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int id, const std::string& mode) {
              return hopwise::torch_backend::translated([&] {
-               const auto options = hopwise::comm::ElasticOptions::parse(mode);
                return std::make_unique<hopwise::comm::ElasticHeartbeat>(
                    std::make_shared<hopwise::torch_backend::TorchStore>(store), id,
-                   hopwise::comm::Store::Seconds(options.settle_s / 4));
+                   hopwise::comm::ElasticOptions::parse(mode).heartbeat_period());
              });
            }),
            py::arg("store"), py::arg("id"), py::arg("mode"));

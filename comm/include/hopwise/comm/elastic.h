@@ -3,15 +3,15 @@
 // is the job as launched. The trainer keeps the state each step started from and redoes the step that failed
 // (train_mnist does; see the README's "When a rank dies").
 //
-// How the survivors agree (generation g, its members M): while it is a member, each process's heartbeat bumps a
-// counter of its own in the store every settle_s / 4. Each survivor that gave up on a collective marks itself alive
-// for g and waits until every member of M has, or every member still missing is lost: its counter stood still for
-// `settle_s` (killed, or stopped: a stopped process's heartbeat stops too). A missing member whose counter moves is
-// alive, only slow (a loaded machine, a longer step): it gives up on its own collective within the communicator's
-// timeout, so it is waited for up to that timeout past settle_s. The first to finish its wait writes the members of
-// g+1 (those marked alive then), which every survivor reads: all hold the same list. A member that marks itself
-// later reads a list without itself and is refused, naming the generation, so that it cannot re-enter with a stale
-// model. The store must outlive every rank that may die: a TCP store served by rank 0 dies with it
+// How the survivors agree (generation g, its members M): while it is a member, each process's heartbeat bumps a counter
+// of its own in the store every heartbeat_period() (settle_s / 4). Each survivor that gave up on a collective marks
+// itself alive for g and waits until every member of M has, or every member still missing is lost: its counter stood
+// still for `settle_s` (killed, or stopped: a stopped process's heartbeat stops too). A missing member whose counter
+// moves is alive, only slow (a loaded machine, a longer step): it gives up on its own collective within the
+// communicator's timeout, so it is waited for up to that timeout past settle_s. The first to finish its wait writes the
+// members of g+1 (those marked alive then), which every survivor reads: all hold the same list. A member that marks
+// itself later reads a list without itself and is refused, naming the generation, so that it cannot re-enter with a
+// stale model. The store must outlive every rank that may die: a TCP store served by rank 0 dies with it
 // (HOPWISE_STORE=file:///shared/dir does not).
 //
 // Growing (HOPWISE_ELASTIC=grow): a process started later (HOPWISE_ELASTIC_JOIN=1) takes a ticket in the store and
@@ -39,7 +39,9 @@ struct ElasticOptions {
   bool grow = false;    // let processes started later join at a step boundary (admit())
   bool join = false;    // this process is one (HOPWISE_ELASTIC_JOIN=1)
   double settle_s = 3;  // how long a missing member's heartbeat must stand still before the survivors leave it out
-  int min_ranks = 1;    // fewer survivors than this: the job fails (and a launcher may restart it)
+  // A member's heartbeat beats four times a window: one late beat does not look like silence.
+  Store::Seconds heartbeat_period() const { return Store::Seconds(settle_s / 4); }
+  int min_ranks = 1;  // fewer survivors than this: the job fails (and a launcher may restart it)
   // Where the ranks' models differ (an averaging method): every this many steps each rank's state goes to its ring
   // successor (NeighbourCopy). 1 keeps the last step's; N costs 1/N as much and risks N-1 steps of a lost rank's
   // progress since its copy.

@@ -455,6 +455,8 @@ struct ModelBuckets {
     for (const Layer& l : model.layers) schedule.add(l.name, l.rows, l.cols);
     schedule.finalize();
   }
+  ModelBuckets(const ModelBuckets&) = delete;  // the schedule holds a reference to `options`
+  ModelBuckets& operator=(const ModelBuckets&) = delete;
 };
 
 // One step's backward with the reducer's buckets: gradients ready in backward order, each after its share of the
