@@ -1,12 +1,15 @@
 #!/usr/bin/python3
 """Charts of hopwise's outputs: each FILE's chart is written as a PNG beside it, and its path printed.
 
-  scripts/plot.py FILE...
+  scripts/plot.py [--util-alert X] FILE...
 
   a hopwise-bench CSV (--csv) or JSON lines (--metrics-json)
       bus bandwidth against size, a line per algorithm; MPI's and Gloo's rows of the same run dashed beside them
   a monitor's JSON lines (train_mnist --metrics-json, HOPWISE_METRICS_JSON)
-      per step and rank: compute utilization, and exposed communication in ms; alerts marked
+      per rank, compute utilization and exposed communication (ms per step): a rolling median over ~2% of the steps,
+      a 10th-90th percentile band; the straggler (named slowest by the most intervals) thick; alerts shaded. The
+      alert threshold, dashed: --util-alert X (0.5 or 50%, as HOPWISE_UTIL_ALERT takes it), else the alert records'
+      lines' "below N%" (no field carries it; the monitor's default, 0, has none). Exposed comm has no threshold.
   a Chrome/Perfetto trace (train_mnist --trace)
       a few steps of every rank: compute and the buckets' communication on their own rows, to see the overlap
 
@@ -16,8 +19,10 @@
 
 Uses Debian's python3-matplotlib (scripts/setup.sh installs it); no display needed.
 """
+import bisect
 import csv
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -25,6 +30,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 PEERS = {"mpi": "MPI's own", "gloo": "Gloo"}
 
@@ -104,37 +110,120 @@ def grid_chart(paths, title, out):
     return out
 
 
-def training_chart(records, title, out):
-    steps = [r for r in records if r.get("type") == "step"]
-    alerts = [r for r in records if r.get("type") == "alert"]
-    intervals = [r for r in records if r.get("type") == "interval"]
-    if not steps:
+def rolling(values, width, qs):
+    """Centred rolling quantiles (a list per q in qs) over an odd window, shorter at the ends; plain Python."""
+    half, window, out = width // 2, sorted(values[:width // 2]), [[] for _ in qs]
+    for i in range(len(values)):
+        if i + half < len(values):
+            bisect.insort(window, values[i + half])
+        if i - half - 1 >= 0:
+            window.pop(bisect.bisect_left(window, values[i - half - 1]))
+        for o, q in zip(out, qs):
+            at = q * (len(window) - 1)
+            lo = int(at)
+            o.append(window[lo] + (window[min(lo + 1, len(window) - 1)] - window[lo]) * (at - lo))
+    return out
+
+
+def monitor_series(records):
+    """Steps on one axis: an elastic job's new monitor counts its steps from 0 again (and continues the file), so each
+    generation is moved past the one before. Returns per-rank series and the interval and alert records, moved alike."""
+    series, intervals, alerts, events = {}, [], [], []
+    offset, last = 0, -1
+    for r in records:
+        kind = r.get("type")
+        if kind == "step":
+            if r["step"] + offset <= last:
+                offset = last + 1 - r["step"]
+            last = x = r["step"] + offset
+            for key in ("utilization", "exposed_ms"):
+                for k, v in enumerate(r[key]):
+                    if v is not None:  # NaN is written as null
+                        series.setdefault((key, k), []).append((x, 100 * v if key == "utilization" else v))
+        elif kind in ("interval", "alert"):
+            (intervals if kind == "interval" else alerts).append(dict(r, first_step=r["first_step"] + offset))
+        elif kind == "elastic":
+            events.append(last + 1)
+    return series, intervals, alerts, events, last + 1
+
+
+def training_chart(records, title, out, util_alert=0.0):
+    series, intervals, alerts, events, n = monitor_series(records)
+    if not series:
         raise ValueError("no step records (type \"step\") in it")
-    x = [r["step"] for r in steps]
-    ranks = len(steps[0]["utilization"])
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    ranks = 1 + max(k for _, k in series)
+    width = max(1, round(0.02 * n)) | 1  # ~2% of the run, odd so the window is centred on its step
+    # The straggler: the rank the intervals name slowest most often, counting those where a rank lagged at all
+    # (with none lagging the monitor names rank 0); without interval records, the most lagging rank per step.
+    votes = [(i["slowest_rank"], i) for i in intervals if i.get("slowest_lag_ms", 0) > 0]
+    if not intervals:
+        lags = [[v or 0 for v in r["lag_ms"]] for r in records if r.get("type") == "step" and r.get("lag_ms")]
+        votes = [(l.index(max(l)), None) for l in lags if max(l) > 0]
+    named = [k for k, _ in votes]
+    straggler = max(sorted(set(named)), key=named.count) if ranks > 1 and named else None
+    # The threshold is in no field of the records: the flag, else an alert line's "below N%".
+    if not util_alert:
+        found = [re.search(r"below (\d+(?:\.\d+)?)%", a.get("line", "")) for a in alerts]
+        util_alert = next((float(m.group(1)) / 100 for m in found if m), 0.0)
+    many = ranks > 10  # past tab10's colours: the others in grey under one legend entry
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 7.5), sharex=True)
     for k in range(ranks):
-        top.plot(x, [100 * r["utilization"][k] for r in steps], linewidth=1, label=f"rank {k}")
-        bottom.plot(x, [r["exposed_ms"][k] for r in steps], linewidth=1, label=f"rank {k}")
-    for a in alerts:  # the interval whose end raised the alert
+        is_s = k == straggler
+        color = ("#d62728" if is_s else "0.6") if many else f"C{k}"
+        label = f"rank {k}" if not many else ("other ranks" if k == min(set(range(ranks)) - {straggler}) else None)
+        if is_s:
+            of = f"{len(intervals)} intervals" if intervals else f"{len(named)} lagging steps"
+            label = f"rank {k} (straggler: slowest in {named.count(k)} of {of})"
+        for ax, key in ((top, "utilization"), (bottom, "exposed_ms")):
+            if (key, k) not in series:
+                continue
+            xs, ys = zip(*series[(key, k)])
+            lo, mid, hi = rolling(ys, width, (0.1, 0.5, 0.9))
+            ax.fill_between(xs, lo, hi, color=color, alpha=0.05 if many and not is_s else 0.12, linewidth=0)
+            ax.plot(xs, mid, color=color, linewidth=2.6 if is_s else 1.2, label=label, zorder=3 if is_s else 2,
+                    marker="o" if n <= 30 else None, markersize=3)
+    if straggler is not None and intervals and named.count(straggler) < len(intervals):
+        # Named in some intervals only: a tick along the top for each interval that named it.
+        at = [i["first_step"] + i["steps"] / 2 for k, i in votes if k == straggler]
+        top.plot(at, [0.97] * len(at), "|", color=f"C{straggler}" if not many else "#d62728", markersize=9,
+                 markeredgewidth=2, transform=top.get_xaxis_transform(), label=f"rank {straggler} named slowest")
+    if intervals:  # what the alert compares: the ranks' mean over each interval
+        xs = [i["first_step"] for i in intervals] + [intervals[-1]["first_step"] + intervals[-1]["steps"]]
+        ys = [100 * i["utilization"] for i in intervals]
+        top.step(xs, ys + ys[-1:], where="post", color="k", linewidth=0.9, alpha=0.7,
+                 label="interval mean of ranks (alerts compare it)")
+    if util_alert > 0:
+        top.axhline(100 * util_alert, color="k", linestyle="--", linewidth=1.2,
+                    label=f"utilization alert threshold {100 * util_alert:g}%")
+    for j, a in enumerate(alerts):  # the interval whose end raised the alert
         for ax in (top, bottom):
-            ax.axvspan(a["first_step"], a["first_step"] + a.get("steps", 1), color="red", alpha=0.08)
+            ax.axvspan(a["first_step"], a["first_step"] + a.get("steps", 1), color="red", alpha=0.1, linewidth=0,
+                       label="alert raised (its interval)" if j == 0 and ax is top else None)
+    for e in events:
+        for ax in (top, bottom):
+            ax.axvline(e, color="purple", linestyle=":", linewidth=1.2,
+                       label="membership change (elastic)" if e == events[0] and ax is top else None)
     if alerts:
-        cause = alerts[0]["cause"]
-        cause = cause if len(cause) <= 95 else cause[:cause.rfind(" ", 0, 95)] + " ..."
-        top.text(alerts[0]["first_step"], 102, " alert: " + cause, color="red", fontsize=7, va="bottom")
-    top.set_ylabel("compute utilization (%)")
-    top.set_ylim(0, 110)
-    bottom.set_ylabel("exposed communication (ms)")
-    bottom.set_xlabel("step")
-    if intervals:
-        last = intervals[-1]
-        title += f" — last interval: slowest rank {last['slowest_rank']}, {last['slowest_lag_ms']:.1f} ms late per step"
-    top.set_title(title, fontsize=10)
+        a = alerts[-1]
+        cause = a.get("cause", "")
+        cause = cause if len(cause) <= 140 else cause[:cause.rfind(" ", 0, 140)] + " ..."
+        fig.text(0.01, 0.005, f"last alert (steps {a['first_step']}-{a['first_step'] + a.get('steps', 1) - 1}): "
+                 f"{cause}", color="red", fontsize=8)
+    pad = 0.5 if n <= 30 else 0  # a short run's markers whole at the edges
+    top.set(ylabel="compute utilization (% of step)", ylim=(0, 105))
+    bottom.set(ylabel="exposed communication (ms per step)", ylim=(0, None), xlabel="step",
+               xlim=(-pad, max(n - 1, 1) + pad))
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+    smooth = f"rolling median over {width} steps (line), 10th-90th percentile (band)" if width > 1 else "every step"
+    what = ", ".join(f"{c} {w}{'s' * (c != 1)}" for c, w in ((ranks, "rank"), (n, "step"), (len(intervals), "interval"))
+                     if c)
+    top.set_title(f"{title}: {what}\nper rank: {smooth}", fontsize=10)
+    bottom.set_title("exposed communication: the part of the step compute did not hide (no alert threshold)"
+                     + ("; the others wait here for a straggler" if ranks > 1 else ""), fontsize=9)
     for ax in (top, bottom):
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, ncol=min(ranks, 8), loc="lower right" if ax is top else "upper right")
-    fig.tight_layout()
+    top.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
+    fig.tight_layout(rect=(0, 0.02 if alerts else 0, 1, 1))
     fig.savefig(out, dpi=110)
     plt.close(fig)
 
@@ -181,7 +270,7 @@ def read_json_any(path):
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def plot(path):
+def plot(path, util_alert=0.0):
     p = Path(path)
     out = p.with_name(p.name + ".png")  # bench.csv.png: a CSV and JSON lines of one stem keep their own charts
     if p.suffix == ".csv":
@@ -201,7 +290,7 @@ def plot(path):
         rows = [r for r in records if r.get("type") == "bench"]
         bench_chart(rows, f"{p.name}: {rows[0]['collective']} bus bandwidth, {rows[0]['ranks']} ranks", out)
     elif any(r.get("type") == "step" for r in records):
-        training_chart(records, p.name, out)
+        training_chart(records, p.name, out, util_alert)
     else:
         raise ValueError("neither a bench CSV or JSON lines, nor a monitor's JSON lines, nor a trace")
     return out
@@ -220,10 +309,20 @@ def main(argv):
             title, rest = rest[1], rest[2:]
         print(grid_chart(rest, title, out))
         return 0
+    util_alert = 0.0  # the monitor's default: no threshold
+    if argv[0] == "--util-alert" and len(argv) >= 2:
+        text, argv = argv[1], argv[2:]
+        try:  # as the monitor reads HOPWISE_UTIL_ALERT
+            util_alert = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            util_alert = -1
+        if not 0 <= util_alert <= 1 or not argv:
+            print(f"plot.py --util-alert {text} FILE...: a fraction (0.5) or a percentage (50%)", file=sys.stderr)
+            return 2
     failed = 0
     for path in argv:
         try:
-            print(plot(path))
+            print(plot(path, util_alert))
         except (OSError, ValueError, KeyError) as e:
             print(f"plot.py: {path}: {e}", file=sys.stderr)
             failed += 1
