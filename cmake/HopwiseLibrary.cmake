@@ -14,7 +14,9 @@ function(hopwise_library name)
   else()
     install(TARGETS hopwise_${name} EXPORT hopwiseTargets
             ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
-    install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev)
+    # The SimGrid transport's header stays home: its library (hopwise_comm_simgrid) is not installed.
+    install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev
+            PATTERN simgrid_transport.h EXCLUDE)
   endif()
 endfunction()
 

@@ -1,6 +1,6 @@
 # What `cmake --install build --prefix P` puts under P, by component:
 #   tools   bin/: hopwise-topo, hopwise-bench, hopwise-tune, codec-bench
-#   dev     lib/: the static libraries; include/hopwise/; lib/cmake/hopwise: find_package(hopwise) -> hopwise::comm
+#   dev     lib/: the static libraries; include/hopwise/; lib/cmake/hopwise: find_package(hopwise) -> hopwise::training, ::comm
 #   python  the package `hopwise` (hopwise.torch) in lib/python3.X/site-packages (for PYTHONPATH); under
 #           `pip install .` (scikit-build-core, pyproject.toml) the wheel's root: the usual way to install it
 #   cuda    the CUDA and NCCL libraries and GPU tools (find_package(hopwise COMPONENTS cuda))

@@ -1,11 +1,11 @@
-# Fewer synchronization points (comm/src/averaging/): every method against a serial simulation on 1-8 in-process
+# Fewer synchronization points (training/src/averaging/): every method against a serial simulation on 1-8 in-process
 # ranks; train_mnist --averaging under mpirun (averaging_mpi below).
 hopwise_test(test_averaging test_averaging.cpp)
-target_link_libraries(test_averaging PRIVATE hopwise::comm GTest::gtest_main Threads::Threads)
+target_link_libraries(test_averaging PRIVATE hopwise::training GTest::gtest_main Threads::Threads)
 gtest_discover_tests(test_averaging DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 300)
 
 add_executable(averaging_mpi averaging_mpi.cpp)
-target_link_libraries(averaging_mpi PRIVATE hopwise::comm)
+target_link_libraries(averaging_mpi PRIVATE hopwise::training)
 foreach(np 2 4)
   add_test(NAME averaging_mpi_np${np}
            COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np ${np} $<TARGET_FILE:averaging_mpi>)

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "hopwise/comm/averaging.h"
-#include "hopwise/comm/reducer.h"
 #include "hopwise/compression/codec.h"
+#include "hopwise/training/averaging.h"
+#include "hopwise/training/reducer.h"
 
 namespace hc = hopwise::comm;
 

@@ -1,6 +1,6 @@
 # ---- Elastic training: the agreement itself, ranks as threads ----
 hopwise_test(test_elastic test_elastic.cpp)
-target_link_libraries(test_elastic PRIVATE hopwise::comm GTest::gtest_main Threads::Threads)
+target_link_libraries(test_elastic PRIVATE hopwise::training GTest::gtest_main Threads::Threads)
 gtest_discover_tests(test_elastic DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)
 
 # ---- Elastic training: a rank killed mid-run under torchrun --max-restarts; the job restarts every rank, which

@@ -18,7 +18,7 @@ if(HOPWISE_CUDA_ENABLED)
   set_tests_properties(nccl_communicator_np1 PROPERTIES LABELS "cuda;mpi" TIMEOUT 300 SKIP_RETURN_CODE 77)
 
   hopwise_test(test_device_reducer test_device_reducer.cpp)
-  target_link_libraries(test_device_reducer PRIVATE hopwise::comm_nccl GTest::gtest MPI::MPI_C)
+  target_link_libraries(test_device_reducer PRIVATE hopwise::training_cuda GTest::gtest MPI::MPI_C)
   add_test(NAME device_reducer_np1
            COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root -np 1 $<TARGET_FILE:test_device_reducer>)
   set_tests_properties(device_reducer_np1 PROPERTIES LABELS "cuda;mpi" TIMEOUT 300 SKIP_RETURN_CODE 77)

@@ -25,6 +25,7 @@ step "1. cmake --install $build --prefix $work/prefix"
 cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
 prefix="$work/prefix"
 for f in bin/hopwise-topo bin/hopwise-bench bin/hopwise-tune lib/libhopwise_comm.a include/hopwise/comm/communicator.h \
+         lib/libhopwise_training.a include/hopwise/training/reducer.h \
          lib/cmake/hopwise/hopwiseConfig.cmake lib/cmake/hopwise/hopwiseTargets.cmake; do
   [ -e "$prefix/$f" ] || fail "cmake --install left out $f"
 done

@@ -1,8 +1,8 @@
-# The utilization monitor (comm/src/monitor/): its arithmetic, options, exports and the in-process path
+# The utilization monitor (training/src/monitor/): its arithmetic, options, exports and the in-process path
 # (test_monitor); train_mnist and hopwise-bench under mpirun, as users run them (monitor_check.py): the straggler
 # named, the alert firing for a starved job and silent for a healthy one, promtool on the metrics files, the charts.
 hopwise_test(test_monitor test_monitor.cpp)
-target_link_libraries(test_monitor PRIVATE hopwise::comm GTest::gtest_main Threads::Threads)
+target_link_libraries(test_monitor PRIVATE hopwise::training GTest::gtest_main Threads::Threads)
 gtest_discover_tests(test_monitor DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)
 
 foreach(mode straggler alert promtool plots)

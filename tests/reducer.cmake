@@ -1,6 +1,6 @@
 # The gradient reducer (in-process) and a 2-rank smoke run of the training job on a subset of Fashion-MNIST.
 hopwise_test(test_reducer test_reducer.cpp)
-target_link_libraries(test_reducer PRIVATE hopwise::comm GTest::gtest_main Threads::Threads)
+target_link_libraries(test_reducer PRIVATE hopwise::training GTest::gtest_main Threads::Threads)
 gtest_discover_tests(test_reducer DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 300)
 
 add_test(NAME train_mnist_smoke_np2

@@ -2,7 +2,7 @@
 // SimGrid's latency and bandwidth factors at 1, as the validation against the emulated cluster set them.
 #pragma once
 
-#include "sim_ranks.h"
+#include "hopwise/comm/transports/simgrid_transport.h"
 
 namespace hopwise::comm::sim::testing {
 

@@ -12,13 +12,13 @@
 #include <set>
 
 #include "averaging_problem.h"
-#include "hopwise/comm/averaging.h"
-#include "hopwise/comm/averaging_method.h"
-#include "hopwise/comm/reducer.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/topology/cluster.h"
 #include "hopwise/topology/formats.h"
+#include "hopwise/training/averaging.h"
+#include "hopwise/training/averaging_method.h"
+#include "hopwise/training/reducer.h"
 #include "hosts_file.h"
 #include "inproc_group.h"
 

@@ -20,10 +20,10 @@
 
 #include "collective_reference.h"
 #include "hopwise/comm/device_communicator.h"
-#include "hopwise/comm/device_reducer.h"
 #include "hopwise/common/cuda_reduce.h"
 #include "hopwise/common/device_buffer.h"
 #include "hopwise/common/error.h"
+#include "hopwise/training/device_reducer.h"
 #include "nccl_test_main.h"
 
 namespace {

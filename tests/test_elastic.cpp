@@ -13,10 +13,10 @@
 #include <mutex>
 #include <thread>
 
-#include "hopwise/comm/elastic.h"
-#include "hopwise/comm/neighbour_copy.h"
 #include "hopwise/comm/transports/inproc_transport.h"
 #include "hopwise/common/error.h"
+#include "hopwise/training/elastic.h"
+#include "hopwise/training/neighbour_copy.h"
 #include "inproc_group.h"
 
 namespace {

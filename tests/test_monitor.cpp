@@ -1,4 +1,4 @@
-// The utilization monitor (comm/src/monitor/): its arithmetic on made-up samples, its options and exports, and
+// The utilization monitor (training/src/monitor/): its arithmetic on made-up samples, its options and exports, and
 // the whole path (samples, background allgather, report on rank 0) on in-process ranks, one of them slowed.
 #include <gtest/gtest.h>
 
@@ -10,10 +10,10 @@
 #include <sstream>
 #include <thread>
 
-#include "../comm/src/monitor/analysis.h"
-#include "hopwise/comm/monitor.h"
-#include "hopwise/comm/reducer.h"
+#include "../training/src/monitor/analysis.h"
 #include "hopwise/common/error.h"
+#include "hopwise/training/monitor.h"
+#include "hopwise/training/reducer.h"
 #include "inproc_group.h"
 
 namespace {

@@ -7,11 +7,11 @@
 #include <random>
 #include <set>
 
-#include "../comm/src/reducer/bucket_tuner.h"
+#include "../training/src/reducer/bucket_tuner.h"
 #include "collective_reference.h"
-#include "hopwise/comm/reducer.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/powersgd.h"
+#include "hopwise/training/reducer.h"
 #include "inproc_group.h"
 #include "powersgd_reference.h"
 

@@ -1,4 +1,4 @@
-// A training step on simulated ranks (comm/src/transports/simgrid/sim_training.h): the models and methods it
+// A training step on simulated ranks (sim/: hopwise/sim/training.h): the models and methods it
 // parses, and each method's simulated period against what the platform's lone allreduce takes (tests/sim/
 // cluster8.xml: 8 hosts on 1 Gbit/s links), with the element-wise work free so that only the network counts.
 #include <gtest/gtest.h>
@@ -9,10 +9,10 @@
 
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
+#include "hopwise/sim/rank_collectives.h"
+#include "hopwise/sim/training.h"
+#include "hopwise/sim/tuner.h"
 #include "sim_platform.h"
-#include "sim_ranks.h"
-#include "sim_training.h"
-#include "sim_tuner.h"
 
 namespace {
 

@@ -1,7 +1,8 @@
-// Ranks simulated on SimGrid (comm/src/transports/simgrid): the transport's contract (order per pair and tag, sizes,
-// many in flight, cancel, test, a timeout in simulated time naming the peer), every algorithm row that runs there
-// against a serial reference at 1-16 ranks on awkward sizes and several dtypes, and the simulated time of a transfer
-// against the platform's link. The platform: tests/sim/cluster8.xml (8 hosts, 1 Gbit/s each; HOPWISE_SIM_PLATFORM).
+// Ranks simulated on SimGrid (comm/src/transports/simgrid; hopwise/comm/transports/simgrid_transport.h): the
+// transport's contract (order per pair and tag, sizes, many in flight, cancel, test, a timeout in simulated time naming
+// the peer), every algorithm row that runs there against a serial reference at 1-16 ranks on awkward sizes and several
+// dtypes, and the simulated time of a transfer against the platform's link. The platform: tests/sim/cluster8.xml (8
+// hosts, 1 Gbit/s each; HOPWISE_SIM_PLATFORM).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,10 +14,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "actor_side_by_side.h"
 #include "hopwise/common/error.h"
+#include "hopwise/sim/rank_collectives.h"
 #include "sim_platform.h"
-#include "sim_ranks.h"
-#include "sim_side_by_side.h"
 
 namespace {
 

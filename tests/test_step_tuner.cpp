@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "../comm/src/reducer/step_tuner.h"
-#include "hopwise/comm/reducer.h"
+#include "../training/src/reducer/step_tuner.h"
 #include "hopwise/common/error.h"
+#include "hopwise/training/reducer.h"
 #include "inproc_group.h"
 
 namespace {

@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "hopwise/comm/averaging.h"
 #include "hopwise/comm/communicator.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/powersgd.h"
+#include "hopwise/training/averaging.h"
 
 namespace hopwise::examples {
 

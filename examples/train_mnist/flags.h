@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "hopwise/comm/monitor.h"
 #include "hopwise/common/env.h"
+#include "hopwise/training/monitor.h"
 
 namespace hopwise::examples {
 

@@ -13,8 +13,8 @@
 
 #include "flags.h"
 #include "hopwise/comm/communicator.h"
-#include "hopwise/comm/elastic.h"
 #include "hopwise/common/error.h"
+#include "hopwise/training/elastic.h"
 #include "trainer.h"
 
 namespace {

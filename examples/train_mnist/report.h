@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "hopwise/comm/communicator.h"
-#include "hopwise/comm/reducer.h"
+#include "hopwise/training/reducer.h"
 
 namespace hopwise::examples {
 

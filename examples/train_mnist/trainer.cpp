@@ -453,8 +453,12 @@ void Trainer::report() {
     fmt::print("bucket cap: {} MB ({}; {} buckets)\n", reducer_->bucket_mb(),
                reducer_->tuning_bucket() ? "still tuning: too few steps" : "measured", reducer_->bucket_count());
   if (!tuned.empty())
-    fmt::print("tuned (size class up to: choice): {}; {} trial calls, {} re-tunes, {:.1f} ms beyond the choices\n",
-               tuned, cs.tuning_trials, cs.retunes, cs.tuning_excess_s * 1e3);
+    fmt::print("tuned (size class up to: choice): {}; {} trial calls, {} re-tunes{}, {:.1f} ms beyond the choices\n",
+               tuned, cs.tuning_trials, cs.retunes,
+               cs.retunes
+                   ? " (a choice slowed past its steady time, as on a busy machine; HOPWISE_DEBUG=INFO names them)"
+                   : "",
+               cs.tuning_excess_s * 1e3);
   const std::vector<hc::StepTuning> step_tuning = reducer_ ? reducer_->step_tuning() : std::vector<hc::StepTuning>{};
   const int step_reverts = reducer_ ? reducer_->step_tuning_reverts() : 0;
   if (!step_tuning.empty())

@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "flags.h"
-#include "hopwise/comm/averaging.h"
 #include "hopwise/comm/communicator.h"
-#include "hopwise/comm/elastic.h"
-#include "hopwise/comm/monitor.h"
-#include "hopwise/comm/neighbour_copy.h"
-#include "hopwise/comm/reducer.h"
+#include "hopwise/training/averaging.h"
+#include "hopwise/training/elastic.h"
+#include "hopwise/training/monitor.h"
+#include "hopwise/training/neighbour_copy.h"
+#include "hopwise/training/reducer.h"
 #include "mlp.h"
 #include "mnist.h"
 #include "report.h"

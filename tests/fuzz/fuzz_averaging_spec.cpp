@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "hopwise/comm/averaging.h"
 #include "hopwise/common/error.h"
+#include "hopwise/training/averaging.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using hopwise::comm::AveragingSpec;

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "hopwise/comm/monitor.h"
 #include "hopwise/common/error.h"
+#include "hopwise/training/monitor.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using hopwise::comm::MonitorOptions;

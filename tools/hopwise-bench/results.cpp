@@ -7,8 +7,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "hopwise/comm/monitor.h"
 #include "hopwise/common/error.h"
+#include "hopwise/training/monitor.h"
 
 namespace hopwise::bench {
 

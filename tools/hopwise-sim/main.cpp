@@ -29,9 +29,9 @@
 #include "hopwise/common/env.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/reduce.h"
+#include "hopwise/sim/rank_collectives.h"
 #include "hopwise/topology/planner.h"
 #include "platform.h"
-#include "sim_ranks.h"
 #include "train.h"
 #include "tune.h"
 

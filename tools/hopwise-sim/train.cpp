@@ -12,7 +12,7 @@
 
 #include "hopwise/comm/tuning.h"
 #include "hopwise/common/error.h"
-#include "sim_training.h"
+#include "hopwise/sim/training.h"
 #include "tune.h"
 
 namespace hopwise::sim_tool {

@@ -1,6 +1,6 @@
-// hopwise-sim --train: a model's training step at scale in simulated time (sim_training.h), per averaging method,
-// with the projected compute utilization; each call's algorithm chosen by trials in simulated time (as the tuner
-// decides on a real job) or by the cost model.
+// hopwise-sim --train: a model's training step at scale in simulated time (hopwise/sim/training.h), per averaging
+// method, with the projected compute utilization; each call's algorithm chosen by trials in simulated time (as the
+// tuner decides on a real job) or by the cost model.
 #pragma once
 
 #include <optional>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "hopwise/comm/cost_model.h"
-#include "sim_ranks.h"
+#include "hopwise/sim/rank_collectives.h"
 
 namespace hopwise::sim_tool {
 

@@ -1,12 +1,12 @@
 // How hopwise-sim chooses algorithms as a job would: the candidates a job's tuner gets (the cost model's, within its
-// prior), the job's Tuner run on the simulated ranks (sim_tuner.h), and the cost model's pick.
+// prior), the job's Tuner run on the simulated ranks (hopwise/sim/tuner.h), and the cost model's pick.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
 #include "hopwise/comm/tuning.h"
-#include "sim_tuner.h"
+#include "hopwise/sim/tuner.h"
 #include "train.h"
 
 namespace hopwise::sim_tool {

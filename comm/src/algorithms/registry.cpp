@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <iterator>
 #include <mutex>
+#include <utility>
 
 #include "algorithms.h"
 #include "hopwise/common/error.h"
@@ -20,6 +22,29 @@ constexpr std::size_t kMaxAlgorithms = 64;
 constexpr int kFirstRegisteredTag = 1 << 24;
 constexpr int kMaxTagsPerRow = 1 << 16;
 
+// The built-in rows, each beside the enum id it must get (rows are numbered in this order): a row out of place, or
+// an enum value without its row, fails to compile.
+struct BuiltIn {
+  Algorithm id;
+  AlgorithmInfo (*row)();
+};
+constexpr BuiltIn kBuiltIns[] = {
+    {Algorithm::kRing, algo::ring_row},
+    {Algorithm::kHalvingDoubling, algo::halving_doubling_row},
+    {Algorithm::kTree, algo::tree_row},
+    {Algorithm::kNative, algo::native_row},
+    {Algorithm::kOneShot, algo::one_shot_row},
+    {Algorithm::kTwoShot, algo::two_shot_row},
+    {Algorithm::kHierarchical, algo::hierarchical_row},
+};
+constexpr bool built_ins_in_id_order() {
+  for (std::size_t i = 0; i < std::size(kBuiltIns); ++i)
+    if (static_cast<std::size_t>(kBuiltIns[i].id) != i + 1) return false;
+  return std::size(kBuiltIns) + 1 == static_cast<std::size_t>(Algorithm::kFirstRegistered);
+}
+static_assert(built_ins_in_id_order(),
+              "kBuiltIns must list one row per built-in Algorithm id, in the enum's order (algorithm.h)");
+
 bool answers_to(const AlgorithmInfo& row, std::string_view name) {
   return row.name == name || std::find(row.aliases.begin(), row.aliases.end(), name) != row.aliases.end();
 }
@@ -31,9 +56,10 @@ struct Table {
   int next_tag = kFirstRegisteredTag;
 
   Table() {
-    for (AlgorithmInfo row : {algo::ring_row(), algo::halving_doubling_row(), algo::tree_row(), algo::native_row(),
-                              algo::one_shot_row(), algo::two_shot_row(), algo::hierarchical_row()})
-      add(std::move(row));
+    for (const BuiltIn& b : kBuiltIns) {
+      const Algorithm id = add(b.row());
+      if (id != b.id) throw Error(fmt::format("internal: the built-in row '{}' got id {}", to_string(id), int(id)));
+    }
   }
 
   bool taken(std::string_view name) const {
@@ -127,6 +153,21 @@ Algorithm parse_algorithm(std::string_view n) {
     names += ", " + r.name;
   }
   throw InvalidArgument(fmt::format("unknown algorithm '{}'; use one of {}", n, names));
+}
+
+TagRange reserved_tags(std::string_view user) {
+  // One row per user above the engine; ranges lie within algo::kTagReserved .. the ring channels' first offset.
+  static constexpr std::pair<std::string_view, TagRange> kReserved[] = {
+      {"gossip", {algo::kTagReserved, 3000}},  // + the round's partner index in a step (gossip:peers)
+  };
+  static_assert(algo::kTagReserved + 3000 <= algo::kRingChannelTagStride);
+  std::string names;
+  for (const auto& [name, range] : kReserved) {
+    if (name == user) return range;
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", name);
+  }
+  throw InvalidArgument(
+      fmt::format("no message tags are reserved for '{}'; the reserved ones are for {}", user, names));
 }
 
 bool implements(Algorithm a, Collective c) {

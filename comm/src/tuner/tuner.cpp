@@ -7,13 +7,13 @@
 #include <random>
 
 #include "hopwise/common/log.h"
-#include "samples.h"
+#include "hopwise/common/samples.h"
 
 namespace hopwise::comm::detail {
 
 namespace {
 
-double median(const std::vector<double>& v) { return median_of(v); }
+double median(const std::vector<double>& v) { return samples::median_of(v); }
 
 std::string class_text(const TuneKey& k) {
   return fmt::format("{} {} up to {}", to_string(k.collective), k.dtype_class, size_class_text(k.size_class));
@@ -187,7 +187,7 @@ void Tuner::decide(Class& c, std::size_t pick, double steady_s) {
 
 void Tuner::finish_confirm(const TuneKey& key, Class& c, const Agree& agree, int rank) {
   std::vector<double> v;
-  for (const auto& times : c.block_s) v.push_back(trimmed_mean_of(times));
+  for (const auto& times : c.block_s) v.push_back(samples::trimmed_mean_of(times));
   agree(v);  // the slowest rank's mean call of each finalist, its slowest eighth aside
   std::lock_guard lock(mu_);
   ++stats_.agreements;
@@ -220,8 +220,10 @@ void Tuner::check_drift(const TuneKey& key, Class& c, const Agree& agree, int ra
     return;
   }
   if (!(v[0] > s_.drift * c.baseline_s) || !s_.online) return;
+  // Info, not a warning: the tuner handles it itself (on a busy machine it happens often); programs sum re-tunes up
+  // at the end (CollectiveStats::retunes).
   if (rank == 0)
-    log::warn("{}: {} now takes {:.1f} us, {:.1f}x its steady {:.1f} us; tuning this size class again", class_text(key),
+    log::info("{}: {} now takes {:.1f} us, {:.1f}x its steady {:.1f} us; tuning this size class again", class_text(key),
               to_string(c.choice), v[0] * 1e6, v[0] / c.baseline_s, c.baseline_s * 1e6);
   ++stats_.retunes;
   // Every candidate again, the cost model's filter included (a preset class has only its own choice).

@@ -154,6 +154,13 @@ std::string to_string(const TuningChoice& c) {
 int size_class_of(std::size_t bytes) { return bytes <= 1 ? 0 : static_cast<int>(std::bit_width(bytes - 1)); }
 std::size_t size_class_max_bytes(int size_class) { return std::size_t{1} << size_class; }
 
+std::string size_class_text(int size_class) {
+  const std::size_t hi = size_class_max_bytes(size_class);
+  return hi >= (1u << 20) ? fmt::format("{} MiB", hi >> 20)
+         : hi >= 1024     ? fmt::format("{} KiB", hi >> 10)
+                          : fmt::format("{} B", hi);
+}
+
 std::string dtype_class_of(DataType dt) {
   switch (dt) {
     case DataType::kFloat32:

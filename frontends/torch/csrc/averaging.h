@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backend.h"
-#include "hopwise/comm/averaging.h"
+#include "hopwise/training/averaging.h"
 
 namespace hopwise::torch_backend {
 

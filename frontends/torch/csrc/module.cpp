@@ -8,9 +8,9 @@
 #include "averaging.h"
 #include "hooks.h"
 #include "hopwise/comm/algorithm.h"
-#include "hopwise/comm/elastic.h"
 #include "hopwise/common/log.h"
 #include "hopwise/topology/planner.h"
+#include "hopwise/training/elastic.h"
 #include "monitor.h"
 
 #include "backend.h"
@@ -146,10 +146,10 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("store"), py::arg("generation"), py::arg("id"), py::arg("members"), py::arg("mode"), py::arg("timeout_s"),
       py::arg("why"), py::call_guard<py::gil_scoped_release>(),
-      "The survivors' agreement (hopwise/comm/elastic.h): the next generation's members, alike on every survivor.");
+      "The survivors' agreement (hopwise/training/elastic.h): the next generation's members, alike on every survivor.");
 
   py::class_<hopwise::comm::ElasticHeartbeat>(m, "ElasticHeartbeat",
-                                              "This member's sign of life in the store (hopwise/comm/elastic.h): "
+                                              "This member's sign of life in the store (hopwise/training/elastic.h): "
                                               "beats from a thread until the object is dropped.")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int id, const std::string& mode) {
              return hopwise::torch_backend::translated([&] {

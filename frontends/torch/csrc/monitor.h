@@ -9,7 +9,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "backend.h"
-#include "hopwise/comm/monitor.h"
+#include "hopwise/training/monitor.h"
 
 namespace hopwise::torch_backend {
 

@@ -14,7 +14,8 @@
 
 namespace hopwise::comm {
 
-// The built-in algorithms keep fixed ids; register_algorithm hands out the ids after kFirstRegistered.
+// The built-in algorithms keep fixed ids, each tied to its row in registry.cpp (kBuiltIns, checked at compile time);
+// register_algorithm hands out the ids after kFirstRegistered.
 enum class Algorithm : int {
   kAuto = 0,
   kRing,
@@ -109,6 +110,15 @@ std::string_view to_string(Algorithm a);  // the row's name; "auto" for kAuto
 std::string_view to_string(Collective c);
 // A name or alias of any row, or "auto"; throws InvalidArgument listing the choices.
 Algorithm parse_algorithm(std::string_view name);
+
+// Message tags the engine keeps for point-to-point exchanges of the layers above it (the training layer's gossip
+// averager), apart from every algorithm row's and from the user's send/recv, and alike on every rank.
+struct TagRange {
+  int first = 0;
+  int count = 0;
+};
+// The range kept for `user` ("gossip"); InvalidArgument naming the known users for any other.
+TagRange reserved_tags(std::string_view user);
 
 // Whether `a` implements `c` (kAuto implements everything).
 bool implements(Algorithm a, Collective c);

@@ -27,6 +27,8 @@ std::string to_string(const TuningChoice& c);
 // Calls are tuned per size class: class k holds the calls of (2^(k-1), 2^k] bytes (class 0: 0 and 1 byte).
 int size_class_of(std::size_t bytes);
 std::size_t size_class_max_bytes(int size_class);
+// "4 KiB", "16 MiB": the largest call of a size class, as logs name the class.
+std::string size_class_text(int size_class);
 // Dtypes whose reductions cost alike share their tuning: "float" (fp32, fp64), "half" (fp16, bf16), "int".
 std::string dtype_class_of(DataType dt);
 
@@ -71,5 +73,49 @@ std::string shape_mismatch(const JobShape& made_for, const JobShape& job);
 // This machine, as a tuning file records it.
 std::string describe_machine();
 std::string hopwise_version();
+
+// The online tuner's settings and counters, and the candidates it tries (comm/src/tuner/tuner.h runs them): here so
+// that the simulator (sim/) tunes with the job's own settings.
+namespace detail {
+
+struct TunerSettings {
+  bool online = true;           // HOPWISE_TUNE: tune classes the file does not cover (else the cost model chooses)
+  int rounds = 3;               // HOPWISE_TUNE_ROUNDS: repetitions of each candidate (median)
+  double prune = 2.0;           // after round 2, drop a candidate whose best is above prune x the best's
+  double close = 1.1;           // after `rounds`, candidates within close x the best median race on...
+  int close_race_factor = 3;    // ...up to this many times `rounds` in all
+  double prior = 8.0;           // never try a candidate the cost model estimates above prior x its best estimate
+  int check_every = 64;         // calls of a tuned class between drift checks
+  int window = 16;              // recent calls whose median is checked
+  double drift = 1.5;           // re-tune when the chosen one takes drift x its steady time
+  double confirm_within = 1.5;  // finalists: trial medians within this of the best...
+  double short_s = 100e-6;      // ...or, where the best's is below this,
+  double confirm_within_short = 4.0;  // within this...
+  int confirm_max = 6;                // ...at most this many (lined up, six rows within 1.4x ranked tree 4th of 6
+                                      // where in a row it was the only fast one)...
+  int confirm_calls = 16;             // ...each run this many calls in a row (after one to settle)...
+  double confirm_budget_s = 0.25;     // ...fewer where that would take longer; none where fewer than 4 would fit...
+  int confirm_passes = 2;             // ...split into this many passes over the finalists, each in a rotated order
+                                      // (a machine that is busy for a while then hurts every finalist alike)
+  double cheap_s = 1e-3;              // a trial below this is never dropped on its first round alone: the first
+                                      // call at a new size is cold (buffers, slots), and a second try costs little
+};
+
+struct TunerStats {
+  std::uint64_t trial_calls = 0;  // calls that ran a candidate under trial
+  std::uint64_t agreements = 0;   // the small max-allreduces the tuner made
+  std::uint64_t retunes = 0;      // classes tuned again after a drift
+  double excess_s = 0;            // what the trials cost beyond running the chosen algorithm (this rank)
+};
+
+// What a tuner tries for a call of `bytes`: the cost model's candidates (`estimates`, seconds) it does not rule out
+// (where a trial would cost more than a millisecond, those within `prior` x the best estimate: trials are cheap where
+// calls are short), each at the communicator's chunk; the pipelined ones also at 4x `chunk_bytes` where a call holds
+// many chunks, and the ring allreduce on one ring where the plan runs several side by side (`several_channels`).
+std::vector<TuningChoice> tuning_candidates(const std::vector<std::pair<Algorithm, double>>& estimates, Collective c,
+                                            std::size_t bytes, double prior, std::size_t chunk_bytes,
+                                            bool several_channels);
+
+}  // namespace detail
 
 }  // namespace hopwise::comm

@@ -1,7 +1,7 @@
-// The transport of simulated ranks (hopwise/comm/transports/simgrid.h): each message a SimGrid communication of its
-// true size on the mailbox of its (sender, receiver, tag slot), so messages of one pair and tag keep their order, as
-// MPI's do. Tags share a slot kTagSlots apart: SimGrid never frees a mailbox, and a ring's tag per step gave 4096
-// ranks 33.5 M of them (a 512-rank ring's call took 503 MB with a mailbox per tag, 361 with slots). A message
+// The transport of simulated ranks (hopwise/comm/transports/simgrid_transport.h): each message a SimGrid communication
+// of its true size on the mailbox of its (sender, receiver, tag slot), so messages of one pair and tag keep their
+// order, as MPI's do. Tags share a slot kTagSlots apart: SimGrid never frees a mailbox, and a ring's tag per step gave
+// 4096 ranks 33.5 M of them (a 512-rank ring's call took 503 MB with a mailbox per tag, 361 with slots). A message
 // carries its tag, and one that meets a receive posted for another tag of its slot is an error, never a mix-up. A send
 // copies its bytes at once (the caller may reuse its buffer); the receiver copies them out when the transfer completes.
 // Waits are SimGrid's: they take simulated time and give the engine to the other actors.
@@ -19,11 +19,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "actor_side_by_side.h"
+#include "hopwise/comm/transports/simgrid_transport.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/reduce.h"
 #include "hopwise/topology/cluster.h"
-#include "sim_ranks.h"
-#include "sim_side_by_side.h"
 
 namespace hopwise::comm::sim {
 

@@ -24,7 +24,7 @@ state (it holds the model's own tensors).
 The ranks meet through a file store every rank sees (torch.distributed.FileStore), which outlives any of them: a
 TCP store dies with the rank that serves it. RANK and WORLD_SIZE come from the launcher (a harness, or ``srun
 --kill-on-bad-exit=0``); torchrun ends every rank when one dies, so under it use the restart path
-(hopwise.torch.Checkpoints) instead. The agreement is hopwise's (hopwise/comm/elastic.h): each member's heartbeat
+(hopwise.torch.Checkpoints) instead. The agreement is hopwise's (hopwise/training/elastic.h): each member's heartbeat
 bumps a counter in the store; each survivor marks itself alive and waits until all have, or every one still missing
 is lost (its counter stood still for HOPWISE_ELASTIC_SETTLE_S, 3 s; one that still beats is waited for up to the
 timeout), and the first to finish writes the list all read; a rank that answers later is refused, naming the

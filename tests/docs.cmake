@@ -1,0 +1,1 @@
+# ---- the user guide (docs/, mkdocs.yml) and the README's quickstarts ----

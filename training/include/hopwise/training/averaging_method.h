@@ -1,0 +1,65 @@
+// An averaging method is one file and one row: the row (AveragingMethodRow) says its name, the spec fields it takes
+// and how the canonical spec shows them; its factory makes the object (AveragingMethodBase) that a ModelAverager
+// calls around each step. Built in (training/src/averaging/<name>.cpp): sync, local and hier (local.cpp), gossip,
+// async; register_averaging_method adds one from outside the library (tests/test_averaging.cpp does), and
+// AveragingSpec::parse, the errors that list the methods, train_mnist's --averaging and hopwise.torch's
+// ModelAverager then take it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hopwise/training/averaging.h"
+
+namespace hopwise::comm {
+
+// What a method works on: the averager's communicator, spec, parameters and statistics.
+struct AveragingContext {
+  Communicator& comm;
+  const AveragingSpec& spec;
+  float* params;
+  std::size_t count;
+  AveragingStats& stats;
+  void average_world();  // the parameters replaced by the world's mean (blocking), counted in stats
+};
+
+class AveragingMethodBase {
+ public:
+  virtual ~AveragingMethodBase() = default;
+  // What the gradients of the step after `steps` completed steps are averaged over.
+  virtual GradientScope gradient_scope(std::int64_t steps) const = 0;
+  // After backward, before the optimizer step (gossip mixes here).
+  virtual void before_step() {}
+  // After optimizer step `step` (1-based): the method's averaging, blocking or started.
+  virtual void after_step(std::int64_t step) = 0;
+  // Waits for what is in flight and drops it (a full average or a load follows).
+  virtual void drain() {}
+  virtual bool in_flight() const { return false; }
+  // Every rank now holds the same parameters (after a full average or a load): references restart here.
+  virtual void ranks_equal() {}
+};
+
+struct AveragingMethodRow {
+  std::string name;                 // the spec's name: "local"
+  std::vector<std::string> fields;  // the fields it takes, in the order errors list them: period, warmup, peers, codec
+  std::vector<std::string> required;  // of which these have no default
+  std::vector<std::string> shown;     // printed by to_string() even at their default
+  bool ranks_always_equal = false;    // every step leaves the ranks equal (sync): full_average() has nothing to do
+  std::string summary;                // one line for the help
+  std::function<std::unique_ptr<AveragingMethodBase>(AveragingContext&)> make;
+};
+
+// The table. A name that is there is replaced. InvalidArgument for a row without a name or factory, or with a field
+// AveragingSpec does not have.
+void register_averaging_method(AveragingMethodRow row);
+// The row of `name`, or null.
+std::shared_ptr<const AveragingMethodRow> find_averaging_method(const std::string& name);
+std::vector<std::string> averaging_method_names();
+// AveragingSpec's fields, the names a row may list (codec, peers, period, warmup).
+std::vector<std::string> averaging_spec_fields();
+
+}  // namespace hopwise::comm

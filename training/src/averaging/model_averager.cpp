@@ -1,0 +1,104 @@
+// The ModelAverager (averaging.h): what every method shares (the first broadcast, the step count, full averages,
+// checkpoints); the method itself, its row's object (averaging_method.h), decides what is averaged when.
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include "hopwise/common/error.h"
+#include "hopwise/training/averaging.h"
+#include "hopwise/training/averaging_method.h"
+
+namespace hopwise::comm {
+
+struct ModelAverager::Impl {
+  AveragingSpec spec;
+  std::shared_ptr<const AveragingMethodRow> row;
+  AveragingStats stats;
+  AveragingContext ctx;
+  std::unique_ptr<AveragingMethodBase> method;
+  std::int64_t steps = 0;
+
+  Impl(Communicator& c, AveragingSpec s, float* p, std::size_t n)
+      : spec(std::move(s)), row(find_averaging_method(spec.method)), ctx{c, spec, p, n, stats} {
+    if (!row)
+      throw InvalidArgument(fmt::format("ModelAverager: no averaging method is named '{}'; methods: {}", spec.method,
+                                        fmt::join(averaging_method_names(), ", ")));
+  }
+};
+
+ModelAverager::ModelAverager(Communicator& comm, AveragingSpec spec, float* params, std::size_t count)
+    : impl_(std::make_unique<Impl>(comm, std::move(spec), params, count)) {
+  if (params == nullptr && count > 0)
+    throw InvalidArgument(fmt::format("ModelAverager: the parameter pointer is null for {} elements", count));
+  comm.broadcast(params, count, DataType::kFloat32, 0);
+  impl_->method = impl_->row->make(impl_->ctx);
+}
+
+ModelAverager::~ModelAverager() {
+  try {
+    if (impl_->method) impl_->method->drain();
+  } catch (...) {  // the error was the caller's to see at the call that failed; nothing is left in flight
+  }
+}
+
+const AveragingSpec& ModelAverager::spec() const { return impl_->spec; }
+
+GradientScope ModelAverager::gradient_scope() const { return impl_->method->gradient_scope(impl_->steps); }
+
+void ModelAverager::before_step() { impl_->method->before_step(); }
+
+void ModelAverager::after_step() { impl_->method->after_step(++impl_->steps); }
+
+void ModelAverager::full_average() {
+  Impl& m = *impl_;
+  if (m.row->ranks_always_equal) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  m.method->drain();
+  m.ctx.average_world();
+  m.method->ranks_equal();
+  m.stats.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void ModelAverager::average_into(float* out) {
+  Impl& m = *impl_;
+  if (m.row->ranks_always_equal) {
+    std::memcpy(out, m.ctx.params, m.ctx.count * sizeof(float));
+    return;
+  }
+  m.ctx.comm.allreduce(m.ctx.params, out, m.ctx.count, DataType::kFloat32, ReduceOp::kAvg);
+}
+
+std::int64_t ModelAverager::steps() const { return impl_->steps; }
+const AveragingStats& ModelAverager::stats() const { return impl_->stats; }
+
+std::string ModelAverager::save() const {
+  if (impl_->method->in_flight())
+    throw InvalidArgument("ModelAverager::save() with an averaging in flight; call full_average() first");
+  return fmt::format("hopwise-averaging 1 {} {}", impl_->spec.to_string(), impl_->steps);
+}
+
+void ModelAverager::load(const std::string& saved) {
+  std::istringstream in(saved);
+  std::string magic, spec;
+  int version = 0;
+  std::int64_t steps = -1;
+  in >> magic >> version >> spec >> steps;
+  if (magic != "hopwise-averaging" || version != 1 || steps < 0)
+    throw InvalidArgument(
+        fmt::format("ModelAverager::load: '{}' is not a saved averaging state (save() writes "
+                    "'hopwise-averaging 1 SPEC STEPS')",
+                    saved.substr(0, 80)));
+  if (spec != impl_->spec.to_string())
+    throw InvalidArgument(
+        fmt::format("ModelAverager::load: the state was saved by '{}', this averager is '{}'; "
+                    "resume with the same --averaging",
+                    spec, impl_->spec.to_string()));
+  impl_->method->drain();
+  impl_->steps = steps;
+  impl_->method->ranks_equal();
+}
+
+}  // namespace hopwise::comm

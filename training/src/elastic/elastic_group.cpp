@@ -1,0 +1,331 @@
+// Elastic membership (elastic.h): generations of members agreed through the store, each over a transport of its own.
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "hopwise/comm/launch.h"
+#include "hopwise/comm/transports/ucx_transport.h"
+#include "hopwise/common/env.h"
+#include "hopwise/common/error.h"
+#include "hopwise/common/log.h"
+#include "hopwise/training/elastic.h"
+
+namespace hopwise::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string key(std::int64_t generation, const std::string& what) {
+  return fmt::format("hopwise/elastic/{}/{}", generation, what);
+}
+
+std::string ids_text(const std::vector<int>& ids) { return fmt::format("{}", fmt::join(ids, ",")); }
+
+// A generation's members as the store holds them ("0,1,3"). Whatever else is there (another job's key, a damaged
+// store) is named rather than taken.
+std::vector<int> parse_ids(const std::string& text) {
+  std::vector<int> ids;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    int id = -1;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
+    if (ec != std::errc() || end != item.data() + item.size() || id < 0 || ids.size() >= (1u << 20))
+      throw Error(
+          fmt::format("elastic: the store's member list '{}' is not a list of ranks (another job's keys in "
+                      "the same store? give each job its own HOPWISE_STORE)",
+                      text.substr(0, 200)));
+    ids.push_back(id);
+    at = comma + 1;
+  }
+  return ids;
+}
+
+bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+ElasticGroup::TransportFactory ucx_factory() {
+  return [](std::shared_ptr<Store> store, int rank, int size, const std::string& name, Store::Seconds timeout) {
+    return std::make_unique<UcxTransport>(std::move(store), rank, size, name, timeout);
+  };
+}
+
+}  // namespace
+
+ElasticOptions ElasticOptions::parse(const std::string& mode) {
+  ElasticOptions o;
+  std::size_t at = 0;
+  while (mode != "off" && at < mode.size()) {
+    const std::size_t comma = std::min(mode.find(',', at), mode.size());
+    const std::string word = mode.substr(at, comma - at);
+    if (word == "shrink")
+      o.shrink = true;
+    else if (word == "grow")
+      o.grow = true;
+    else
+      throw InvalidArgument(fmt::format(
+          "HOPWISE_ELASTIC={}: '{}' is not a mode; use shrink (the survivors of a lost rank carry on), grow "
+          "(processes started later join), shrink,grow, or off (a lost rank fails the job; a launcher that restarts "
+          "it resumes from a checkpoint)",
+          mode, word));
+    at = comma + 1;
+  }
+  o.join = env::get_or("HOPWISE_ELASTIC_JOIN", "0") == "1";
+  if (o.join && !o.grow)
+    throw InvalidArgument(
+        "HOPWISE_ELASTIC_JOIN=1 joins a running job, which must let newcomers in: "
+        "HOPWISE_ELASTIC=grow (or shrink,grow) on every process");
+  o.settle_s = env::get_double("HOPWISE_ELASTIC_SETTLE_S", o.settle_s);
+  if (!(o.settle_s > 0 && o.settle_s < 3600))
+    throw InvalidArgument(fmt::format("HOPWISE_ELASTIC_SETTLE_S={}: give seconds above 0 (default 3)", o.settle_s));
+  o.min_ranks = static_cast<int>(env::get_int("HOPWISE_ELASTIC_MIN_RANKS", o.min_ranks));
+  if (o.min_ranks < 1)
+    throw InvalidArgument(fmt::format("HOPWISE_ELASTIC_MIN_RANKS={}: give a rank count of 1 or more", o.min_ranks));
+  o.copy_every = env::get_int("HOPWISE_ELASTIC_COPY_EVERY", o.copy_every);
+  if (o.copy_every < 1)
+    throw InvalidArgument(
+        fmt::format("HOPWISE_ELASTIC_COPY_EVERY={}: give a step count of 1 or more (1, the default: a copy every step)",
+                    o.copy_every));
+  o.grow_every = env::get_int("HOPWISE_ELASTIC_GROW_EVERY", o.grow_every);
+  if (o.grow_every < 1)
+    throw InvalidArgument(fmt::format(
+        "HOPWISE_ELASTIC_GROW_EVERY={}: give a step count of 1 or more (10, the default: newcomers are looked for "
+        "every 10 steps)",
+        o.grow_every));
+  return o;
+}
+
+ElasticOptions ElasticOptions::from_env() { return parse(env::get_or("HOPWISE_ELASTIC", "off")); }
+
+std::string ElasticEvent::describe() const {
+  return fmt::format("generation {}: rank(s) {} {}; {} rank(s) go on ({}) after {:.1f} s", generation,
+                     fmt::join(left.empty() ? joined : left, ", "), left.empty() ? "joined" : "left", members.size(),
+                     fmt::join(members, ", "), stood_still_s);
+}
+
+ElasticGroup::ElasticGroup(std::shared_ptr<Store> store, int id, int size, ElasticOptions options, Options comm_options,
+                           TransportFactory transport)
+    : store_(std::move(store)),
+      id_(id),
+      options_(options),
+      comm_options_(std::move(comm_options)),
+      transport_(transport ? std::move(transport) : ucx_factory()) {
+  if (size < 1 || id < 0 || id >= size)
+    throw InvalidArgument(fmt::format("ElasticGroup: member {} of {} does not exist", id, size));
+  std::vector<int> all(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) all[static_cast<std::size_t>(r)] = r;
+  if (options_.grow) store_->set("hopwise/elastic/size0", std::to_string(size));  // newcomers number on from it
+  build(0, std::move(all));
+}
+
+ElasticGroup::ElasticGroup(std::shared_ptr<Store> store, ElasticOptions options, Options comm_options,
+                           TransportFactory transport)
+    : store_(std::move(store)),
+      id_(-1),
+      options_(options),
+      comm_options_(std::move(comm_options)),
+      transport_(transport ? std::move(transport) : ucx_factory()),
+      joined_late_(true) {}
+
+ElasticGroup::~ElasticGroup() = default;
+
+std::unique_ptr<ElasticGroup> ElasticGroup::join(std::shared_ptr<Store> store, ElasticOptions options,
+                                                 Options comm_options, TransportFactory transport) {
+  std::unique_ptr<ElasticGroup> g(
+      new ElasticGroup(std::move(store), options, std::move(comm_options), std::move(transport)));
+  const Store::Seconds timeout(g->comm_options_.timeout_s);
+  Store& s = *g->store_;
+  const std::int64_t ticket = s.add("hopwise/elastic/tickets", 1);
+  try {
+    g->id_ = static_cast<int>(std::stoll(s.get("hopwise/elastic/size0", timeout)) + ticket - 1);
+    const std::int64_t generation = std::stoll(s.get(fmt::format("hopwise/elastic/admitted/{}", ticket), timeout));
+    g->admitted_ = std::stoll(s.get(key(generation, "admitted"), timeout));
+    g->build(generation, parse_ids(s.get(key(generation, "members"), timeout)));
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(
+        fmt::format("elastic: this process (ticket {}) was not let in within {:.0f} s: is the job running with "
+                    "HOPWISE_ELASTIC=grow, and reaching step boundaries? ({})",
+                    ticket, g->comm_options_.timeout_s, e.what()),
+        {});
+  }
+  return g;
+}
+
+bool ElasticGroup::newcomers_waiting() {
+  if (!options_.grow) return false;
+  // Every member must let in the same tickets: the fewest any of them saw.
+  waiting_ = store_->add("hopwise/elastic/tickets", 0);
+  comm_->allreduce(&waiting_, &waiting_, 1, DataType::kInt64, ReduceOp::kMin);
+  return waiting_ > admitted_;
+}
+
+bool ElasticGroup::newcomers_waiting(std::int64_t step) {
+  if (!options_.grow || step % options_.grow_every != 0) return false;
+  return newcomers_waiting();
+}
+
+ElasticEvent ElasticGroup::admit() {
+  const std::int64_t seen = waiting_;
+  const auto t0 = Clock::now();
+  const Store::Seconds timeout(comm_options_.timeout_s);
+  const auto size0 = std::stoll(store_->get("hopwise/elastic/size0", timeout));
+  ElasticEvent event;
+  std::vector<int> next = members_;
+  for (std::int64_t t = admitted_ + 1; t <= seen; ++t) {
+    next.push_back(static_cast<int>(size0 + t - 1));
+    event.joined.push_back(next.back());
+  }
+  const std::int64_t g = generation_ + 1;
+  if (comm_->rank() == 0) {
+    store_->set(key(g, "members"), ids_text(next));
+    store_->set(key(g, "admitted"), std::to_string(seen));
+    for (std::int64_t t = admitted_ + 1; t <= seen; ++t)
+      store_->set(fmt::format("hopwise/elastic/admitted/{}", t), std::to_string(g));
+  }
+  admitted_ = seen;
+  build(g, std::move(next));
+  event.generation = generation_;
+  event.members = members_;
+  event.stood_still_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return event;
+}
+
+std::unique_ptr<ElasticGroup> ElasticGroup::from_launch(ElasticOptions options, Options comm_options) {
+  Launch l = detect_launch();
+  if (l.store.empty() && l.size > 1)
+    throw InvalidArgument(fmt::format(
+        "HOPWISE_ELASTIC: {} runs over {}, which cannot shrink (MPI cannot shrink a world communicator); set "
+        "HOPWISE_TRANSPORT=ucx so that the ranks meet through a store",
+        l.launcher, l.transport));
+  const Store::Seconds timeout(comm_options.timeout_s);
+  if (options.join) {
+    if (l.size < 2)
+      throw InvalidArgument(
+          "HOPWISE_ELASTIC_JOIN=1: give the job's variables (WORLD_SIZE, MASTER_ADDR and MASTER_PORT or "
+          "HOPWISE_STORE) so that this process finds its store");
+    l.rank = std::max(l.rank, 1);  // a newcomer never serves the store
+    return join(launch_store(l, timeout), options, std::move(comm_options));
+  }
+  return std::make_unique<ElasticGroup>(l.size > 1 ? launch_store(l, timeout) : std::make_shared<InProcessStore>(),
+                                        l.rank, l.size, options, std::move(comm_options));
+}
+
+void ElasticGroup::build(std::int64_t generation, std::vector<int> members) {
+  comm_.reset();                       // the old generation's first: its transport lets go of the peers that are gone
+  if (options_.shrink && !heartbeat_)  // beating from before the first transport meets: its wait may be long
+    heartbeat_ = std::make_unique<ElasticHeartbeat>(store_, id_, options_.heartbeat_period());
+  const auto at = std::find(members.begin(), members.end(), id_);
+  const int rank = static_cast<int>(at - members.begin()), size = static_cast<int>(members.size());
+  auto transport =
+      transport_(store_, rank, size, key(generation, "transport"), Store::Seconds(comm_options_.timeout_s));
+  comm_ = std::make_unique<Communicator>(std::move(transport), comm_options_);
+  generation_ = generation;
+  members_ = std::move(members);
+}
+
+namespace {
+
+// Until every member of generation g marked itself alive, or each one still missing is lost (its heartbeat stood
+// still for settle_s) or, beating still, has not answered `timeout` past settle_s. A member's heartbeat is first
+// looked at when the wait starts: one lost earlier looks silent from then on.
+void wait_for_members(Store& store, std::int64_t g, int id, const std::vector<int>& members,
+                      const ElasticOptions& options, Store::Seconds timeout) {
+  const auto t0 = Clock::now();
+  const auto settle = std::chrono::duration_cast<Clock::duration>(Store::Seconds(options.settle_s));
+  const auto give_up_on_the_living = t0 + settle + std::chrono::duration_cast<Clock::duration>(timeout);
+  struct Beat {
+    std::string count;
+    Clock::time_point moved;
+  };
+  std::map<int, Beat> missing;
+  Clock::time_point looked{};
+  while (store.add(key(g, "alive"), 0) < static_cast<std::int64_t>(members.size())) {
+    const auto now = Clock::now();
+    if (now >= give_up_on_the_living) return;
+    if (now - looked >= std::chrono::milliseconds(100)) {  // a look costs a few store calls per missing member
+      looked = now;
+      bool someone_beats = false;
+      for (int m : members) {
+        if (m == id || store.check({key(g, fmt::format("alive/{}", m))})) continue;
+        const std::string beat_key = elastic_beat_key(m);
+        const std::string count = store.check({beat_key}) ? store.get(beat_key, timeout) : "";
+        const auto [it, first] = missing.try_emplace(m, Beat{count, now});
+        if (!first && it->second.count != count) it->second = {count, now};
+        if (now - it->second.moved < settle) someone_beats = true;
+      }
+      if (!someone_beats) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace
+
+std::vector<int> agree_on_survivors(Store& store, std::int64_t generation, int id, const std::vector<int>& members,
+                                    const ElasticOptions& options, Store::Seconds timeout, const std::string& why) {
+  const auto t0 = Clock::now();
+  const std::int64_t g = generation;
+  std::vector<int> next;
+  try {
+    store.set(key(g, fmt::format("alive/{}", id)), "1");
+    store.add(key(g, "alive"), 1);
+    wait_for_members(store, g, id, members, options, timeout);
+    if (store.add(key(g, "proposer"), 1) == 1) {  // the first to finish waiting writes the list
+      std::vector<int> alive;
+      for (int m : members)
+        if (store.check({key(g, fmt::format("alive/{}", m))})) alive.push_back(m);
+      store.set(key(g + 1, "members"), ids_text(alive));
+    }
+    next = parse_ids(store.get(key(g + 1, "members"), timeout));
+  } catch (const std::exception& e) {
+    throw Error(fmt::format(
+        "elastic: rank {} cannot agree with the survivors of generation {} through the store ({}); a store served by "
+        "a rank dies with it: give the job one that outlives any rank (HOPWISE_STORE=file:///shared/dir). The "
+        "failure: {}",
+        id, g, e.what(), why));
+  }
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!contains(next, id))
+    throw Error(fmt::format(
+        "elastic: rank {} was left out of generation {}: ranks {} agreed on it without this rank, which gave up on "
+        "generation {} too late (its heartbeat stood still for {:.1f} s: the process was stopped or starved; or it "
+        "answered over {:.1f} s after them); its model is stale, so it cannot re-enter: exit (a restart of the job "
+        "brings it back)",
+        id, g + 1, fmt::join(next, ", "), g, options.settle_s, options.settle_s + timeout.count()));
+  if (next.size() == members.size())
+    throw Error(fmt::format(
+        "elastic: every rank of generation {} answered after {:.1f} s: the failure was not a lost rank, so shrinking "
+        "cannot help: {}",
+        g, waited, why));
+  if (static_cast<int>(next.size()) < options.min_ranks)
+    throw Error(fmt::format("elastic: only {} rank(s) left ({}), fewer than HOPWISE_ELASTIC_MIN_RANKS={}: {}",
+                            next.size(), fmt::join(next, ", "), options.min_ranks, why));
+  return next;
+}
+
+ElasticEvent ElasticGroup::shrink(const std::string& why) {
+  const auto t0 = Clock::now();
+  // A survivor may still wait on a stopped rank until its own timeout, which the ring staggers past the others'
+  // window: every peer is declared lost in the old transport, so that whoever still waits gives up now.
+  for (int r = 0; r < comm_->size(); ++r)
+    if (r != comm_->rank()) comm_->transport().declare_lost(r);
+  const std::vector<int> next =
+      agree_on_survivors(*store_, generation_, id_, members_, options_, Store::Seconds(comm_options_.timeout_s), why);
+  ElasticEvent event;
+  for (int m : members_)
+    if (!contains(next, m)) event.left.push_back(m);
+  build(generation_ + 1, next);
+  event.generation = generation_;
+  event.members = members_;
+  event.stood_still_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return event;
+}
+
+}  // namespace hopwise::comm
