@@ -380,3 +380,23 @@ TEST(CodecTable, RowsAreCheckedWhenRegistered) {
 }
 
 }  // namespace
+
+// The tags the engine keeps for the layers above it: gossip's range lies apart from every row's (registered rows
+// from 1 << 24, the built-ins' and their ring channels' below 10000 + 20000 k), and an unknown user is named.
+TEST(ReservedTags, GossipHasItsOwnRangeAndAnUnknownUserIsRefused) {
+  const hc::TagRange g = hc::reserved_tags("gossip");
+  EXPECT_GE(g.count, 1);
+  EXPECT_GE(g.first, 10000) << "below 10000 the tags are the user's send/recv";
+  EXPECT_LE(g.first + g.count, 20000) << "from 20000 the ring's second channel";
+  for (Algorithm a : hc::all_algorithms()) {
+    const hc::AlgorithmInfo& row = hc::algorithm_info(a);
+    if (row.tags == 0) continue;
+    EXPECT_TRUE(row.first_tag + row.tags <= g.first || row.first_tag >= g.first + g.count) << row.name;
+  }
+  try {
+    hc::reserved_tags("diloco");
+    FAIL() << "an unknown user got tags";
+  } catch (const hopwise::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("gossip"), std::string::npos) << e.what();
+  }
+}
