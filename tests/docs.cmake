@@ -6,7 +6,7 @@ if(HOPWISE_PYTHON AND EXISTS "${HOPWISE_PYTHON}")
   add_test(NAME docs_build
            COMMAND ${HOPWISE_PYTHON} -m mkdocs build --strict -f ${CMAKE_SOURCE_DIR}/mkdocs.yml
                    -d ${CMAKE_BINARY_DIR}/site)
-  set_tests_properties(docs_build PROPERTIES LABELS docs TIMEOUT 120)
+  set_tests_properties(docs_build PROPERTIES LABELS docs TIMEOUT 300)
 endif()
 
 # readme_quickstarts (tests/quickstart_check.sh): the README's marked blocks run as a newcomer runs them, from the
