@@ -8,8 +8,8 @@
   a monitor's JSON lines (train_mnist --metrics-json, HOPWISE_METRICS_JSON)
       per rank, compute utilization and exposed communication (ms per step): a rolling median over ~2% of the steps,
       a 10th-90th percentile band; the straggler (named slowest by the most intervals) thick; alerts shaded. The
-      alert threshold, dashed: --util-alert X (0.5 or 50%, as HOPWISE_UTIL_ALERT takes it), else the alert records'
-      lines' "below N%" (no field carries it; the monitor's default, 0, has none). Exposed comm has no threshold.
+      alert threshold, dashed: --util-alert X (0.5 or 50%, as HOPWISE_UTIL_ALERT takes it), else the intervals'
+      util_alert field, else the alert lines' "below N%" (the monitor's default, 0, has none). Exposed comm has none.
   a Chrome/Perfetto trace (train_mnist --trace)
       a few steps of every rank: compute and the buckets' communication on their own rows, to see the overlap
 
@@ -161,7 +161,10 @@ def training_chart(records, title, out, util_alert=0.0):
         votes = [(l.index(max(l)), None) for l in lags if max(l) > 0]
     named = [k for k, _ in votes]
     straggler = max(sorted(set(named)), key=named.count) if ranks > 1 and named else None
-    # The threshold is in no field of the records: the flag, else an alert line's "below N%".
+    # The threshold: the flag, else the intervals' util_alert (the monitor writes the one it held them to), else an
+    # alert line's "below N%" (files from before the field).
+    if not util_alert:
+        util_alert = next((i["util_alert"] for i in intervals if i.get("util_alert")), 0.0)
     if not util_alert:
         found = [re.search(r"below (\d+(?:\.\d+)?)%", a.get("line", "")) for a in alerts]
         util_alert = next((float(m.group(1)) / 100 for m in found if m), 0.0)

@@ -82,6 +82,8 @@ def alert(bin_dir, out):
     assert all(a[2].startswith("exposed communication") and "over the network" in a[2] for a in alerts), \
         f"causes: {[a[2] for a in alerts]}"
     assert len(records(out / "starved.jsonl", "alert")) == 3, "not 3 alert records in the JSON lines"
+    held_to = {i.get("util_alert") for i in records(out / "starved.jsonl", "interval")}
+    assert held_to == {threshold}, f"the interval records carry util_alert {held_to}, not {{{threshold}}}"
     healthy = train(bin_dir, 2, "--limit", "6400", "--hidden", "1024", *monitor,
                     "--metrics-json", out / "healthy.jsonl")
     print(healthy)

@@ -200,7 +200,7 @@ std::string step_json(std::size_t step, const std::vector<RankStep>& ranks, cons
   return j.dump();
 }
 
-std::string interval_json(const MonitorReport& r) {
+std::string interval_json(const MonitorReport& r, double util_alert) {
   nlohmann::json j;
   j["type"] = "interval";
   j["first_step"] = r.first_step;
@@ -221,6 +221,7 @@ std::string interval_json(const MonitorReport& r) {
   j["bucket_skew_ms"] = r.bucket_skew_ms;
   j["bucket_last_rank"] = r.bucket_last_rank;
   j["low_intervals"] = r.low_intervals;
+  if (util_alert > 0) j["util_alert"] = util_alert;  // the threshold it was held to, for the charts
   if (!r.cause.empty()) j["cause"] = r.cause;
   return j.dump();
 }

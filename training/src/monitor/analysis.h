@@ -59,7 +59,7 @@ std::string likely_cause(const MonitorReport& r);
 
 // One JSON line for a step (type "step"): every rank's figures and the buckets' arrival.
 std::string step_json(std::size_t step, const std::vector<RankStep>& ranks, const StepArrival& a);
-std::string interval_json(const MonitorReport& r);
+std::string interval_json(const MonitorReport& r, double util_alert = 0);
 std::string alert_json(const MonitorReport& r, const std::string& line);
 
 }  // namespace hopwise::comm::monitor

@@ -208,7 +208,7 @@ struct Monitor::Impl {
     r.alerting = low_now && low >= options.alert_after;
     r.alert = r.alerting && (low - options.alert_after) % options.alert_after == 0;
     if (options.print) say(monitor_line(r));
-    if (json.is_open()) json << monitor::interval_json(r) << '\n';
+    if (json.is_open()) json << monitor::interval_json(r, options.util_alert) << '\n';
     if (r.alert) {
       const std::string line = alert_line(r, options.util_alert, options.alert_after);
       alerts.push_back(line);
