@@ -1,5 +1,5 @@
 # What `cmake --install build --prefix P` puts under P, by component:
-#   tools   bin/: hopwise-topo, hopwise-bench, hopwise-tune, codec-bench
+#   tools   bin/: hopwise-topo, hopwise-bench, hopwise-tune, codec-bench, and hopwise-sim where SimGrid is found
 #   dev     lib/: the static libraries; include/hopwise/; lib/cmake/hopwise: find_package(hopwise) -> hopwise::training, ::comm
 #   python  the package `hopwise` (hopwise.torch) in lib/python3.X/site-packages (for PYTHONPATH); under
 #           `pip install .` (scikit-build-core, pyproject.toml) the wheel's root: the usual way to install it

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """DDP on Fashion-MNIST with the backend and comm hook of your choice: hopwise beside gloo, same model and data.
 
-    torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 examples/torch_ddp/train.py \\
+    PYTHONPATH=build/python scripts/venv.sh torchrun --standalone --nproc_per_node 2 examples/torch_ddp/train.py \\
         --backend hopwise --hook powersgd:rank=4 --epochs 1 --json out.json
-    mpirun -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 /usr/bin/python3 examples/torch_ddp/train.py ...
+    mpirun -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 -x PYTHONPATH=build/python \\
+        "$(scripts/venv.sh --path)/bin/python" examples/torch_ddp/train.py ...
 
 Models: mlp (784-1024-1024-10, the C++ train_mnist's) and cnn (two conv layers). Hooks: none (DDP's own
 allreduce), any hopwise codec spec (fp16, bf16, int8:ef=1, qsgd, terngrad, sign, topk:ratio=0.01, randomk,

@@ -30,8 +30,9 @@ constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
                     so that even the first layer's (the last to finish) overlaps its own computation (default 4)
   --no-overlap      all-reduce only after backward finished (the baseline)
   --algo A          auto, or a row of the algorithm table: ring | hd | tree | one_shot | two_shot | hier | native
-  --averaging S     sync (default; HOPWISE_AVERAGING) | local:period=H[,warmup=W] | hier:period=H |
-                    gossip[:peers=K][,codec=fp16|bf16|int8] | async:period=H  (fewer synchronization points;
+  --averaging S     sync (default; HOPWISE_AVERAGING) | local:period=H[,warmup=W] | hier:period=H[,warmup=W] |
+                    gossip[:peers=K][,codec=fp16|bf16|int8] | async:period=H[,warmup=W][,delay=D][,codec=C]
+                    (fewer synchronization points;
                     every epoch ends with one full average and a test evaluation)
   --target-accuracy X  evaluate the ranks' mean model every --eval-every steps (off the clock, the ranks' models
                     untouched) until the test accuracy reaches X (e.g. 0.85); report the seconds and epochs to it

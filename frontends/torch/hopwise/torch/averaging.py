@@ -17,8 +17,8 @@ implementation for C++ and Python) on a hopwise process group, on CPU, any group
 
 Methods: sync, local:period=H[,warmup=W] (post-local SGD), hier:period=H[,warmup=W] (gradients within each host
 every step, parameters across hosts every H), gossip[:peers=K][,codec=fp16|bf16|int8] (shift-one pairs on the
-planned ring, the exchange overlapping the next gradient), async:period=H[,warmup=W][,codec=...] (a background
-average applied H steps later). Momentum stays local, as in torch's PostLocalSGDOptimizer.
+planned ring, the exchange overlapping the next gradient), async:period=H[,warmup=W][,delay=D][,codec=...] (a
+background average applied D steps later, H by default). Momentum stays local, as in torch's PostLocalSGDOptimizer.
 
 The parameters are moved into one flat float32 buffer (each ``p.data`` becomes a view of it), which the averager
 reads and writes in place. Without DDP, call ``avg.average_gradients(model)`` after backward instead of the hook.
