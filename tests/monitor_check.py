@@ -67,14 +67,16 @@ def straggler(bin_dir, out):
 
 def alert(bin_dir, out):
     # Intervals by steps (50 steps: 6 lines of 8, then the rest), so that what a job prints does not depend on how
-    # fast the machine runs it. The two jobs are far apart at any speed: the starved one (a 0.1 Gbit/s emulated link
-    # under a 0.8 MB gradient: 65 ms of communication a step for 1-5 ms of compute) measured 2-3% in every condition; the healthy one
+    # fast the machine runs it. The two jobs are far apart at any speed: the starved one (a 0.05 Gbit/s emulated link
+    # under a 1.1 MB gradient: about 170 ms of communication a step for 1-10 ms of compute) measures 1-6% in every
+    # condition (at 0.1 Gbit/s it measured 2-3%, but 8-10% under the sanitizers' 4x slower compute, astride the
+    # threshold, and alerted twice instead of three times); the healthy one
     # (shared memory, a 4x larger model) measured 68-88% idle or on one core, and 21-42% beside stress-ng --cpu 2,
     # whose two busy workers take half of each rank's core. The threshold sits between, a factor of 2 or more from both.
     threshold = 0.10
     monitor = ["--monitor", "interval=8steps,every=4,alert_after=2", "--util-alert", str(threshold)]
     starved = train(bin_dir, 2, "--limit", "6400", "--hidden", "256", *monitor, "--metrics-json", out / "starved.jsonl",
-                    env={"HOPWISE_EMULATE_GBPS": "0.1"})
+                    env={"HOPWISE_EMULATE_GBPS": "0.05"})
     print(starved)
     alerts = re.findall(r"^monitor ALERT: utilization (\d+)% below 10% for (\d+) intervals in a row .*likely cause: "
                         r"(.*)$", starved, re.M)
