@@ -230,6 +230,10 @@ TEST(AveragingSpec, ParsesEveryMethodAndNamesWhatIsWrong) {
   EXPECT_NE(error_of("local:period=2.5").find("period=2.5"), std::string::npos);
   EXPECT_NE(error_of("local").find("local needs period=H"), std::string::npos);
   EXPECT_NE(error_of("gossip:peers=0").find("peers=0"), std::string::npos);
+  // More partners a step than gossip's reserved tags could tell apart: refused at the spec, not deep in a job.
+  EXPECT_NE(error_of("gossip:peers=3001").find("peers=3001 is more partners per step than gossip has tags for"),
+            std::string::npos);
+  EXPECT_EQ(hc::AveragingSpec::parse("gossip:peers=3000").peers, 3000);
   EXPECT_NE(error_of("elastic:period=2").find("method 'elastic' is unknown; methods: sync, local, hier, gossip, async"),
             std::string::npos);
   EXPECT_NE(error_of("local:period=2,peers=1").find("local takes period, warmup, not peers"), std::string::npos);

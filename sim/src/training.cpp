@@ -309,10 +309,9 @@ class Simulated final : public StepEnv {
   void* scratch(std::size_t bytes) override { return memory_.get(bytes); }
   void start_exchange(const std::vector<int>& partners, std::size_t bytes) override {
     void* buf = memory_.get(bytes);
-    const int gossip_tag = reserved_tags("gossip").first;
     for (std::size_t j = 0; j < partners.size(); ++j) {  // tags as gossip_exchange.cpp's
-      exchange_.push_back(t_.irecv(buf, bytes, partners[j], gossip_tag + static_cast<int>(j)));
-      exchange_.push_back(t_.isend(buf, bytes, partners[j], gossip_tag + static_cast<int>(j)));
+      exchange_.push_back(t_.irecv(buf, bytes, partners[j], gossip_tag_ + static_cast<int>(j)));
+      exchange_.push_back(t_.isend(buf, bytes, partners[j], gossip_tag_ + static_cast<int>(j)));
     }
   }
   void finish_exchange() override {
@@ -330,6 +329,7 @@ class Simulated final : public StepEnv {
   const std::vector<int>& ring_;
   double copy_rate_;
   std::vector<Request> exchange_;
+  const int gossip_tag_ = reserved_tags("gossip").first;
 };
 
 // The compressed recipe's backend (compressed_recipe.h): the codec's sizes, its work charged, its bytes moved.

@@ -56,10 +56,7 @@ struct Table {
   int next_tag = kFirstRegisteredTag;
 
   Table() {
-    for (const BuiltIn& b : kBuiltIns) {
-      const Algorithm id = add(b.row());
-      if (id != b.id) throw Error(fmt::format("internal: the built-in row '{}' got id {}", to_string(id), int(id)));
-    }
+    for (const BuiltIn& b : kBuiltIns) add(b.row());  // ids 1, 2, ...: kBuiltIns' order, checked above
   }
 
   bool taken(std::string_view name) const {
@@ -155,12 +152,24 @@ Algorithm parse_algorithm(std::string_view n) {
   throw InvalidArgument(fmt::format("unknown algorithm '{}'; use one of {}", n, names));
 }
 
+namespace {
+// One row per user above the engine, each range within algo::kTagReserved .. the ring channels' first offset.
+constexpr std::pair<std::string_view, TagRange> kReserved[] = {
+    {"gossip", {algo::kTagReserved, 3000}},  // + the round's partner index in a step (gossip:peers)
+};
+constexpr bool reserved_ranges_fit() {
+  int next = algo::kTagReserved;
+  for (const auto& [name, range] : kReserved) {
+    if (range.first < next || range.count < 1) return false;
+    next = range.first + range.count;
+  }
+  return next <= algo::kRingChannelTagStride;
+}
+static_assert(reserved_ranges_fit(),
+              "kReserved's ranges must ascend, apart, within kTagReserved .. the ring channels'");
+}  // namespace
+
 TagRange reserved_tags(std::string_view user) {
-  // One row per user above the engine; ranges lie within algo::kTagReserved .. the ring channels' first offset.
-  static constexpr std::pair<std::string_view, TagRange> kReserved[] = {
-      {"gossip", {algo::kTagReserved, 3000}},  // + the round's partner index in a step (gossip:peers)
-  };
-  static_assert(algo::kTagReserved + 3000 <= algo::kRingChannelTagStride);
   std::string names;
   for (const auto& [name, range] : kReserved) {
     if (name == user) return range;

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <vector>
 
+#include "hopwise/comm/algorithm.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/compression/spec.h"
@@ -57,6 +58,11 @@ const Field kFields[] = {
     {"peers",
      [](AveragingSpec& s, const std::string& text, const std::string& v) {
        s.peers = whole(text, "peers", v, 1, "partners per step");
+       // Each partner of a step takes a message tag of gossip's reserved range (the exchange and the simulator).
+       if (const int most = reserved_tags("gossip").count; s.peers > most)
+         throw InvalidArgument(
+             fmt::format("averaging '{}': peers={} is more partners per step than gossip has tags for ({} at most)",
+                         text, v, most));
      },
      [](const AveragingSpec& s) { return std::to_string(s.peers); }},
     {"period",
