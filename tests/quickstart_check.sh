@@ -4,8 +4,8 @@
 #   <!-- quickstart: NAME -->           a shell block: run with bash, from the repository root as it looks to a
 #                                       newcomer (a scratch directory whose entries are the source tree's, `build`
 #                                       being this build tree), each block in a fresh shell, set -e
-#   <!-- quickstart-compile: NAME -->   a C++ block: compiled against the source tree's headers (syntax and types;
-#                                       the programs the shell blocks run are the linked ones)
+#   <!-- quickstart-compile: NAME -->   a C++ block: the same text as examples/NAME.cpp, which the build links
+#                                       (a shell block runs it), and compiled here against the source headers
 #   <!-- quickstart-syntax: NAME -->    a Python block: parsed (a fragment of a trainer, not a whole program)
 # and every relative link of the README must name a file of the tree.
 # usage: quickstart_check.sh SOURCE_DIR BUILD_DIR [--skip NAME]... [--venv DIR]
@@ -87,7 +87,9 @@ while IFS= read -r file <&3; do
   start=$(date +%s%N)
   case $file in
     *.cpp)
-      echo "== $name: compiling the C++ block against the source headers"
+      echo "== $name: the C++ block is examples/$name.cpp, and compiles against the source headers"
+      cmp -s "$block" "$src/examples/$name.cpp" ||
+        fail "the README's C++ block '$name' differs from examples/$name.cpp (the program the build links and runs)"
       mpicxx -std=c++20 -fsyntax-only -Wall -Wextra "${includes[@]}" -x c++ "$block" ||
         fail "the README's C++ block '$name' does not compile"
       ;;
