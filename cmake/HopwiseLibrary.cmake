@@ -8,6 +8,9 @@ function(hopwise_library name)
   set_target_properties(hopwise_${name} PROPERTIES EXPORT_NAME ${name} OUTPUT_NAME hopwise_${name})
   target_include_directories(hopwise_${name} PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
                                                     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  # The headers are C++20 (std::span, concepts): a consumer of the exported target compiles them as C++20 even
+  # where it sets no standard of its own (GCC 12 defaults to gnu++17).
+  target_compile_features(hopwise_${name} PUBLIC cxx_std_20)
   if(L_CUDA)
     install(TARGETS hopwise_${name} EXPORT hopwiseCudaTargets
             ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT cuda)

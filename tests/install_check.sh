@@ -32,10 +32,17 @@ done
 "$prefix/bin/hopwise-topo" --help | grep -q "hopwise-topo" || fail "the installed hopwise-topo does not run"
 echo "installed: $(find "$prefix" -type f | wc -l) files"
 
-step "2. examples/consumer against $prefix"
+step "2. examples/consumer against $prefix, setting no C++ standard of its own"
+# As a consumer that never set CMAKE_CXX_STANDARD: the C++20 the headers need must come from hopwise's targets
+# (cxx_std_20), not from the compiler's default (GCC 12's is gnu++17, where std::span does not exist).
+if grep -q "CMAKE_CXX_STANDARD\|cxx_std_" "$src/examples/consumer/CMakeLists.txt"; then
+  fail "examples/consumer/CMakeLists.txt sets the C++ standard: it would hide a package that does not carry it"
+fi
 cmake -S "$src/examples/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" >"$work/consumer.log"
 grep -q "$prefix/lib/cmake/hopwise" "$work/consumer/CMakeCache.txt" || fail "find_package(hopwise) did not find $prefix"
 cmake --build "$work/consumer" >>"$work/consumer.log" || fail "examples/consumer did not build: $(tail -20 "$work/consumer.log")"
+grep -rqE -- "-std=(c|gnu)\+\+(20|2a|23|2b)" "$work/consumer/CMakeFiles/consumer.dir/flags.make" ||
+  fail "the consumer was not compiled as C++20: $(grep CXX_FLAGS "$work/consumer/CMakeFiles/consumer.dir/flags.make")"
 mpirun --allow-run-as-root --oversubscribe -np 2 "$work/consumer/consumer"
 
 # A 2-rank torchrun job through the installed backend: both ranks' sum, checked on each.
