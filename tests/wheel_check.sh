@@ -16,12 +16,25 @@ rm -rf "$work/dist" "$work/env" "$work/other-torch"
 step() { echo "== $*"; }
 fail() { echo "FAILED: $*" >&2; exit 1; }
 
+step "0. pyproject.toml's build requirements are in frontends/torch/requirements.txt"
+# Without isolation pip installs none of them: the torch environment (scripts/setup.sh) must already hold each.
+"$python" - "$src/pyproject.toml" "$src/frontends/torch/requirements.txt" <<'PY' || fail "a build requirement is missing"
+import re, sys, tomllib
+name = lambda req: re.split(r"[<>=!~;\[ ]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+requires = tomllib.load(open(sys.argv[1], "rb"))["build-system"]["requires"]
+listed = {name(l.split("#")[0]) for l in open(sys.argv[2]) if l.split("#")[0].strip()}
+missing = [r for r in requires if name(r) not in listed]
+assert not missing, f"pyproject.toml's [build-system] requires {missing}, which {sys.argv[2]} does not list"
+print(f"build requirements listed: {', '.join(requires)}")
+PY
+
 step "1. pip wheel --no-build-isolation $src"
 # The build directory is kept (build/wheel: pyproject.toml), so a rerun compiles only what changed; on a fresh
 # checkout ccache gives it build/'s objects: the same generator, compiler names (pip would name Python's own, which
 # ccache hashes apart) and flags (HOPWISE_WERROR passes through), every core.
 CC=$(command -v cc) CXX=$(command -v c++) CMAKE_GENERATOR="Unix Makefiles" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-  "$python" -m pip wheel --no-build-isolation --no-deps --disable-pip-version-check -w "$work/dist" "$src" \
+  "$python" -m pip wheel --no-build-isolation --check-build-dependencies --no-deps --disable-pip-version-check \
+  -w "$work/dist" "$src" \
   >"$work/wheel.log" 2>&1 || fail "pip wheel: $(tail -30 "$work/wheel.log")"
 wheels=("$work"/dist/hopwise-*.whl)
 [ ${#wheels[@]} -eq 1 ] && [ -f "${wheels[0]}" ] || fail "no single hopwise wheel in $work/dist: $(ls "$work/dist")"
