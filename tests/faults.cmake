@@ -102,6 +102,30 @@ function(hopwise_all_ranks_say out ranks pattern)
   endforeach()
   set(${out} ${lines} PARENT_SCOPE)
 endfunction()
+# (e) The same, with no option set: the default call check (each collective's stamp travels beside its first
+# messages, or sits in the shared slots' header) names the field and the ranks; nothing waits for a timeout.
+foreach(case "count|allreduce|count: 256 on ranks 0,1,3, 128 on rank 2"
+             "dtype|allreduce|dtype: float64 on ranks 0,1,3, float32 on rank 2"
+             "op|allreduce|op: sum on ranks 0,1,3, max on rank 2"
+             "root|broadcast|root: 0 on ranks 0,1,3, 1 on rank 2")
+  string(REPLACE "|" ";" case "${case}")
+  list(GET case 0 what)
+  list(GET case 1 coll)
+  list(GET case 2 field)
+  hopwise_all_ranks_say(expect "0;1;2;3" "[0-9]\\.[0-9] s in iteration 5: .*checked by default.*rank 2 differs from ranks 0,1,3. ${field}")
+  hopwise_fault_test(fault_mismatch_default_${what}_np4 NP 4 MAX_SECONDS 30
+                     ARGS --fault mismatch --what ${what} --coll ${coll} --rank 2 --at 5
+                     EXPECT ${expect} REJECT "ok after" "wrong data")
+endforeach()
+# Through a ring's messages (large buffers, no shared slots): rank 2's neighbours name it at once, from the stamps
+# that come with its first messages.
+foreach(what count op)
+  hopwise_fault_test(fault_mismatch_default_ring_${what}_np4 NP 4 MAX_SECONDS 30
+                     ARGS --fault mismatch --what ${what} --coll allreduce --rank 2 --at 3 --algo ring --count 200000
+                     EXPECT "rank [13]: FAILED after [0-9]\\.[0-9] s in iteration 3: .*algo=ring.*checked by default.*${what}:"
+                     REJECT "ok after" "wrong data")
+endforeach()
+
 # (a) A rank stops: the others name it after the timeout, through shared memory and through a ring.
 hopwise_all_ranks_say(expect "0;1;3" "[12][0-9]\\.[0-9] s in iteration 5: .*(timed out after 10\\.0 s|gave up on this job).*rank 2 did not answer")
 hopwise_ucx_fault_test(ucx_fault_sigstop_np4 NP 4 MAX_SECONDS 40 ARGS --fault stop --rank 2 --at 5
@@ -131,6 +155,11 @@ hopwise_ucx_fault_test(ucx_fault_absent_np4 NP 4 MAX_SECONDS 30 ARGS --fault abs
 hopwise_all_ranks_say(expect "1;2" "(9|1[0-9])\\.[0-9] s .*store: nobody serves tcp://127\\.0\\.0\\.1:[0-9]+")
 hopwise_ucx_fault_test(ucx_fault_store_unserved_np3 NP 3 MAX_SECONDS 30 ARGS --fault absent --rank 0
                        EXPECT ${expect})
+# (f') The default call check over UCX: a rank calling with another op is named by every rank at once.
+hopwise_all_ranks_say(expect "0;1;2;3" "[0-9]\\.[0-9] s in iteration 5: .*checked by default.*op: sum on ranks 0,1,3, max on rank 2")
+hopwise_ucx_fault_test(ucx_fault_mismatch_default_np4 NP 4 MAX_SECONDS 40
+                       ARGS --fault mismatch --what op --coll allreduce --rank 2 --at 5 EXPECT ${expect}
+                       REJECT "ok after" "wrong data")
 # (f) Under torchrun itself: a rank that skips a call is named by the others; torchrun fails the job (torch 2.x
 # ends the other ranks at the first failure: --linger lets each report first).
 if(HOPWISE_TORCHRUN)

@@ -70,15 +70,25 @@ CollectiveCheck::Wire CollectiveCheck::to_wire(const CallSignature& call, std::u
   return w;
 }
 
-std::string CollectiveCheck::describe_mismatch(const std::vector<Wire>& all) {
+std::string CollectiveCheck::describe_mismatch(const std::vector<Wire>& all, std::string_view source,
+                                               const std::vector<int>& ranks) {
   const int p = static_cast<int>(all.size());
+  // Entry i is rank ranks[i] (by default rank i).
+  auto rank_of = [&](int i) { return ranks.empty() ? i : ranks[static_cast<std::size_t>(i)]; };
+  auto names = [&](const std::vector<int>& entries) {
+    std::vector<int> v;
+    for (int i : entries) v.push_back(rank_of(i));
+    std::sort(v.begin(), v.end());
+    return rank_list(v);
+  };
   std::map<Key, std::vector<int>> groups;
   for (int r = 0; r < p; ++r) groups[key_of(all[static_cast<std::size_t>(r)])].push_back(r);
   if (groups.size() <= 1) return {};
 
-  // The call most ranks make (ties: the one rank 0 makes); the others are the ranks that disagree.
-  const auto majority = std::max_element(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
-    return a.second.size() != b.second.size() ? a.second.size() < b.second.size() : a.second[0] > b.second[0];
+  // The call most ranks make (ties: the one the lowest rank makes); the others are the ranks that disagree.
+  const auto majority = std::max_element(groups.begin(), groups.end(), [&](const auto& a, const auto& b) {
+    return a.second.size() != b.second.size() ? a.second.size() < b.second.size()
+                                              : rank_of(a.second[0]) > rank_of(b.second[0]);
   });
   std::vector<int> odd;
   for (int r = 0; r < p; ++r)
@@ -91,10 +101,15 @@ std::string CollectiveCheck::describe_mismatch(const std::vector<Wire>& all) {
     for (int r = 0; r < p; ++r) by_value[value(all[static_cast<std::size_t>(r)])].push_back(r);
     if (by_value.size() <= 1) return;
     std::vector<std::pair<std::string, std::vector<int>>> v(by_value.begin(), by_value.end());
-    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second[0] < b.second[0]; });
+    auto lowest = [&](const std::vector<int>& entries) {
+      int m = rank_of(entries[0]);
+      for (int i : entries) m = std::min(m, rank_of(i));
+      return m;
+    };
+    std::sort(v.begin(), v.end(), [&](const auto& a, const auto& b) { return lowest(a.second) < lowest(b.second); });
     fields += fmt::format("; {}:", name);
     for (std::size_t i = 0; i < v.size(); ++i)
-      fields += fmt::format("{} {} on {}", i == 0 ? "" : ",", v[i].first, rank_list(v[i].second));
+      fields += fmt::format("{} {} on {}", i == 0 ? "" : ",", v[i].first, names(v[i].second));
   };
   field("collective", [](const Wire& w) { return std::string(to_string(static_cast<Collective>(w.collective))); });
   field("count", [](const Wire& w) { return fmt::format("{}", w.count); });
@@ -109,6 +124,13 @@ std::string CollectiveCheck::describe_mismatch(const std::vector<Wire>& all) {
   field("algorithm", [](const Wire& w) { return std::string(to_string(static_cast<Algorithm>(w.algorithm))); });
   field("codec", [](const Wire& w) { return codec_of(w); });
 
+  // With no majority (two ranks that compared their stamps) neither is the odd one.
+  std::vector<int> everyone(static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r) everyone[static_cast<std::size_t>(r)] = r;
+  const std::string who =
+      majority->second.size() == 1
+          ? names(everyone) + " disagree"
+          : fmt::format("{} from {}", names(odd) + (odd.size() == 1 ? " differs" : " differ"), names(majority->second));
   std::string calls;
   std::map<std::uint64_t, std::vector<int>> by_seq;
   for (int r = 0; r < p; ++r) by_seq[all[static_cast<std::size_t>(r)].seq].push_back(r);
@@ -116,14 +138,14 @@ std::string CollectiveCheck::describe_mismatch(const std::vector<Wire>& all) {
     calls = fmt::format("call #{} on this communicator", by_seq.begin()->first);
   } else {
     calls = "calls";
-    for (const auto& [seq, ranks] : by_seq) calls += fmt::format(" #{} on {},", seq, rank_list(ranks));
+    for (const auto& [seq, entries] : by_seq) calls += fmt::format(" #{} on {},", seq, names(entries));
     calls.pop_back();
   }
   return fmt::format(
-      "ranks disagree on the collective call (HOPWISE_DEBUG=CHECK, {}): {} from {}{}; every "
+      "ranks disagree on the collective call ({}, {}): {}{}; every "
       "rank must make the same collective calls in the same order with the same count, dtype, op and "
       "root",
-      calls, rank_list(odd) + (odd.size() == 1 ? " differs" : " differ"), rank_list(majority->second), fields);
+      source, calls, who, fields);
 }
 
 // Every rank that gave up sends every other a note and listens for theirs, up to `listen`: who is heard gave up

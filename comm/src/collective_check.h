@@ -49,8 +49,10 @@ class CollectiveCheck {
     char codec[48] = {};  // the name, cut to fit (the hash compares the whole name)
   };
   static Wire to_wire(const CallSignature& call, std::uint64_t seq);
-  // "" when every entry agrees; else the explanation, naming fields and ranks.
-  static std::string describe_mismatch(const std::vector<Wire>& all);
+  // "" when every entry agrees; else the explanation, naming fields and ranks. Entry i is rank ranks[i] (by
+  // default rank i); `source` says which check found it.
+  static std::string describe_mismatch(const std::vector<Wire>& all, std::string_view source = "HOPWISE_DEBUG=CHECK",
+                                       const std::vector<int>& ranks = {});
 
  private:
   std::uint64_t seq_ = 0;

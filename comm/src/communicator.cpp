@@ -38,6 +38,10 @@ Options Options::from_env() {
     throw InvalidArgument("HOPWISE_CHUNK_BYTES must be between 64 and 1G");
   o.calibrate = env::get_int("HOPWISE_CALIBRATE", 1) != 0;
   o.check = env::list_contains("HOPWISE_DEBUG", "CHECK");
+  const long long stamp = env::get_int("HOPWISE_CALL_CHECK", 1);
+  if (stamp != 0 && stamp != 1)
+    throw InvalidArgument("HOPWISE_CALL_CHECK must be 1 (compare the ranks' calls as they run) or 0 (off)");
+  o.stamp_calls = stamp == 1;
   o.emulate_gbps = env::get_double("HOPWISE_EMULATE_GBPS", 0);
   o.discover_topology = env::get_int("HOPWISE_TOPO_DISCOVERY", 1) != 0;
   if (o.emulate_gbps < 0) throw InvalidArgument("HOPWISE_EMULATE_GBPS must be a link speed in Gbit/s (0 = off)");

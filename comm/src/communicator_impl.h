@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "call_stamps.h"
 #include "collective_check.h"
 #include "completion_thread.h"
 #include "hopwise/comm/communicator.h"
@@ -50,6 +51,10 @@ struct detail::CommunicatorImpl {
   detail::PlanState plan;
   std::atomic<Algorithm> forced{Algorithm::kAuto};
   CollectiveCheck check;  // options.check: every rank's call compared before it runs
+  // options.stamp_calls: each run goes through `stamped` under the current task's stamp (call_stamps.h).
+  std::unique_ptr<StampedTransport> stamped;
+  CallStamp task_stamp;     // the task being executed; `part` counts its runs
+  std::uint64_t tasks = 0;  // tasks executed so far: the stamps' call numbers
 
   std::mutex mutex;
   std::condition_variable cv;

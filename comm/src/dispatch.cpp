@@ -87,13 +87,26 @@ void detail::CommunicatorImpl::run(Task& t, const TuningChoice& choice) {
     if (call.scale != 1.0 && t.kind != Collective::kAllgather) scale_by(t.dt, t.out, t.count, call.scale);
     return;
   }
-  AlgorithmContext ctx{*transport, choice.chunk_bytes ? choice.chunk_bytes : options.chunk_bytes, plan.ring, &workspace,
-                       &plan};
+  // The default call check: the run's messages carry the task's stamp, this run numbered as its next part.
+  StampedTransport* st = nullptr;
+  if (options.stamp_calls) {
+    if (!stamped) stamped = std::make_unique<StampedTransport>(*transport);
+    st = stamped.get();
+  }
+  CallStamp stamp = task_stamp;
+  stamp.part = task_stamp.part++;
+  stamp.algorithm = static_cast<std::int32_t>(choice.algorithm);
+  StampedRun stamped_run(st, stamp);
+  AlgorithmContext ctx{st ? static_cast<Transport&>(*st) : *transport,
+                       choice.chunk_bytes ? choice.chunk_bytes : options.chunk_bytes, plan.ring, &workspace, &plan};
   ctx.one_channel = choice.channels == 1;
   ctx.send_window = ring_send_window();
   const AlgorithmInfo& row = algorithm_info(choice.algorithm);
   ctx.first_tag = row.first_tag;
+  // A library's own collective moves no messages of ours: compare with the ring's neighbours first.
+  if (st && row.needs_native) st->exchange_with((transport->rank() + p() - 1) % p(), (transport->rank() + 1) % p());
   row.run(ctx, call);
+  stamped_run.finish();
 }
 
 void detail::CommunicatorImpl::run_selected(Task& t, const Selected& s) {

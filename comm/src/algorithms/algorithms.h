@@ -29,6 +29,7 @@ inline constexpr int kTagOneShot = 16250;
 inline constexpr int kTagCheck = 16300;     // HOPWISE_DEBUG=CHECK fingerprints
 inline constexpr int kTagAlive = 16301;     // after a timeout: "I gave up too"
 inline constexpr int kTagGaveUp = 16302;    // UCX: a rank abandoned the transport (never received: probed)
+inline constexpr int kTagStamp = 16303;     // the default call check's stamps (call_stamps.h)
 inline constexpr int kTagReserved = 16400;  // .. 19999: reserved_tags (registry.cpp), for the layers above the engine
 
 struct Context {

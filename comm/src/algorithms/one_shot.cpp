@@ -50,8 +50,10 @@ bool one_shot_allreduce_shared(const Context& c, const void* in, void* out, std:
   char* mine = sh->base[static_cast<std::size_t>(t.rank())];
   if (bytes != 0) copy_bytes(mine + which, in, bytes);
   sh->bytes_in.fetch_add(bytes, std::memory_order_relaxed);
+  publish_stamp(t, mine, seq);
   flag_of(mine).store(seq, std::memory_order_release);
   wait_for_flags(t, *sh, seq);
+  compare_stamps(t, *sh, seq);
   reduce_inputs(t.size(), dt, op, out, count, [&](int r) { return sh->base[static_cast<std::size_t>(r)] + which; });
   if (scale != 1.0) scale_by(dt, out, count, scale);
   return true;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "hopwise/comm/transport.h"
@@ -15,7 +16,10 @@
 
 namespace hopwise::comm::algo {
 
-// Flag `index` (0 or 1) of a slot: 8-byte counters in the slot's 64-byte header, written only by its owner.
+// Names the ranks whose stamps in the slots differ and what differs (call_stamps.cpp); throws.
+[[noreturn]] void throw_slot_stamps_differ(Transport& t, SharedSlots& sh, std::uint64_t seq);
+
+// Flag `index` (0 or 1) of a slot: 8-byte counters in the slot's header, written only by its owner.
 inline std::atomic_ref<std::uint64_t> flag_of(char* slot, int index = 0) {
   return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(slot + 8 * index));
 }
@@ -58,6 +62,27 @@ inline void wait_for_flags(Transport& t, SharedSlots& sh, std::uint64_t seq, int
       }
     }
   }
+}
+
+// The default call check where no message moves: each rank leaves its call's stamp in its slot's header before
+// raising its flag for slot call `seq` (two places, alternating like the buffers: a rank ahead by one call must
+// not overwrite the stamp a slower one is still reading), and after the flags every rank compares all of them.
+inline CallStamp* stamp_place(char* slot, std::uint64_t seq) {
+  static_assert(16 + 2 * sizeof(CallStamp) <= SharedSlots::kHeader);
+  return reinterpret_cast<CallStamp*>(slot + 16 + (seq % 2) * sizeof(CallStamp));
+}
+
+inline void publish_stamp(Transport& t, char* mine, std::uint64_t seq) {
+  if (const CallStamp* s = t.call_stamp()) *stamp_place(mine, seq) = *s;
+}
+
+// After wait_for_flags(seq): every rank's stamp is there (the flag's release orders it).
+inline void compare_stamps(Transport& t, SharedSlots& sh, std::uint64_t seq) {
+  const CallStamp* s = t.call_stamp();
+  if (s == nullptr) return;
+  for (int r = 0; r < t.size(); ++r)
+    if (std::memcmp(stamp_place(sh.base[static_cast<std::size_t>(r)], seq), s, sizeof(CallStamp)) != 0)
+      throw_slot_stamps_differ(t, sh, seq);
 }
 
 }  // namespace hopwise::comm::algo

@@ -33,8 +33,10 @@ bool two_shot_allreduce(const Context& c, const void* in_v, void* out_v, std::si
     wait_for_flags(t, *sh, seq - 1);  // everyone is done reading this buffer from chunk seq-2
     std::memcpy(mine + which, in + lo * es, n * es);
     sh->bytes_in.fetch_add(n * es, std::memory_order_relaxed);
+    publish_stamp(t, mine, seq);
     flag_of(mine, 0).store(seq, std::memory_order_release);
     wait_for_flags(t, *sh, seq, 0);
+    if (lo == 0) compare_stamps(t, *sh, seq);  // the first chunk tells; a count that differs changes the chunks
     // My block: reduce across every slot, in rank order, into my own slot (only I read block `me` anywhere).
     const std::size_t off = blocks.off(me) * es, len = blocks.len(me);
     char* dst = mine + which + off;

@@ -40,6 +40,10 @@ struct Options {
   std::size_t chunk_bytes = 256 << 10;     // HOPWISE_CHUNK_BYTES: pipelining grain and largest message
   bool calibrate = true;                   // HOPWISE_CALIBRATE: fit the cost model at start (else defaults)
   bool check = false;                      // HOPWISE_DEBUG lists CHECK: ranks compare every collective call first
+  // HOPWISE_CALL_CHECK (default 1): each collective carries a stamp of the call beside its first message to each
+  // peer, so that ranks calling with a different count, dtype, op, root or collective, or skipping a call, fail
+  // naming it instead of exchanging wrong data. No extra round trip; 0 turns it off.
+  bool stamp_calls = true;
   // HOPWISE_EMULATE_GBPS: emulate a network link of this many Gbit/s (0 = off): every collective lasts at least
   // the time its bytes would take on that wire, the rest spent sleeping (the CPU stays free, as with a NIC).
   double emulate_gbps = 0;

@@ -42,15 +42,28 @@ class NativeCollectives {
 
 class Transport;
 
+// What a rank's current collective call is, as the ranks compare it by default (comm/src/call_stamps.h): the call
+// number and its part (a call may run several collectives), the fields a mismatch is named by, and the algorithm.
+// 48 bytes: one travels beside the first message to each peer; a shared slot's header holds a hash of one.
+struct CallStamp {
+  std::uint64_t seq = 0;       // the call's number on this communicator
+  std::uint32_t part = 0;      // which of the call's collectives (a compressed allreduce runs several)
+  std::int32_t algorithm = 0;  // what runs this part: ranks differing here is a tuner fault, not the caller's
+  std::int32_t collective = 0, dtype = 0, op = 0, root = 0;
+  std::uint64_t count = 0, codec_hash = 0;
+};
+static_assert(sizeof(CallStamp) == 48);
+
 // Per-rank slots in memory every rank of the transport can read (one host): what a small allreduce needs to
-// skip messages altogether. Rank r's slot starts with a 64-byte line holding its sequence flag, then two
-// buffers of slot_bytes (alternate calls use alternate buffers).
+// skip messages altogether. Rank r's slot starts with a 128-byte header holding its sequence flags and the call
+// stamps of its last two calls (algorithms/shared_flags.h), then two buffers of slot_bytes (alternate calls use
+// alternate buffers).
 struct SharedSlots {
   std::size_t slot_bytes = 0;
   std::vector<char*> base;                 // base[r]: rank r's slot
   std::uint64_t seq = 0;                   // this rank's count of calls that used the slots
   std::atomic<std::uint64_t> bytes_in{0};  // bytes this rank copied into its slot (the monitor's host-link bytes)
-  static constexpr std::size_t kHeader = 64;
+  static constexpr std::size_t kHeader = 128;
   static std::size_t slot_size(std::size_t slot_bytes) { return kHeader + 2 * slot_bytes; }
 };
 
@@ -112,6 +125,10 @@ class Transport {
 
   // The library's own collectives, or nullptr where there are none.
   virtual NativeCollectives* native() { return nullptr; }
+
+  // The call being run, where this is the engine's stamping view of a transport (comm/src/call_stamps.h), else
+  // nullptr: an algorithm that moves no messages (the shared slots) compares the ranks' stamps itself.
+  virtual const CallStamp* call_stamp() const { return nullptr; }
 
   // Whether the transport knows that `peer` has failed (its process exited, its connection broke): waits that
   // do not go through wait_all (the shared slots' flags) ask it now and then, so as to fail before the timeout.

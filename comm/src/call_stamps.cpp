@@ -1,0 +1,247 @@
+#include "call_stamps.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/algorithms.h"
+#include "algorithms/shared_flags.h"
+#include "hopwise/common/error.h"
+
+namespace hopwise::comm {
+
+namespace {
+
+std::string call_text(const CallStamp& s) {
+  std::string t = fmt::format("{}(count={}, dtype={}", to_string(static_cast<Collective>(s.collective)), s.count,
+                              to_string(static_cast<DataType>(s.dtype)));
+  return t + ")";
+}
+
+CollectiveCheck::Wire wire_of(const CallStamp& s) {
+  CollectiveCheck::Wire w;
+  w.seq = s.seq;
+  w.count = s.count;
+  w.codec_hash = s.codec_hash;
+  w.collective = s.collective;
+  w.dtype = s.dtype;
+  w.op = s.op;
+  w.root = s.root;
+  // The algorithm is left out here: ranks that differ only in it point at the tuner, not at the caller.
+  if (s.codec_hash != 0) fmt::format_to_n(w.codec, sizeof w.codec - 1, "#{:08x}", s.codec_hash & 0xffffffffu);
+  return w;
+}
+
+}  // namespace
+
+CallStamp stamp_of(const CallSignature& call, std::uint64_t seq) {
+  const CollectiveCheck::Wire w = CollectiveCheck::to_wire(call, seq);  // drops the fields the collective ignores
+  CallStamp s;
+  s.seq = seq;
+  s.algorithm = w.algorithm;
+  s.collective = w.collective;
+  s.dtype = w.dtype;
+  s.op = w.op;
+  s.root = w.root;
+  s.count = w.count;
+  s.codec_hash = w.codec_hash;
+  return s;
+}
+
+std::string describe_stamps(const std::vector<CallStamp>& all, const std::vector<int>& ranks) {
+  for (std::size_t i = 1; i < all.size(); ++i) {
+    const CallStamp &a = all[0], &b = all[i];
+    if (a.seq != b.seq || a.part != b.part) {
+      const bool b_ahead = b.seq != a.seq ? b.seq > a.seq : b.part > a.part;
+      const CallStamp& ahead = b_ahead ? b : a;
+      const CallStamp& behind = b_ahead ? a : b;
+      const int r_ahead = b_ahead ? ranks[i] : ranks[0], r_behind = b_ahead ? ranks[0] : ranks[i];
+      return fmt::format(
+          "ranks are at different collective calls (checked by default): rank {} is at call #{} ({}) while rank {} "
+          "is at call #{} ({}) on this communicator: a rank skipped a collective call or made an extra one; every "
+          "rank must make the same collective calls in the same order",
+          r_ahead, ahead.seq, call_text(ahead), r_behind, behind.seq, call_text(behind));
+    }
+  }
+  std::vector<CollectiveCheck::Wire> wires;
+  for (const auto& s : all) wires.push_back(wire_of(s));
+  std::string why = CollectiveCheck::describe_mismatch(wires, "checked by default", ranks);
+  if (!why.empty()) return why + " (HOPWISE_DEBUG=CHECK compares every call before any data moves)";
+  for (std::size_t i = 1; i < all.size(); ++i)
+    if (all[i].algorithm != all[0].algorithm)
+      return fmt::format(
+          "internal: the ranks chose different algorithms for the same call #{}: {} on rank {}, {} on rank {}; run "
+          "with HOPWISE_TUNE=0 and report this",
+          all[0].seq, to_string(static_cast<Algorithm>(all[0].algorithm)), ranks[0],
+          to_string(static_cast<Algorithm>(all[i].algorithm)), ranks[i]);
+  return {};
+}
+
+void throw_stamp_mismatch(Transport& t, const std::string& why) {
+  t.abandon();
+  throw InvalidArgument(why);
+}
+
+StampedTransport::StampedTransport(Transport& inner)
+    : inner_(inner),
+      sending_(std::make_unique<CallStamp>()),
+      sent_epoch_(static_cast<std::size_t>(inner.size()), 0),
+      recv_epoch_(static_cast<std::size_t>(inner.size()), 0),
+      incoming_of_(static_cast<std::size_t>(inner.size()), nullptr) {}
+
+StampedTransport::~StampedTransport() { abort(); }
+
+void StampedTransport::begin(const CallStamp& stamp) {
+  std::lock_guard lock(mu_);
+  ++epoch_;
+  *sending_ = stamp;
+  sends_.clear();
+  used_ = 0;
+  set_timeout(inner_.timeout());
+}
+
+void StampedTransport::post_stamp_send(int peer) {
+  auto& e = sent_epoch_[static_cast<std::size_t>(peer)];
+  if (e == epoch_) return;
+  e = epoch_;
+  sends_.push_back(inner_.isend(sending_.get(), sizeof(CallStamp), peer, algo::kTagStamp));
+}
+
+StampedTransport::Incoming* StampedTransport::post_stamp_recv(int peer) {
+  auto& e = recv_epoch_[static_cast<std::size_t>(peer)];
+  Incoming*& in = incoming_of_[static_cast<std::size_t>(peer)];
+  if (e == epoch_) return in;
+  e = epoch_;
+  if (used_ == pool_.size()) pool_.push_back(std::make_unique<Incoming>());
+  in = pool_[used_++].get();
+  *in = Incoming{};
+  in->peer = peer;
+  in->req = inner_.irecv(&in->theirs, sizeof(CallStamp), peer, algo::kTagStamp);
+  return in;
+}
+
+Request StampedTransport::isend(const void* buf, std::size_t bytes, int peer, int tag) {
+  {
+    std::lock_guard lock(mu_);
+    post_stamp_send(peer);
+  }
+  return inner_.isend(buf, bytes, peer, tag);
+}
+
+Request StampedTransport::irecv(void* buf, std::size_t bytes, int peer, int tag) {
+  {
+    std::lock_guard lock(mu_);
+    post_stamp_recv(peer);
+  }
+  return inner_.irecv(buf, bytes, peer, tag);
+}
+
+void StampedTransport::check(const Incoming& in) {
+  const std::string why = describe_stamps({*sending_, in.theirs}, {inner_.rank(), in.peer});
+  if (!why.empty()) throw_stamp_mismatch(inner_, why);
+}
+
+void StampedTransport::check_before_receiving(int peer) {
+  Incoming* in = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (recv_epoch_[static_cast<std::size_t>(peer)] != epoch_) return;
+    in = incoming_of_[static_cast<std::size_t>(peer)];
+    if (in->checked || in->claimed) return;  // another channel's thread waits for it
+    in->claimed = true;                      // from here only this thread touches *in until the run ends
+  }
+  // The stamp is posted beside the data and arrives with it: waiting here adds no round trip. (A timeout leaves
+  // the request inactive, as for any wait.)
+  inner_.wait(in->req);
+  std::lock_guard lock(mu_);
+  in->checked = true;
+  check(*in);
+}
+
+void StampedTransport::wait_all(std::span<Request> reqs) {
+  int last = -1;
+  for (const Request& r : reqs)
+    if (r.active && r.is_recv && r.peer != last) {
+      check_before_receiving(r.peer);
+      last = r.peer;
+    }
+  inner_.wait_all(reqs);
+}
+
+bool StampedTransport::test(Request& r) {
+  if (r.active && r.is_recv) {
+    std::unique_lock lock(mu_);
+    if (recv_epoch_[static_cast<std::size_t>(r.peer)] == epoch_) {
+      Incoming* in = incoming_of_[static_cast<std::size_t>(r.peer)];
+      if (!in->checked && !in->claimed) {
+        if (!inner_.test(in->req)) return false;  // the data may be in, but not reported before its stamp is checked
+        in->checked = true;
+        check(*in);
+      }
+    }
+  }
+  return inner_.test(r);
+}
+
+void StampedTransport::exchange_with(int from, int to) {
+  {
+    std::lock_guard lock(mu_);
+    post_stamp_send(to);
+    post_stamp_recv(from);
+  }
+  check_before_receiving(from);
+}
+
+void StampedTransport::end() {
+  // Every peer that sent data here sent its stamp first; one whose data this run never waited on is checked now.
+  for (std::size_t i = 0; i < used_; ++i)
+    if (!pool_[i]->checked) check_before_receiving(pool_[i]->peer);
+  std::lock_guard lock(mu_);
+  inner_.wait_all(sends_);  // small, eager: already gone
+  sends_.clear();
+  used_ = 0;
+}
+
+void StampedTransport::abort() {
+  std::lock_guard lock(mu_);
+  for (std::size_t i = 0; i < used_; ++i)
+    if (pool_[i]->req.active) {
+      try {
+        inner_.cancel(pool_[i]->req);  // a cancelled receive never writes later: the entry may be reused
+      } catch (const std::exception&) {
+      }
+    }
+  bool in_flight = false;
+  for (Request& r : sends_)
+    if (r.active) {
+      in_flight = true;
+      try {
+        inner_.cancel(r);
+      } catch (const std::exception&) {
+      }
+    }
+  // A withdrawn send may still read its buffer: leave that one to it and stamp later runs from a new one.
+  if (in_flight) {
+    auto next = std::make_unique<CallStamp>(*sending_);
+    (void)sending_.release();
+    sending_ = std::move(next);
+  }
+  sends_.clear();
+  used_ = 0;
+}
+
+void algo::throw_slot_stamps_differ(Transport& t, SharedSlots& sh, std::uint64_t seq) {
+  std::vector<CallStamp> all{*t.call_stamp()};
+  std::vector<int> ranks{t.rank()};
+  for (int r = 0; r < t.size(); ++r)
+    if (r != t.rank()) {
+      all.push_back(*stamp_place(sh.base[static_cast<std::size_t>(r)], seq));
+      ranks.push_back(r);
+    }
+  std::string why = describe_stamps(all, ranks);
+  if (why.empty()) why = "internal: the ranks' call stamps in shared memory differ in no field";
+  throw_stamp_mismatch(t, why);
+}
+
+}  // namespace hopwise::comm
