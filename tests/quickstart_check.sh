@@ -97,6 +97,16 @@ while IFS= read -r file <&3; do
       echo "== $name: parsing the Python block"
       python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' "$block" ||
         fail "the README's Python block '$name' does not parse"
+      # What it calls on the averager (avg = hopwise.torch.ModelAverager(...)) is a method ModelAverager has.
+      python3 - "$block" "$src/frontends/torch/hopwise/torch/averaging.py" <<'PY' || fail "the README's Python block '$name' calls what ModelAverager lacks"
+import ast, sys
+block, module = (ast.parse(open(f).read(), f) for f in sys.argv[1:3])
+cls = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "ModelAverager")
+methods = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+used = {n.attr for n in ast.walk(block)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "avg"}
+assert used <= methods, f"avg.{sorted(used - methods)} is not a method of ModelAverager"
+PY
       ;;
     *.sh)
       echo "== $name:"
@@ -109,6 +119,11 @@ while IFS= read -r file <&3; do
   echo "== $name: ok in $((tenths / 10)).$((tenths % 10)) s"
   summary+=("$name $((tenths / 10)).$((tenths % 10)) s")
 done 3<"$work/blocks/order"
+# The averager's quickstart shows every call a trainer makes of it: around each step, and the full average.
+for call in before_step after_step full_average; do
+  cat "$work"/blocks/*.py 2>/dev/null | grep -q "avg\.$call()" ||
+    fail "the README's Python blocks never call avg.$call() (the averager's quickstart must show it)"
+done
 [ "${#summary[@]}" -eq "$(wc -l <"$work/blocks/order")" ] ||
   fail "only ${#summary[@]} of the $(wc -l <"$work/blocks/order") blocks were taken in turn"
 echo "quickstarts ok: ${summary[*]}"
