@@ -3,7 +3,8 @@
 #   1. two runs into one directory, one after the other: both pass, and each leaves no directory behind;
 #   2. torchrun --max-restarts 1 with rank 1 killed (SIGKILL) in the first attempt, after the ranks met there: the
 #      second attempt meets in the same directory (its rank 0 clears the first attempt's keys) and passes;
-#   3. a run whose rank died and was not restarted leaves the directory; the next run refuses it as stale, naming it.
+#   3. a run whose rank died and was not restarted leaves the directory; the next run refuses it as stale, naming it;
+#   4. a directory every user may write (mode 0777, no sticky bit) is refused, saying how to make a safe one.
 #   file_store_runs.sh TORCHRUN FAULT_DRIVER WORKDIR
 set -uo pipefail
 torchrun=$1 driver=$2 work=$3
@@ -41,4 +42,10 @@ grep -q "store: directory '$dir' holds the keys of job .* (a stale directory of 
   "$work/stale.log" ||
   { cat "$work/stale.log"; fail "the stale directory was not named"; }
 echo "a directory left by a run that died was refused as stale"
+
+rm -rf "$dir" && mkdir -m 777 "$dir" && chmod 777 "$dir"
+run --no_python "$driver" --iters 5 > "$work/open.log" 2>&1 && { cat "$work/open.log"; fail "a world-writable directory was used"; }
+grep -q "store: directory '$dir' is writable by other users (mode 0777) without the sticky bit.*chmod o-w" \
+  "$work/open.log" || { cat "$work/open.log"; fail "the world-writable directory was not refused, saying what to do"; }
+echo "a world-writable directory was refused"
 echo "file store runs ok"

@@ -2,6 +2,7 @@
 // against a real TcpStore server in this process, and against FileStore directories written by other processes.
 // Each test waits for events (a reply, a closed connection), never for a time, and bounds what it sends.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <fmt/core.h>
 #include <gtest/gtest.h>
 #include <ifaddrs.h>
@@ -10,6 +11,7 @@
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <thread>
 
@@ -435,6 +438,117 @@ TEST(StoreLimits, AFileStoreOfAnEarlierRunIsStaleAndAnEarlierAttemptIsCleared) {
   EXPECT_FALSE(std::filesystem::exists(dir)) << "the last rank to leave did not clean up";
   hc::FileStore next_run(dir, true, "job");  // so the next run finds it clean
   std::filesystem::remove_all(dir);
+}
+
+// The file store trusts nothing in its directory: what another writer of it (or a stray mkfifo, mkdir, ln -s) left
+// where the store's files go is refused at once, naming the path, never followed or waited on.
+bool names(const std::string& e, const std::string& path, const std::string& what) {
+  return e.find("'" + path + "'") != std::string::npos && e.find(what) != std::string::npos;
+}
+
+TEST(StoreLimits, AFileStoreKeyThatIsAFifoIsRefusedAtOnceNotWaitedOn) {
+  const std::string dir = fresh_dir();
+  hc::FileStore s(dir, true, "job");
+  const std::string fifo = dir + "/k-6b";  // key "k"
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto got = std::async(std::launch::async, [&] { return error_of([&] { s.get("k", 3s); }); });
+  if (got.wait_for(20s) != std::future_status::ready) {
+    ADD_FAILURE() << "get waited on a FIFO past its 3 s timeout";
+    while (got.wait_for(10ms) != std::future_status::ready) {  // free the reader: open the FIFO's other end
+      const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (w >= 0) ::close(w);
+    }
+  }
+  const std::string e = got.get();
+  EXPECT_TRUE(names(e, fifo, "a FIFO")) << e;
+  EXPECT_NE(e.find("remove it"), std::string::npos) << "says what to do: " << e;
+  EXPECT_TRUE(names(error_of([&] { s.wait({"k"}, 3s); }), fifo, "a FIFO"));
+  EXPECT_TRUE(names(error_of([&] { s.check({"k"}); }), fifo, "a FIFO"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StoreLimits, AFileStoreKeyThatIsADirectoryIsRefusedNotReadAsEmpty) {
+  const std::string dir = fresh_dir();
+  hc::FileStore s(dir, true, "job");
+  std::filesystem::create_directory(dir + "/k-6b");
+  const std::string e = error_of([&] { EXPECT_NE(s.get("k", 3s), ""); });
+  EXPECT_TRUE(names(e, dir + "/k-6b", "a directory")) << e;
+  EXPECT_TRUE(names(error_of([&] { s.add("k", 1); }), dir + "/k-6b", "a directory"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StoreLimits, AFileStoreLockReplacedByASymlinkMakesNoFileOutsideTheDirectory) {
+  const std::string dir = fresh_dir(), outside = fresh_dir() + "-outside";
+  hc::FileStore s(dir, true, "job");
+  EXPECT_EQ(s.add("n", 1), 1);
+  std::filesystem::create_directories(outside);
+  std::filesystem::remove(dir + "/lock");
+  std::filesystem::create_symlink(outside + "/planted", dir + "/lock");
+  const std::string e = error_of([&] { s.add("n", 1); });
+  EXPECT_TRUE(names(e, dir + "/lock", "a symbolic link")) << e;
+  EXPECT_FALSE(std::filesystem::exists(outside + "/planted")) << "a file was made outside the store's directory";
+  std::filesystem::remove_all(outside);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StoreLimits, AFileStoreFollowsNoSymlinkedKeyOrJobAndKeysStayInside) {
+  const std::string dir = fresh_dir(), outside = fresh_dir() + "-outside";
+  std::filesystem::create_directories(outside);
+  std::ofstream(outside + "/secret") << "secret";
+  std::ofstream(outside + "/job") << "job\nattempt 0\nclaim someone\n";
+  {
+    hc::FileStore s(dir, true, "job");
+    std::filesystem::create_symlink(outside + "/secret", dir + "/k-6b");
+    const std::string e = error_of([&] { EXPECT_NE(s.get("k", 3s), "secret"); });
+    EXPECT_TRUE(names(e, dir + "/k-6b", "a symbolic link")) << e;
+    s.set("../../k", "v");  // any bytes make a name inside the directory
+    EXPECT_EQ(s.get("../../k", 3s), "v");
+    EXPECT_TRUE(std::filesystem::exists(dir + "/k-2e2e2f2e2e2f6b"));
+  }
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_symlink(outside + "/job", dir + "/job");
+  for (bool claim : {true, false}) {
+    const std::string e = error_of([&] { hc::FileStore s(dir, claim, "job", 3s); });
+    EXPECT_TRUE(names(e, dir + "/job", "a symbolic link")) << "claim " << claim << ": " << e;
+  }
+  std::ifstream secret(outside + "/secret");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(secret), {}), "secret");
+  std::filesystem::remove_all(outside);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StoreLimits, AFileStoreDirectoryOthersCanWriteOrOwnIsRefusedSayingHowToMakeASafeOne) {
+  const std::string dir = fresh_dir();
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  for (bool claim : {true, false}) {
+    const std::string e = error_of([&] { hc::FileStore s(dir, claim, "job", 3s); });
+    EXPECT_TRUE(names(e, dir, "writable by other users")) << "claim " << claim << ": " << e;
+    EXPECT_NE(e.find("chmod o-w"), std::string::npos) << e;
+    EXPECT_NE(e.find("mkdir -m 700"), std::string::npos) << e;
+  }
+  EXPECT_THROW(hc::FileStore(dir, true, "job"), hopwise::InvalidArgument);
+  ASSERT_EQ(::chmod(dir.c_str(), 01777), 0);  // the sticky bit: only the owner of a file may replace it
+  { hc::FileStore sticky(dir, true, "job"); }
+  std::filesystem::remove_all(dir);
+  // A directory of another user: its owner could replace the files. As root, one made for nobody; else "/".
+  std::string other = "/";
+  if (::geteuid() == 0) {
+    other = fresh_dir();
+    std::filesystem::create_directories(other);
+    ASSERT_EQ(::chown(other.c_str(), 65534, 65534), 0);
+  }
+  const std::string e = error_of([&] { hc::FileStore s(other, false, "job", 3s); });
+  EXPECT_TRUE(names(e, other, "belongs to user")) << e;
+  EXPECT_NE(e.find("mkdir -m 700"), std::string::npos) << e;
+  if (other != "/") std::filesystem::remove_all(other);
+  // A directory the store makes is private.
+  const std::string made = fresh_dir();
+  { hc::FileStore s(made, true, "job"); }
+  EXPECT_EQ(std::filesystem::status(made).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_all);
+  std::filesystem::remove_all(made);
 }
 
 }  // namespace

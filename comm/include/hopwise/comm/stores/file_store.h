@@ -3,7 +3,9 @@
 // sees half a value and two writers never share a temporary file; add() holds a lock on the directory's lock
 // file. The directory belongs to one launch of one job: the claiming rank records the job, the attempt (torchrun's
 // restart count) and a claim of its own; it clears the keys of an earlier attempt of its job, and refuses a
-// directory holding another job's keys or those of an earlier run (stale files).
+// directory holding another job's keys or those of an earlier run (stale files). It trusts nothing in the
+// directory: a directory others may write (without the sticky bit) or own is refused, and every file is opened
+// relative to it, never through a link, and read only when it is a regular file of this user.
 #pragma once
 
 #include <string>
@@ -18,7 +20,11 @@ class FileStore final : public Store {
   // directory holds another job's keys, keys of no recorded job, or keys of an earlier run of this job and
   // attempt (a run that did not end cleanly). The keys of an earlier attempt of this job are removed. The other
   // ranks wait up to `timeout` for the claim (TimeoutError naming the directory) and refuse another job's.
+  // InvalidArgument when the directory is writable by other users without the sticky bit, or owned by another.
   FileStore(std::string dir, bool claim, std::string job, Seconds timeout = Seconds(300), int attempt = 0);
+  ~FileStore() override;
+  FileStore(const FileStore&) = delete;
+  FileStore& operator=(const FileStore&) = delete;
 
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, Seconds timeout) override;
@@ -33,10 +39,12 @@ class FileStore final : public Store {
   void leave(int size);
 
  private:
-  std::string path_of(const std::string& key) const;
-  void write_file(const std::string& path, const std::string& value) const;
+  std::string name_of(const std::string& key) const;
+  void write_file(const std::string& name, const std::string& value) const;
   void remove_keys() const;
+  void close_dir();
   std::string dir_;
+  int dir_fd_ = -1;  // every file is opened relative to it (openat)
 };
 
 }  // namespace hopwise::comm
