@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# What the default call check costs (HOPWISE_CALL_CHECK=1, each collective's stamp beside its first messages or in
+# the shared slots' header) beside no check (=0): hopwise-bench's allreduce at small sizes, where a per-call cost
+# would show, through the shared slots (one_shot) and through messages (ring, hd), 2 ranks under mpirun. The two
+# settings alternate run by run (REPS each); each row's figure is the median over the runs of hopwise-bench's own
+# median of ITERS calls. Prints a Markdown table. Not in CI: a benchmark, about 2 minutes.
+#   scripts/bench-call-check.sh [REPS=7] [ITERS=300]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+reps=${1:-7}
+iters=${2:-300}
+. scripts/mpi-env.sh
+bench=build/bin/hopwise-bench
+[ -x "$bench" ] || { echo "bench-call-check: build first (scripts/build.sh)"; exit 2; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+for rep in $(seq "$reps"); do
+  for check in 1 0; do
+    mpirun --allow-run-as-root --oversubscribe -np 2 -x HOPWISE_CALL_CHECK=$check -x HOPWISE_TUNE=0 \
+      "$bench" -b 4K -e 256K -f 8 -a one_shot,ring,hd -n "$iters" -w 20 --csv "$out/c$check-$rep.csv" >/dev/null
+  done
+done
+python3 - "$out" <<'PY'
+import csv, glob, statistics, sys
+rows = {}
+for path in glob.glob(sys.argv[1] + "/c*.csv"):
+    check = path.rsplit("/", 1)[1][1]
+    for r in csv.DictReader(open(path)):
+        if r["algo"] in ("mpi", "gloo"):
+            continue
+        rows.setdefault((int(r["size_bytes"]), r["algo"]), {}).setdefault(check, []).append(float(r["time_us"]))
+print("| size | algorithm | no check (us) | default check (us) | check / none |")
+print("|---:|---|---:|---:|---:|")
+for (size, algo), v in sorted(rows.items()):
+    off, on = statistics.median(v["0"]), statistics.median(v["1"])
+    print(f"| {size // 1024} KiB | {algo} | {off:.2f} | {on:.2f} | {on / off:.3f} |")
+PY
