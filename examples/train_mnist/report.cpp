@@ -72,6 +72,21 @@ void write_json(const std::string& path, const Summary& s) {
   std::fclose(j);
 }
 
+std::string describe_tuned(const std::vector<comm::TuningEntry>& entries) {
+  // The tuner keeps its classes in the order it met them; the line reads by size.
+  std::vector<const comm::TuningEntry*> buckets;
+  for (const comm::TuningEntry& e : entries)
+    if (e.size_class >= 10) buckets.push_back(&e);
+  std::stable_sort(buckets.begin(), buckets.end(), [](const comm::TuningEntry* a, const comm::TuningEntry* b) {
+    return a->size_class < b->size_class;
+  });
+  std::string out;
+  for (const comm::TuningEntry* e : buckets)
+    out += fmt::format("{}{} B {}", out.empty() ? "" : ", ", comm::size_class_max_bytes(e->size_class),
+                       comm::to_string(e->choice));
+  return out;
+}
+
 std::string describe(const std::vector<comm::StepTuning>& tuning) {
   std::string out;
   for (const comm::StepTuning& st : tuning) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "hopwise/comm/communicator.h"
+#include "hopwise/comm/tuning.h"
 #include "hopwise/training/reducer.h"
 
 namespace hopwise::examples {
@@ -49,6 +50,10 @@ struct Summary {
 };
 
 void write_json(const std::string& path, const Summary& s);
+
+// The tuner's choices for the gradient buckets' size classes (from 512 B up: not the job's small bookkeeping
+// calls), smallest class first, as the summary's "tuned" line lists them: "65536 B one_shot, 1048576 B ring".
+std::string describe_tuned(const std::vector<comm::TuningEntry>& entries);
 
 // The reducer's step tuning, as the summary line and as the JSON array of Summary::step_tuning_json.
 std::string describe(const std::vector<comm::StepTuning>& tuning);

@@ -444,11 +444,7 @@ void Trainer::report() {
         stdout);
   if (!f_.trace.empty()) fmt::print("trace written to {} (open in ui.perfetto.dev or chrome://tracing)\n", f_.trace);
   const hc::CollectiveStats cs = comm_->stats();
-  std::string tuned;
-  for (const auto& e : comm_->tuning().entries)
-    if (e.size_class >= 10)  // the gradient buckets' classes, not the job's small bookkeeping calls
-      tuned += fmt::format("{}{} B {}", tuned.empty() ? "" : ", ", hc::size_class_max_bytes(e.size_class),
-                           hc::to_string(e.choice));
+  const std::string tuned = describe_tuned(comm_->tuning().entries);
   if (f_.tune_bucket)
     fmt::print("bucket cap: {} MB ({}; {} buckets)\n", reducer_->bucket_mb(),
                reducer_->tuning_bucket() ? "still tuning: too few steps" : "measured", reducer_->bucket_count());
