@@ -20,12 +20,6 @@ OPS = {"SUM": dist.ReduceOp.SUM, "PRODUCT": dist.ReduceOp.PRODUCT, "MIN": dist.R
        "BXOR": dist.ReduceOp.BXOR}
 
 
-def env_rank_and_size():
-    if "OMPI_COMM_WORLD_RANK" in os.environ:  # mpirun: torch's env:// needs these too
-        os.environ.setdefault("RANK", os.environ["OMPI_COMM_WORLD_RANK"])
-        os.environ.setdefault("WORLD_SIZE", os.environ["OMPI_COMM_WORLD_SIZE"])
-
-
 def data(rank, n, dtype, seed):
     """Rank `rank`'s input: small values, so that products and sums stay exact in every dtype."""
     g = torch.Generator().manual_seed(seed * 1000 + rank)
@@ -107,15 +101,24 @@ def coalesced_and_sparse(c, rank, size):
     dtypes = [torch.float32, torch.int64, torch.bfloat16, torch.bool]
     mine = [data(rank, math.prod(s), dt, 40 + i).view(s) for i, (s, dt) in enumerate(zip(shapes, dtypes))]
     every = [[data(r, math.prod(s), dt, 40 + i).view(s) for r in range(size)] for i, (s, dt) in enumerate(zip(shapes, dtypes))]
-    for dt in dtypes:  # torch asks for one dtype per call here; mixed shapes
+    # torch's layout: output_tensor_lists[r][i] receives rank r's input i (one list per rank, as torch's own
+    # test_all_gather_coalesced_* build them); mixed shapes, empty tensors among them, complex too.
+    for dt in dtypes + [torch.complex64]:
         ins = [data(rank, math.prod(s), dt, 50 + i).view(s) for i, s in enumerate(shapes)]
-        outs = [[torch.empty(s, dtype=dt) for _ in range(size)] for s in shapes]
+        outs = [[torch.full(s, -1).to(dt) for s in shapes] for _ in range(size)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # all_gather_coalesced is deprecated in torch, yet still torch's API
             dist.all_gather_coalesced(outs, ins)
         for i, s in enumerate(shapes):
             for r in range(size):
-                c.expect(outs[i][r], data(r, math.prod(s), dt, 50 + i).view(s), dt, f"all_gather_coalesced {i} from {r}")
+                c.expect(outs[r][i], data(r, math.prod(s), dt, 50 + i).view(s), dt, f"all_gather_coalesced {i} from {r}")
+    outs = [[-torch.ones(2, 2), -torch.ones(0), -torch.ones(3, 3)] for _ in range(size)]  # torch's with_empty
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dist.all_gather_coalesced(outs, [rank * torch.ones(2, 2), torch.ones(0), (rank + 1) * torch.ones(3, 3)])
+    for r in range(size):
+        for got, want in zip(outs[r], [r * torch.ones(2, 2), torch.ones(0), (r + 1) * torch.ones(3, 3)]):
+            c.expect(got, want, torch.float32, f"all_gather_coalesced with empty tensors from {r}")
     # The coalescing manager's fast paths: one backend call for all the tensors inside.
     flats = [torch.empty(size * t.numel(), dtype=t.dtype) for t in mine]
     with dist._coalescing_manager(async_ops=True) as cm:
@@ -183,8 +186,12 @@ def coalesced_and_sparse(c, rank, size):
 
 
 def main():
-    env_rank_and_size()
-    dist.init_process_group("hopwise")
+    # Under mpirun nothing is exported for torch: importing hopwise.torch finds the rank and world size, and without
+    # MASTER_ADDR/MASTER_PORT the store is met over MPI (test_collectives' "mpirun-bare").
+    if len(sys.argv) > 2 and sys.argv[1] == "explicit":  # init_process_group's arguments over a half-set environment
+        dist.init_process_group("hopwise", rank=int(sys.argv[2]), world_size=int(sys.argv[3]))
+    else:
+        dist.init_process_group("hopwise")
     rank, size = dist.get_rank(), dist.get_world_size()
     c = Checker(rank, size)
     for dtype in DTYPES:

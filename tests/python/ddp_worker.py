@@ -127,6 +127,7 @@ def hooks():
             print("hook torch batched_powerSGD_hook: not run: this torch's own _orthogonalize rejects what the hook "
                   "passes it (on any backend)", flush=True)
     cases = [(s, lambda s=s: hopwise.torch.compression_hook(s)) for s in specs]
+    sent = {}
     cases += [(name, lambda st=st, h=h: (st() if st else None, h)) for name, (st, h) in builtin.items()]
     for name, make in cases:
         ddp = DDP(model(), bucket_cap_mb=BUCKET_MB)
@@ -138,7 +139,9 @@ def hooks():
             return inner(state, bucket)
 
         ddp.register_comm_hook(state, hook)
+        before = hopwise.torch.stats()["bytes"]
         losses, _ = train(ddp, 8)
+        sent[name] = hopwise.torch.stats()["bytes"] - before  # on the wire: compressed payloads where compressed
         p = flat(ddp.module)
         same_on_every_rank(p, name)
         assert losses[-1] < losses[0], f"{name}: the loss did not fall ({losses[0]:.3f} -> {losses[-1]:.3f})"
@@ -149,7 +152,11 @@ def hooks():
         buckets = len(seen)
         if dist.get_rank() == 0:
             print(f"hook {name}: ok, loss {losses[0]:.3f} -> {losses[-1]:.3f} (plain DDP {plain_losses[-1]:.3f}), "
-                  f"buckets {buckets}", flush=True)
+                  f"buckets {buckets}, {sent[name]} bytes", flush=True)
+    # hopwise.torch.stats()'s bytes count what the compressed hooks put on the wire, not the gradients' size.
+    for name in ("int8", "powersgd:rank=2"):
+        assert 0 < sent[name] < sent["none"], f"hook {name} sent {sent[name]} bytes, plain {sent['none']}: {sent}"
+    assert sent["int8"] < sent["none"] / 2, sent  # one byte a float and a scale a chunk, against four bytes
 
 
 def resumed(spec, saved_hook_state):

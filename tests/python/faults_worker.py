@@ -5,7 +5,8 @@
   bad       unsupported dtypes, ops and arguments: a ValueError naming what was wrong, and the group still works
   api       plan() and stats() of a hopwise group; plan() of a gloo group is refused by name
   barrier   ranks 2 and 3 of 4 never come: barrier(timeout=) and monitored_barrier (first missing rank, and with
-            wait_all_ranks every one) fail within the timeout, naming them; then the group is destroyed
+            wait_all_ranks every one) fail within the timeout, naming them; rank 0's monitored_barrier(timeout=0)
+            fails at once; then the group is destroyed
 """
 from datetime import timedelta
 import os
@@ -118,6 +119,8 @@ def barrier():
     failing("barrier", lambda: dist.barrier(timeout=two))
     failing("monitored_barrier", lambda: dist.monitored_barrier(timeout=two))
     failing("monitored_barrier(wait_all_ranks)", lambda: dist.monitored_barrier(timeout=two, wait_all_ranks=True))
+    if dist.get_rank() == 0:  # the last barrier: rank 0 alone, its count of barriers now ahead of rank 1's
+        failing("monitored_barrier(timeout=0)", lambda: dist.monitored_barrier(timeout=timedelta(0)))
     start, rank = time.monotonic(), dist.get_rank()
     dist.destroy_process_group()
     sys.stdout.write(f"rank {rank}: destroyed the group in {time.monotonic() - start:.1f} s\n")

@@ -32,9 +32,14 @@ def launch(how, np, script, *args, env=None, timeout=300, grace=5):
     path = str(HERE / script)
     if how == "torchrun":
         cmd = [TORCHRUN, "--standalone", "--nproc_per_node", str(np), "--redirects", "1", "--tee", "1", path, *args]
-    elif how == "mpirun":
-        e.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-        forwarded = ["PYTHONPATH", "OMP_NUM_THREADS", "HOPWISE_TIMEOUT_S", "MASTER_ADDR", "MASTER_PORT", *(env or {})]
+    elif how in ("mpirun", "mpirun-bare"):
+        forwarded = ["PYTHONPATH", "OMP_NUM_THREADS", "HOPWISE_TIMEOUT_S", *(env or {})]
+        if how == "mpirun":  # torch's env:// variables, as a user may export them
+            e.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+            forwarded += ["MASTER_ADDR", "MASTER_PORT"]
+        else:  # as users run it: nothing exported; hopwise.torch finds the ranks and the store itself
+            for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+                e.pop(name, None)
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np)]
         for name in forwarded:
             cmd += ["-x", name]
@@ -56,14 +61,39 @@ def test_import_registers_the_backend():
     assert p.returncode == 0 and "ok" in p.stdout, p.stdout
 
 
-# One rank, an even and an odd number under the two launchers (MPI's rendezvous is mpirun's).
-@pytest.mark.parametrize("how,np", [("torchrun", n) for n in (1, 2, 4)] + [("mpirun", n) for n in (2, 3)])
+# One rank, an even and an odd number under the two launchers (MPI's rendezvous is mpirun's); under mpirun with
+# torch's variables exported, and bare (`mpirun -np 2 python train.py`, nothing exported: RANK, WORLD_SIZE and the
+# store's address come from mpirun and MPI).
+@pytest.mark.parametrize("how,np", [("torchrun", n) for n in (1, 2, 4)] + [("mpirun", n) for n in (2, 3)]
+                         + [("mpirun-bare", 2), ("mpirun-bare", 3)])
 def test_collectives(how, np):
     rc, out = launch(how, np, "collectives_worker.py")
     # mpirun may join two ranks' lines into one: match anywhere, count ranks
     ok = dict(lines(out, r"rank (\d+): \d+ checks ok over (mpi|ucx)"))
     assert rc == 0 and sorted(ok) == [str(r) for r in range(np)], out[-6000:]
-    assert set(ok.values()) == {"mpi" if how == "mpirun" else "ucx"}, ok
+    assert set(ok.values()) == {"mpi" if how.startswith("mpirun") else "ucx"}, ok
+
+
+def test_collectives_explicit_rank_wins_over_environment():
+    """init_process_group("hopwise", rank=r, world_size=n) with WORLD_SIZE exported and RANK not (as gloo does, the
+    arguments win over the environment)."""
+    e = dict(os.environ, PYTHONPATH=str(BUILD / "python"), OMP_NUM_THREADS="1", HOPWISE_TIMEOUT_S="60",
+             WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    for name in ("RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        e.pop(name, None)
+    procs = [subprocess.Popen([PYTHON, str(HERE / "collectives_worker.py"), "explicit", str(r), "2"], env=e,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=300)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+    out = "\n".join(outs)
+    assert all(p.returncode == 0 for p in procs), out[-6000:]
+    assert sorted(lines(out, r"rank (\d+): \d+ checks ok over ucx")) == ["0", "1"], out[-6000:]
 
 
 @pytest.mark.parametrize("how,np", [("torchrun", 2), ("mpirun", 3)])
@@ -110,16 +140,38 @@ def test_stopped_rank_is_named_within_the_timeout():
 
 
 def test_barrier_names_missing_ranks(tmp_path):
+    """Ranks 2 and 3 of 4 stay away: each failure names them, in the words torch's own tests match (gloo's)."""
     rc, out = launch("spawn", 4, "faults_worker.py", "barrier", env={"BARRIER_DONE": str(tmp_path / "done")},
                      timeout=120)
     failed = {(r, what): (float(s), why) for r, what, s, why in
               lines(out, r"rank (\d): (\S+) FAILED after (\d+\.\d) s: (.*?)$")}
-    assert rc == 0 and len(failed) == 6, out[-6000:]
-    for (r, what), (s, why) in failed.items():
-        first_only = what == "monitored_barrier" and r == "0"
-        named = "rank(s) 2 of 4" if first_only else "rank(s) 2, 3 of 4"
-        assert named in why and "did not arrive within 2.0 s" in why, (r, what, why)
-        assert 1.5 < s < 2 + 10, (r, what, s)  # the timeout, not the group's 60 s
+    assert rc == 0 and len(failed) == 7, out[-6000:]
+    said = {
+        # torch's _test_barrier_timeout matches " (Timed out|closed|timeout) "
+        ("0", "barrier"): "Timed out after 2.0 s: rank(s) 2, 3 of 4 did not arrive",
+        ("1", "barrier"): "Timed out after 2.0 s: rank(s) 2, 3 of 4 did not arrive",
+        # test_monitored_barrier_gloo and _failure_order: rank 0 names the first rank, then the rest
+        ("0", "monitored_barrier"): "Rank 2 failed to pass monitoredBarrier in 2000 ms; rank(s) 3 had not arrived",
+        ("1", "monitored_barrier"): "Rank 1 successfully reached monitoredBarrier, but received errors while "
+                                    "waiting for send/recv from rank 0: rank 0 says rank(s) 2, 3 of 4",
+        # test_monitored_barrier_wait_all_ranks
+        ("0", "monitored_barrier(wait_all_ranks)"): "Ranks 2, 3 failed to pass monitoredBarrier in 2000 ms",
+        ("1", "monitored_barrier(wait_all_ranks)"): "Rank 1 successfully reached monitoredBarrier, but received "
+                                                    "errors while waiting for send/recv from rank 0: rank 0 says "
+                                                    "rank(s) 2, 3 of 4",
+        # test_monitored_barrier_gloo_rank_0_timeout: timeout 0 is no time at all, not "the group's"
+        ("0", "monitored_barrier(timeout=0)"): "Rank 0 timed out in monitoredBarrier after 0 ms",
+    }
+    assert set(failed) == set(said), sorted(failed)
+    for key, words in said.items():
+        s, why = failed[key]
+        assert words in why, (key, why)
+        if key[1] == "barrier":
+            assert re.search(" (Timed out|closed|timeout) ", why), why
+        if key[1].endswith("(timeout=0)"):
+            assert s < 10, (key, s)  # at once, not after the group's 60 s
+        else:
+            assert 1.5 < s < 2 + 10, (key, s)  # the timeout, not the group's 60 s
     assert len(lines(out, r"rank [01]: destroyed the group in")) == 2, out[-6000:]
 
 

@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -90,6 +91,10 @@ class HopwiseBackend final : public c10d::Backend {
   // A work that completes once `works` have (after `then`); what the codec hooks return too.
   c10::intrusive_ptr<HopwiseWork> make_work(c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
                                             std::vector<c10::Device> devices = {});
+  // The hooks' compressed calls: the user bytes they passed (which the communicator's stats count as a plain
+  // call's), so that stats() can put their payloads in place of them.
+  void count_compressed_call(std::uint64_t user_bytes) { compressed_user_bytes_ += user_bytes; }
+  std::uint64_t compressed_user_bytes() const { return compressed_user_bytes_.load(); }
 
  private:
   int user_tag(int tag, const char* what) const;
@@ -120,6 +125,7 @@ class HopwiseBackend final : public c10d::Backend {
   std::vector<c10::intrusive_ptr<HopwiseWork>> coalesced_;  // issued since startCoalescing
   uint64_t sequence_ = 0;
   uint64_t barriers_ = 0;
+  std::atomic<std::uint64_t> compressed_user_bytes_{0};
   Sequencer seq_;
   std::mutex anysource_mutex_;
 };

@@ -1,10 +1,17 @@
 // The backend's barrier, torch's monitored barrier, and coalescing groups. A barrier is rank 0 hearing from every
 // rank within the timeout and answering each with who came, so that a rank that never arrives is named on every
-// rank that did (gloo's monitored barrier names it on rank 0 only, and its plain barrier names no one).
+// rank that did (gloo's monitored barrier names it on rank 0 only, and its plain barrier names no one). The
+// failures read as gloo's where torch's tests match them: a plain barrier's say " Timed out " (torch's regex
+// " (Timed out|closed|timeout) "), a monitored barrier's "Rank R failed to pass monitoredBarrier in T ms" (rank 0),
+// "Ranks R, S failed ..." (wait_all_ranks), "Rank 0 timed out in monitoredBarrier after T ms" (rank 0's time ran out
+// before a rank's turn) and "Rank R successfully reached monitoredBarrier, but received errors while waiting for
+// send/recv from rank 0" (the others); each goes on to name every missing rank it knows of.
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <memory>
+#include <string_view>
 #include <thread>
 
 #include <c10/util/Exception.h>
@@ -30,16 +37,28 @@ bool complete_by(comm::Work& w, Clock::time_point deadline) {
 
 std::string seconds(std::chrono::milliseconds t) { return fmt::format("{:.1f} s", t.count() / 1000.0); }
 
+// torch's "no timeout given" (c10d's kUnsetTimeout): the group's applies. Any other value is the caller's, 0 and
+// below included (already past: gloo fails such a monitored barrier at once).
+constexpr std::chrono::milliseconds kUnsetTimeout{-1};
+
 [[noreturn]] void fail(const std::string& message) { C10_THROW_ERROR(DistBackendError, message); }
 
 }  // namespace
 
 std::chrono::milliseconds HopwiseBackend::timeout_of(std::chrono::milliseconds asked) const {
-  return asked.count() > 0 ? asked : timeout_;  // torch's "unset" is negative
+  return asked == kUnsetTimeout ? timeout_ : std::max(asked, std::chrono::milliseconds(0));
 }
 
 void HopwiseBackend::run_barrier(std::chrono::milliseconds timeout, bool wait_all_ranks, const char* what) {
   const int p = getSize(), me = getRank();
+  const bool monitored = std::string_view(what) == "monitored_barrier";
+  // What a rank other than 0 says before the reason (torch's tests match gloo's words for a monitored barrier).
+  const std::string not_passed =
+      monitored ? fmt::format(
+                      "Rank {} successfully reached monitoredBarrier, but received errors while waiting for "
+                      "send/recv from rank 0: ",
+                      me)
+                : std::string();
   int64_t number;
   {
     std::lock_guard lock(works_mutex_);
@@ -66,19 +85,23 @@ void HopwiseBackend::run_barrier(std::chrono::milliseconds timeout, bool wait_al
     try {
       answered = complete_by(heard, deadline + grace);
     } catch (const std::exception& e) {
-      fail(fmt::format("hopwise: {}: rank {} lost rank 0 while waiting for its answer: {}", what, me, e.what()));
+      fail(fmt::format("hopwise: {}: {}rank {} lost rank 0 while waiting for its answer: {}", what, not_passed, me,
+                       e.what()));
     }
     if (!answered)
-      fail(
-          fmt::format("hopwise: {}: rank {} had no answer from rank 0 within {} (rank 0 not at the barrier, or "
-                      "gone)",
-                      what, me, seconds(timeout + grace)));
+      fail(fmt::format(
+          "hopwise: {}: {}Timed out after {}: rank {} had no answer from rank 0 (rank 0 not at the barrier, gone, "
+          "or it failed the barrier over a rank before this one)",
+          what, not_passed, seconds(timeout + grace), me));
     std::vector<int> missing;
     for (int q = 0; q < p; ++q)
       if ((*answer)[static_cast<std::size_t>(q) + 1] == 0) missing.push_back(q);
     if (!missing.empty())
-      fail(fmt::format("hopwise: {}: rank(s) {} of {} did not arrive within {} (rank 0 says; this is rank {})", what,
-                       fmt::join(missing, ", "), p, seconds(timeout), me));
+      fail(monitored ? fmt::format("hopwise: {}: {}rank 0 says rank(s) {} of {} did not arrive within {}", what,
+                                   not_passed, fmt::join(missing, ", "), p, seconds(timeout))
+                     : fmt::format("hopwise: {}: Timed out after {}: rank(s) {} of {} did not arrive (rank 0 says; "
+                                   "this is rank {})",
+                                   what, seconds(timeout), fmt::join(missing, ", "), p, me));
     if ((*answer)[0] != number)
       fail(
           fmt::format("hopwise: {}: rank 0 is at barrier #{}, rank {} at #{}: the ranks called different "
@@ -102,14 +125,22 @@ void HopwiseBackend::run_barrier(std::chrono::milliseconds timeout, bool wait_al
   came[1] = 1;
   std::vector<int> missing;
   std::vector<std::string> why;
+  int out_of_time = -1;  // fail-fast: the rank whose turn came after rank 0's time had run out
   for (int q = 1; q < p; ++q) {
     bool arrived = false;
-    if (wait_all_ranks || missing.empty()) {
-      try {
-        arrived = complete_by(heard[static_cast<std::size_t>(q)], deadline);
-      } catch (const std::exception& e) {
-        why.push_back(fmt::format("rank {}: {}", q, e.what()));
+    try {
+      if (wait_all_ranks || (missing.empty() && out_of_time < 0)) {
+        // gloo's fail-fast checks the time left before each rank's turn; a timeout of 0 fails at once.
+        if (!wait_all_ranks && Clock::now() >= deadline && !heard[static_cast<std::size_t>(q)].test())
+          out_of_time = q;
+        else
+          arrived = complete_by(heard[static_cast<std::size_t>(q)], deadline);
+      } else {
+        // Not waited for (fail-fast): its report counts where it is in already.
+        arrived = heard[static_cast<std::size_t>(q)].test();
       }
+    } catch (const std::exception& e) {
+      why.push_back(fmt::format("rank {}: {}", q, e.what()));
     }
     if (arrived && (*reports[static_cast<std::size_t>(q)])[0] != number) {
       why.push_back(fmt::format("rank {} is at barrier #{}, rank 0 at #{}", q,
@@ -129,12 +160,27 @@ void HopwiseBackend::run_barrier(std::chrono::milliseconds timeout, bool wait_al
       keep(answers.back(), answer);
     }
   if (!missing.empty()) {
-    // Fail-fast names the first rank that did not come; the ranks after it were not waited for.
-    const bool first_only = !wait_all_ranks && missing.size() > 1;
-    const std::vector<int> named = first_only ? std::vector<int>{missing[0]} : missing;
-    fail(fmt::format("hopwise: {}: rank(s) {} of {} did not arrive within {}{}{}", what, fmt::join(named, ", "), p,
-                     seconds(timeout), first_only ? " (the first; wait_all_ranks=True waits for and names all)" : "",
-                     why.empty() ? "" : fmt::format(" ({})", fmt::join(why, "; "))));
+    const std::string causes = why.empty() ? "" : fmt::format(" ({})", fmt::join(why, "; "));
+    if (!monitored)
+      fail(fmt::format("hopwise: {}: Timed out after {}: rank(s) {} of {} did not arrive{}", what, seconds(timeout),
+                       fmt::join(missing, ", "), p, causes));
+    const std::vector<int> rest(missing.begin() + 1, missing.end());
+    if (out_of_time > 0)
+      fail(
+          fmt::format("hopwise: {}: Rank 0 timed out in monitoredBarrier after {} ms: its time ran out before rank "
+                      "{}'s turn; rank(s) {} of {} had not arrived{}",
+                      what, timeout.count(), out_of_time, fmt::join(missing, ", "), p, causes));
+    if (wait_all_ranks)
+      fail(fmt::format("hopwise: {}: Ranks {} failed to pass monitoredBarrier in {} ms{}", what,
+                       fmt::join(missing, ", "), timeout.count(), causes));
+    // Fail-fast waits for the first rank that did not come; the ranks after it were not waited for.
+    fail(fmt::format("hopwise: {}: Rank {} failed to pass monitoredBarrier in {} ms{}{}", what, missing[0],
+                     timeout.count(),
+                     rest.empty() ? ""
+                                  : fmt::format("; rank(s) {} had not arrived either (not waited for: "
+                                                "wait_all_ranks=True waits for and names every rank)",
+                                                fmt::join(rest, ", ")),
+                     causes));
   }
   for (auto& a : answers) {
     try {
@@ -157,7 +203,8 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::barrier(const c10d::BarrierOption
   run_detached([this, work, before = std::move(before), timeout] {
     std::exception_ptr error;
     try {
-      for (const auto& w : before) w->wait(timeout);  // its error is the barrier's too (as in gloo)
+      // Its error is the barrier's too (as in gloo). Work::wait takes 0 ms for "no timeout": 1 ms at least.
+      for (const auto& w : before) w->wait(std::max(timeout, std::chrono::milliseconds(1)));
       run_barrier(timeout, /*wait_all_ranks=*/true, "barrier");
     } catch (...) {
       error = std::current_exception();

@@ -46,20 +46,24 @@ comm::Work start_gather(comm::Communicator& c, const JoinedGather& j) {
 
 }  // namespace
 
+// torch's layout (dist.all_gather_coalesced): outputs[r][i] receives rank r's input i, one list per rank.
 c10::intrusive_ptr<c10d::Work> HopwiseBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                                    std::vector<at::Tensor>& inputs,
                                                                    const c10d::AllgatherOptions&) {
   const int p = getSize();
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "hopwise: allgather_coalesced: ", inputs.size(), " inputs but ",
-                    outputs.size(), " output lists; give one list of ", p, " tensors per input");
+  TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == p, "hopwise: allgather_coalesced: ", outputs.size(),
+                    " output lists for ", p,
+                    " ranks; give one list per rank (output_tensor_lists[rank][i] receives "
+                    "that rank's input i)");
+  for (const auto& in : inputs) check_tensor(in, "allgather_coalesced");
   std::vector<at::Tensor> flat_outputs;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    check_tensor(inputs[i], "allgather_coalesced");
-    TORCH_CHECK_VALUE(static_cast<int>(outputs[i].size()) == p, "hopwise: allgather_coalesced: output list ", i,
-                      " has ", outputs[i].size(), " tensors, not one per rank (", p, ")");
-    for (const auto& o : outputs[i]) {
-      check_same(inputs[i], o, "allgather_coalesced");
-      flat_outputs.push_back(o);
+  for (int r = 0; r < p; ++r) {
+    const auto& list = outputs[static_cast<std::size_t>(r)];
+    TORCH_CHECK_VALUE(list.size() == inputs.size(), "hopwise: allgather_coalesced: output list ", r, " (rank ", r,
+                      "'s) has ", list.size(), " tensors for ", inputs.size(), " inputs; give one per input");
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      check_same(inputs[i], list[i], "allgather_coalesced");
+      flat_outputs.push_back(list[i]);
     }
   }
   auto j = std::make_shared<JoinedGather>(join_for_gather(inputs, p));
@@ -67,9 +71,10 @@ c10::intrusive_ptr<c10d::Work> HopwiseBackend::allgather_coalesced(std::vector<s
   seq_.launch(
       work, [this, j] { return std::vector{translated([&] { return start_gather(*comm_, *j); })}; },
       on_success([j, outputs] {
-        for (std::size_t i = 0; i < outputs.size(); ++i)
-          for (std::size_t r = 0; r < outputs[i].size(); ++r) {
-            at::Tensor o = outputs[i][r];
+        for (std::size_t r = 0; r < outputs.size(); ++r)
+          for (std::size_t i = 0; i < outputs[r].size(); ++i) {
+            at::Tensor o = outputs[r][i];
+            if (o.numel() == 0) continue;
             const auto part = j->gathered[static_cast<int64_t>(r)].narrow(0, j->offsets[i], byte_count(o));
             o.copy_(part.view(o.scalar_type()).view(o.sizes()));
           }

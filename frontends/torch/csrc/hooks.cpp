@@ -119,9 +119,11 @@ c10::intrusive_ptr<c10d::Work> CodecHookState::allreduce(HopwiseBackend& pg, con
   }
   auto work = pg.make_work(c10d::OpType::ALLREDUCE, "hopwise:compressed_all_reduce", {buffer});
   auto* data = buffer.data_ptr<float>();
-  auto start = [this, &c, data, n, state, buffer] {
-    return std::vector{translated(
-        [&] { return c.allreduce_compressed_async(data, data, n, *codec_, *state, ReduceOp::kAvg, scope_); })};
+  auto start = [this, &pg, &c, data, n, state, buffer] {
+    auto w = translated(
+        [&] { return c.allreduce_compressed_async(data, data, n, *codec_, *state, ReduceOp::kAvg, scope_); });
+    pg.count_compressed_call(n * sizeof(float));
+    return std::vector{w};
   };
   pg.sequencer().launch(work, start, [this, state, keys, sizes](std::exception_ptr e) {
     if (e || state->residual.empty()) return;
@@ -197,8 +199,12 @@ c10::intrusive_ptr<c10d::Work> PowerSgdHookState::allreduce(HopwiseBackend& pg, 
   }
   auto work = pg.make_work(c10d::OpType::ALLREDUCE, "hopwise:powersgd_all_reduce", {buffer});
   auto start = [this, &pg, tensors, gradients] {
-    return std::vector{
-        translated([&] { return pg.communicator().allreduce_powersgd_async(tensors, ps_, ReduceOp::kAvg, scope_); })};
+    auto w =
+        translated([&] { return pg.communicator().allreduce_powersgd_async(tensors, ps_, ReduceOp::kAvg, scope_); });
+    std::uint64_t floats = 0;
+    for (const auto& m : tensors) floats += m.rows * m.cols;
+    pg.count_compressed_call(floats * sizeof(float));
+    return std::vector{w};
   };
   pg.sequencer().launch(work, start);
   return work;

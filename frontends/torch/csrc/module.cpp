@@ -8,6 +8,7 @@
 #include "averaging.h"
 #include "hooks.h"
 #include "hopwise/comm/algorithm.h"
+#include "hopwise/comm/transports/mpi_transport.h"
 #include "hopwise/common/log.h"
 #include "hopwise/topology/planner.h"
 #include "hopwise/training/elastic.h"
@@ -76,6 +77,26 @@ py::dict plan_of(HopwiseBackend& pg) {
   return d;
 }
 
+// Rank 0's `text` on every rank of MPI_COMM_WORLD (on a duplicate of it, so that it never meets other traffic):
+// how the ranks of an mpirun job agree on torch's store address (hopwise/torch/launch.py). Collective.
+std::string mpi_broadcast(const std::string& text) {
+  return hopwise::torch_backend::translated([&] {
+    hopwise::comm::ensure_mpi_initialized();
+    MPI_Comm comm = MPI_COMM_NULL;
+    hopwise::comm::check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup (store address)");
+    std::string out = text;
+    long long n = static_cast<long long>(out.size());
+    int rc = MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
+    if (rc == MPI_SUCCESS) {
+      out.resize(static_cast<std::size_t>(n));
+      rc = MPI_Bcast(out.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
+    }
+    MPI_Comm_free(&comm);
+    hopwise::comm::check_mpi(rc, "MPI_Bcast (store address)");
+    return out;
+  });
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -92,13 +113,20 @@ PYBIND11_MODULE(_C, m) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("group_id") = "",
            py::arg("global_ranks") = std::vector<int64_t>{}, py::call_guard<py::gil_scoped_release>());
 
+  m.def("_mpi_broadcast", &mpi_broadcast, py::arg("text"), py::call_guard<py::gil_scoped_release>(),
+        "Rank 0's text on every rank of the mpirun job (collective over MPI_COMM_WORLD)");
   m.def("plan", [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) { return plan_of(hopwise_group(pg)); });
   m.def("stats", [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
-    const auto s = hopwise_group(pg).communicator().stats();
+    auto& h = hopwise_group(pg);
+    const auto s = h.communicator().stats();
+    // The communicator counts a compressed call's user bytes like a plain call's and its payload apart: on the
+    // wire, the payload replaces them.
+    const std::uint64_t compressed = std::min(h.compressed_user_bytes(), s.bytes);
     py::dict d;
     d["calls"] = s.calls;
-    d["bytes"] = s.bytes;
-    d["wire_bytes"] = s.wire_bytes;
+    d["bytes"] = s.bytes - compressed + s.wire_bytes;  // on the wire: plain calls' bytes, compressed ones' payloads
+    d["user_bytes"] = s.bytes;                         // the buffers passed, compressed or not
+    d["wire_bytes"] = s.wire_bytes;                    // the compressed calls' payloads (and scales)
     return d;
   });
 

@@ -10,6 +10,9 @@
     ctx = hopwise.torch.ElasticContext(store_file); ...; ctx.shrink(why)    # survive a lost rank (elastic.py)
 
 Under mpirun the group runs over MPI; otherwise over UCX, meeting through the store init_process_group made.
+Under mpirun (or srun) nothing needs exporting: RANK and WORLD_SIZE default to the launcher's at import, and without
+MASTER_ADDR/MASTER_PORT torch's store is met over MPI (see launch.py). Arguments passed to init_process_group win
+over the environment.
 Every HOPWISE_* variable applies (HOPWISE_ALGO, HOPWISE_TIMEOUT_S, HOPWISE_DEBUG=CHECK, ...).
 """
 import torch
@@ -31,6 +34,7 @@ if _release(torch.__version__) != _release(BUILT_FOR_TORCH):
 import torch.distributed as dist  # noqa: E402  (after the check)
 
 from . import _C  # noqa: E402
+from . import launch as _launch  # noqa: E402
 from .averaging import ModelAverager, parse_averaging
 from .checkpoint import Checkpoints
 from .elastic import ElasticContext
@@ -45,10 +49,16 @@ __all__ = ["Checkpoints", "ElasticContext", "compression_hook", "HookState", "Mo
 BACKEND = "hopwise"
 
 
+_launch.set_env_defaults()
+_launch.register_rendezvous()
+
+
 def _create(opts, pg_options=None):
     """torch's creator (extended API): only the group's members call it, with their global ranks."""
-    return _C.HopwiseBackend(opts.store, opts.group_rank, opts.group_size, opts.timeout, str(opts.group_id),
-                                  list(opts.global_ranks_in_group))
+    ranks = list(opts.global_ranks_in_group)
+    with _launch.launch_env(*_launch.world_rank_and_size(opts.group_rank, opts.group_size, ranks)):
+        return _C.HopwiseBackend(opts.store, opts.group_rank, opts.group_size, opts.timeout, str(opts.group_id),
+                                 ranks)
 
 
 # One backend serves the group's CPU tensors, and its CUDA ones where the device communicator is built.
@@ -68,5 +78,7 @@ def plan(group=None):
 
 
 def stats(group=None):
-    """Collective calls, user bytes and compressed wire bytes of this rank so far."""
+    """This rank's collective calls so far and their bytes: `bytes` on the wire (plain calls' buffers, compressed
+    calls' payloads in place of theirs, so that a compression hook's saving shows), `user_bytes` (the buffers
+    passed, compressed or not) and `wire_bytes` (the compressed calls' payloads alone)."""
     return _C.stats(_group(group))
