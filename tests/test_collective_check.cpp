@@ -215,8 +215,51 @@ TEST(TimeoutExplained, EveryRankNamesTheRankThatNeverCalled) {
         << what[static_cast<std::size_t>(r)];
 }
 
+// Different collectives on two ranks, through the ring's messages: the default call check names them at once.
+TEST(DefaultCallCheck, DifferentCollectivesAreNamedAtOnce) {
+  Group g(2, test_options(hc::Algorithm::kRing, 256 << 10, 30));
+  std::vector<std::string> what(2);
+  g.run([&](int r, hc::Communicator& c) {
+    std::vector<float> v(1024), all(2048);
+    try {
+      if (r == 0)
+        c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+      else
+        c.allgather(v.data(), all.data(), v.size(), DataType::kFloat32);
+    } catch (const hopwise::InvalidArgument& e) {
+      what[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  for (const auto& w : what) {
+    EXPECT_NE(w.find("checked by default"), std::string::npos) << w;
+    EXPECT_NE(w.find("ranks 0,1 disagree; collective: allreduce on rank 0, allgather on rank 1"), std::string::npos)
+        << w;
+  }
+}
+
+// The same count of a different dtype: without the check a float32 rank took a float64 peer's bytes as floats.
+TEST(DefaultCallCheck, DtypeNamedWhereTheBytesWouldMatch) {
+  Group g(2, test_options(hc::Algorithm::kRing, 256 << 10, 30));
+  std::vector<std::string> what(2);
+  g.run([&](int r, hc::Communicator& c) {
+    std::vector<double> d(4, 1.0);
+    std::vector<float> f(8, 1.0f);  // the same bytes
+    try {
+      if (r == 0)
+        c.allreduce(d.data(), d.data(), d.size(), DataType::kFloat64, ReduceOp::kSum);
+      else
+        c.allreduce(f.data(), f.data(), f.size(), DataType::kFloat32, ReduceOp::kSum);
+    } catch (const hopwise::InvalidArgument& e) {
+      what[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  for (const auto& w : what) EXPECT_NE(w.find("dtype: float64 on rank 0, float32 on rank 1"), std::string::npos) << w;
+}
+
 TEST(TimeoutExplained, NoRankMissingMeansTheyWaitOnEachOther) {
-  Group g(2, test_options(hc::Algorithm::kRing, 256 << 10, 0.5));
+  hc::Options o = test_options(hc::Algorithm::kRing, 256 << 10, 0.5);
+  o.stamp_calls = false;  // HOPWISE_CALL_CHECK=0: nothing names the calls, the timeout must explain
+  Group g(2, o);
   std::vector<std::string> what(2);
   g.run([&](int r, hc::Communicator& c) {
     std::vector<float> v(1024), all(2048);
