@@ -22,9 +22,14 @@ bool enabled(Level level) {
 
 namespace {
 std::atomic<bool> line_open{false};
+// Set once a program says it draws a progress bar on stdout: its log lines then go to stdout too (see write).
+std::atomic<bool> console{false};
 }  // namespace
 
-void set_console_line_open(bool open) { line_open.store(open); }
+void set_console_line_open(bool open) {
+  console.store(true);
+  line_open.store(open);
+}
 bool console_line_open() { return line_open.load(); }
 
 void end_console_line() {
@@ -36,10 +41,14 @@ void end_console_line() {
 void write(Level level, std::string_view message) {
   static std::mutex m;
   std::lock_guard lock(m);
-  // The bar is on stdout and this goes to stderr: the newline goes where the bar is, before the message.
+  // Where a progress bar is drawn, the line goes on the bar's stream, after ending the bar's line: a launcher
+  // forwards a rank's stdout and stderr apart (mpirun: each on its own channel), and nothing orders the two, so a
+  // warning on stderr reached the terminal before the newline that ended the bar, inside it.
+  std::FILE* out = console.load() ? stdout : stderr;
   end_console_line();
-  std::fprintf(stderr, "hopwise %s: %.*s\n", level == Level::kWarn ? "WARN" : "INFO", static_cast<int>(message.size()),
+  std::fprintf(out, "hopwise %s: %.*s\n", level == Level::kWarn ? "WARN" : "INFO", static_cast<int>(message.size()),
                message.data());
+  std::fflush(out);
 }
 
 }  // namespace hopwise::log

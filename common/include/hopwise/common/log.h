@@ -9,11 +9,14 @@ namespace hopwise::log {
 
 enum class Level { kWarn = 0, kInfo = 1 };
 bool enabled(Level level);
-// Writes "hopwise WARN: message" to stderr on a line of its own (ending a console line left open first).
+// Writes "hopwise WARN: message" on a line of its own: to stderr, or, in a program that draws a progress bar on
+// stdout (one that has called set_console_line_open), to stdout after ending the bar's line if it is open.
 void write(Level level, std::string_view message);
 
 // A program that redraws a progress bar in place says when the console's current line is open (printed without
-// its newline): the next log line then ends it first, so that a warning never lands inside the bar.
+// its newline): the next log line then ends it first, so that a warning never lands inside the bar. From the first
+// call on, log lines go to stdout, the bar's stream: a launcher (mpirun) forwards stdout and stderr apart, with no
+// order between them, so a line on stderr could still land inside the bar.
 void set_console_line_open(bool open);
 // Whether it is open; a program printing a line of its own may end it with end_console_line().
 bool console_line_open();
