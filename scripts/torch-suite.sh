@@ -27,11 +27,9 @@ if [[ ! -e $build/python/hopwise/torch/__init__.py ]]; then
   exit 1
 fi
 
-# torch's test helpers import expecttest, which torch's wheel does not bring: into $out/deps, not the environment.
-deps=$out/deps
-if ! PYTHONPATH=$deps "$python" -c "import expecttest" 2>/dev/null; then
-  "$python" -m pip install -q --target "$deps" expecttest
-fi
+# torch's test helpers import expecttest, which torch's wheel does not bring: the environment has it
+# (frontends/torch/requirements.txt, scripts/setup.sh).
+"$python" -c "import expecttest" 2>/dev/null || { echo "torch-suite: expecttest is missing: run scripts/setup.sh"; exit 2; }
 
 cat >"$out/test_torch_suite.py" <<'EOF'
 """torch's distributed_test.py for gloo's selection, on TORCH_SUITE_BACKEND (gloo or hopwise; written by
@@ -119,7 +117,7 @@ for n in $sizes; do
     rm -f "$out/$b-$n.xml"  # an earlier run's must not stand in for this one's
     # WORLD_SIZE for torch's tests; no RANK and no MASTER_PORT (each test spawns its ranks and picks a port).
     (cd "$out" && env -u RANK -u LOCAL_RANK -u MASTER_PORT BACKEND=gloo TORCH_SUITE_BACKEND="$b" WORLD_SIZE="$n" \
-      PYTHONPATH="$build/python:$deps${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1 \
+      PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1 \
       "$python" -m pytest -q -p no:cacheprovider --junitxml="$out/$b-$n.xml" "$out/test_torch_suite.py" "$@" \
       >"$out/$b-$n.log" 2>&1) || true
     tail -n 1 "$out/$b-$n.log"
