@@ -77,3 +77,11 @@ if(TARGET hopwise-topo)
   set_tests_properties(bench_check_planned_np4 PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 4
                        FAIL_REGULAR_EXPRESSION "FAIL")
 endif()
+
+# The planner's bandwidths on every topology file (copies in tests/data/topologies, the rest of ../shared when there).
+hopwise_test(test_topology_bandwidths test_topology_bandwidths.cpp)
+target_link_libraries(test_topology_bandwidths PRIVATE hopwise::topology hopwise::common GTest::gtest_main)
+target_compile_definitions(test_topology_bandwidths
+                           PRIVATE HOPWISE_SHARED_TOPOLOGIES_DEFAULT="${CMAKE_SOURCE_DIR}/../shared/topologies"
+                                   HOPWISE_TEST_TOPOLOGIES="${CMAKE_CURRENT_SOURCE_DIR}/data/topologies")
+gtest_discover_tests(test_topology_bandwidths DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)

@@ -37,6 +37,25 @@ if(TARGET hopwise-topo)
   add_test(NAME topo_export_png_needs_output COMMAND ${_topo} export --format png)
   set_tests_properties(topo_export_png_needs_output PROPERTIES PASS_REGULAR_EXPRESSION "--format png needs -o OUT")
 
+  # The DGX-2 picture with its plan: legible (at most 2500 px wide; it was 13,725) and the ring drawn in it.
+  find_program(_graphviz_dot dot)
+  set(_dgx2 ${CMAKE_CURRENT_SOURCE_DIR}/data/topologies/hwloc/nvidiaDGX2.xml)
+  add_test(NAME topo_export_plan_dot COMMAND ${_topo} export --input ${_dgx2} --format dot --plan)
+  set_tests_properties(topo_export_plan_dot PROPERTIES LABELS unit TIMEOUT 60 PASS_REGULAR_EXPRESSION
+      "nvswitch_fabric \\[label=\"NVSwitch fabric.*dir=forward, color=red[^\n]*label=\"16\"")
+  if(_graphviz_dot)
+    add_test(NAME topo_export_dgx2_png COMMAND ${_topo} export --input ${_dgx2} --format png --plan
+                                               -o ${_out}/dgx2-plan.png)
+    add_test(NAME topo_export_dgx2_png_width COMMAND ${CMAKE_COMMAND} -DPNG=${_out}/dgx2-plan.png -DMAX_WIDTH=2500
+                                                     -P ${CMAKE_CURRENT_SOURCE_DIR}/topo_png_width.cmake)
+    set_tests_properties(topo_export_dgx2_png_width PROPERTIES DEPENDS topo_export_dgx2_png)
+    set_tests_properties(topo_export_dgx2_png topo_export_dgx2_png_width PROPERTIES LABELS unit TIMEOUT 60
+                         RESOURCE_LOCK topo_dgx2_png)
+  endif()
+  add_test(NAME topo_export_plan_needs_picture COMMAND ${_topo} export --input ${_dgx2} --format json --plan)
+  set_tests_properties(topo_export_plan_needs_picture PROPERTIES LABELS unit TIMEOUT 60
+                       PASS_REGULAR_EXPRESSION "--plan draws on a picture")
+
   # The whole job: four ranks' views gathered, printed once.
   add_test(NAME topo_job_show_np4 COMMAND ${_mpirun} -np 4 ${_topo} show)
   set_tests_properties(topo_job_show_np4 PROPERTIES PROCESSORS 4 PASS_REGULAR_EXPRESSION

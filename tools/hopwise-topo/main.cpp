@@ -50,11 +50,12 @@ commands:
                                      the GPUs, or the NUMA nodes / CPU packages when there are none; print the ring
                                      (each hop with its path class and GB/s), the double binary trees, the
                                      bottleneck and cost, the same for the rank-order ring, and allreduce estimates
-  export --format json|nccl-xml|dot|png|svg [-o OUT]
+  export --format json|nccl-xml|dot|png|svg [-o OUT] [--plan [--ranks N]]
                                      write the model in another format (stdout without -o; png/svg need -o and
-                                     Graphviz's `dot`)
+                                     Graphviz's `dot`); with --plan, dot/png/svg draw the plan over the machine:
+                                     the ring as red arrows numbered in hop order, tree edges off it in blue
   convert --to json|nccl|dot [-o OUT]   older spelling of export
-  dot -o OUT                         Graphviz by OUT's extension: .dot text, .png / .svg / .pdf through `dot`
+  dot -o OUT [--plan [--ranks N]]    Graphviz by OUT's extension: .dot text, .png / .svg / .pdf through `dot`
 
 options:
   --input FILE                       read FILE instead of discovering (same as giving FILE)
@@ -80,6 +81,10 @@ Args parse_args(int argc, char** argv, const std::vector<std::string>& flags) {
     std::string s = argv[i];
     if (s == "-h" || s == "--help") {
       a.opts["help"] = "1";
+      continue;
+    }
+    if (s == "--plan" && std::find(flags.begin(), flags.end(), s) != flags.end()) {  // a switch: takes no value
+      a.opts[s] = "1";
       continue;
     }
     if (!s.empty() && s[0] == '-' && s != "-") {
@@ -159,7 +164,7 @@ std::string link_label(const Link& l) {
   if (l.kind == LinkKind::NVLink && l.count > 1) s += fmt::format(" x{}", l.count);
   if (l.kind == LinkKind::PCIe && l.pcie_gen > 0)
     s += fmt::format(" gen{}{}", l.pcie_gen, l.pcie_width > 0 ? fmt::format(" x{}", l.pcie_width) : "");
-  if (l.bandwidth_gbps > 0) s += fmt::format(", {:.1f} GB/s", l.bandwidth_gbps);
+  if (l.bandwidth_gbps > 0) s += fmt::format(", {:.1f} GB/s{}", l.bandwidth_gbps, l.assumed ? " (assumed)" : "");
   if (l.latency_us > 0) s += fmt::format(", {:.1f} us", l.latency_us);
   return s;
 }
@@ -347,6 +352,7 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
                      {"path", std::string(to_string(e.cls))},
                      {"hops", e.hops},
                      {"bw_gbs", e.bandwidth_gbps},
+                     {"bw_assumed", e.assumed},
                      {"latency_us", e.latency_us}});
       }
     }
@@ -368,6 +374,7 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
   auto& trees = j["trees"] = nlohmann::ordered_json::array();
   for (const TreeShape* t : {&plan.trees.first, &plan.trees.second})
     trees.push_back({{"root", t->root}, {"parent", t->parent}, {"depth", t->depth()}});
+  j["bottleneck_assumed"] = plan.bottleneck_assumed;
   j["tree_bottleneck_gbs"] = plan.tree_bottleneck_gbps;
   j["baseline"] = ring_json(plan.identity_ring_order, plan.identity_score, false);
   auto& est = j["allreduce_estimate_us"] = nlohmann::ordered_json::array();
@@ -423,13 +430,13 @@ void write_text(const Args& a, const std::string& text) {
 }
 
 // Renders DOT to `out` with Graphviz's `dot -T<format>`.
-void render_graphviz(const Topology& t, const std::string& out, const std::string& format) {
+void render_graphviz(const std::string& dot, const std::string& out, const std::string& format) {
   if (std::system("command -v dot >/dev/null 2>&1") != 0)
     throw hopwise::InvalidArgument(fmt::format(
         "rendering {} needs Graphviz's `dot` on PATH, which was not found; install graphviz or write -o {}.dot", out,
         fs::path(out).replace_extension("").string()));
   const std::string tmp = out + ".tmp.dot";
-  save_text(tmp, to_dot(t));
+  save_text(tmp, dot);
   auto quote = [](const std::string& s) {
     std::string q = "'";
     for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -442,17 +449,36 @@ void render_graphviz(const Topology& t, const std::string& out, const std::strin
   if (rc != 0) throw hopwise::InvalidArgument(fmt::format("`{}` failed (status {})", cmd, rc));
 }
 
-int cmd_export(const Topology& t, const Args& a) {
+// The DOT picture: the machine, or with --plan the plan drawn over it (ranks as `plan` places them).
+std::string picture(const Source& src, const Args& a) {
+  if (!a.opts.count("--plan")) {
+    if (a.opts.count("--ranks")) throw UsageError("--ranks applies with --plan");
+    return to_dot(src.topology);
+  }
+  int ranks = 0;
+  if (auto it = a.opts.find("--ranks"); it != a.opts.end()) {
+    if (!src.placement.empty())
+      throw UsageError("--ranks does not apply to a job: its ranks are where mpirun put them");
+    ranks = parse_int("--ranks", it->second, 1, 4096);
+  }
+  const auto placement = src.placement.empty() ? place_ranks(src.topology, ranks) : src.placement;
+  return plan_to_dot(src.topology, plan_collectives(src.topology, placement));
+}
+
+int cmd_export(const Source& src, const Args& a) {
   auto it = a.opts.find("--format");
   if (it == a.opts.end()) throw UsageError("export needs --format json|nccl-xml|dot|png|svg");
   const std::string& f = it->second;
+  const bool drawn = f == "dot" || f == "png" || f == "svg" || f == "pdf";
+  if (!drawn && a.opts.count("--plan"))
+    throw UsageError(fmt::format("--plan draws on a picture; use --format dot, png or svg, not {}", f));
   if (f == "png" || f == "svg" || f == "pdf") {
     auto o = a.opts.find("--output");
     if (o == a.opts.end() || o->second == "-") throw UsageError(fmt::format("--format {} needs -o OUT", f));
-    render_graphviz(t, o->second, f);
+    render_graphviz(picture(src, a), o->second, f);
     return 0;
   }
-  write_text(a, render(t, f));
+  write_text(a, f == "dot" ? picture(src, a) : render(src.topology, f));
   return 0;
 }
 
@@ -463,18 +489,18 @@ int cmd_convert(const Topology& t, const Args& a) {
   return 0;
 }
 
-int cmd_dot(const Topology& t, const Args& a) {
+int cmd_dot(const Source& src, const Args& a) {
   auto o = a.opts.find("--output");
   if (o == a.opts.end()) throw UsageError("dot needs -o OUT (OUT.dot, OUT.png or OUT.svg)");
   const std::string out = o->second;
   const std::string ext = fs::path(out).extension().string();
   if (ext == ".dot" || ext == ".gv" || ext.empty()) {
-    save_text(out, to_dot(t));
+    save_text(out, picture(src, a));
     return 0;
   }
   if (ext != ".png" && ext != ".svg" && ext != ".pdf")
     throw UsageError(fmt::format("dot: cannot write '{}'; use an OUT ending in .dot, .png, .svg or .pdf", out));
-  render_graphviz(t, out, ext.substr(1));
+  render_graphviz(picture(src, a), out, ext.substr(1));
   return 0;
 }
 
@@ -506,9 +532,9 @@ int main(int argc, char** argv) {
       {"show", {"--input"}},
       {"matrix", {"--input"}},
       {"plan", {"--input", "--ranks", "--exact-limit", "--format"}},
-      {"export", {"--input", "--format", "--output"}},
+      {"export", {"--input", "--format", "--output", "--plan", "--ranks"}},
       {"convert", {"--input", "--to", "--output"}},
-      {"dot", {"--input", "--output"}},
+      {"dot", {"--input", "--output", "--plan", "--ranks"}},
   };
   auto c = commands.find(cmd);
   if (c == commands.end()) {
@@ -540,9 +566,9 @@ int main(int argc, char** argv) {
     if (cmd == "show") return cmd_show(src);
     if (cmd == "matrix") return cmd_matrix(t);
     if (cmd == "plan") return cmd_plan(src, a);
-    if (cmd == "export") return cmd_export(t, a);
+    if (cmd == "export") return cmd_export(src, a);
     if (cmd == "convert") return cmd_convert(t, a);
-    return cmd_dot(t, a);
+    return cmd_dot(src, a);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "hopwise-topo: %s (-h for help)\n", e.what());
     return 2;

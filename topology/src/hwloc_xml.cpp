@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -327,6 +328,43 @@ struct HwlocBuilder {
   }
 };
 
+// hwloc sees the GPU <-> NVSwitch links of an HGX-2 / DGX-2 but not the trunks between its two baseboards: the
+// NVSwitches fall into two groups serving disjoint GPU halves, with no NVLink between them. Each switch has 8 ports
+// to its counterpart on the other board (NVIDIA's DGX-2 architecture), so join them pairwise with 8 links at the
+// per-link bandwidth the file gives, marked assumed.
+void join_nvswitch_baseboards(Topology& t) {
+  constexpr int kTrunkLinks = 8;
+  std::map<std::vector<int>, std::vector<int>> switches_by_gpus;
+  double per_link = 0;
+  for (int sw : t.nodes_of(NodeKind::NvSwitch)) {
+    std::vector<int> gpus;
+    for (int li : t.links_of(sw)) {
+      const Link& l = t.links()[static_cast<std::size_t>(li)];
+      if (l.kind != LinkKind::NVLink) continue;
+      const int other = l.a == sw ? l.b : l.a;
+      if (t.node(other).kind != NodeKind::Gpu) return;  // switch-to-switch links are described: nothing to infer
+      gpus.push_back(other);
+      per_link = std::max(per_link, l.bandwidth_gbps / std::max(1, l.count));
+    }
+    if (gpus.empty()) continue;
+    std::sort(gpus.begin(), gpus.end());
+    switches_by_gpus[gpus].push_back(sw);
+  }
+  if (switches_by_gpus.size() != 2 || per_link <= 0) return;
+  const auto& a = switches_by_gpus.begin()->second;
+  const auto& b = std::next(switches_by_gpus.begin())->second;
+  const auto& ga = switches_by_gpus.begin()->first;
+  const auto& gb = std::next(switches_by_gpus.begin())->first;
+  std::vector<int> common;
+  std::set_intersection(ga.begin(), ga.end(), gb.begin(), gb.end(), std::back_inserter(common));
+  if (a.size() != b.size() || !common.empty()) return;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    Link l{a[i], b[i], LinkKind::NVLink, kTrunkLinks, 0, 0, kTrunkLinks * per_link, 0};
+    l.assumed = true;
+    t.add_link(l);
+  }
+}
+
 }  // namespace
 
 Topology parse_hwloc_xml(std::string_view text, const std::string& src) {
@@ -365,6 +403,7 @@ Topology parse_hwloc_xml(std::string_view text, const std::string& src) {
     mesh(b.t, b.numas, LinkKind::InterSocket, src, root.line);
   for (const auto& c : root.children)
     if (c.name == "distances2hetero" || c.name == "distances2") b.distances(c);
+  join_nvswitch_baseboards(b.t);
   return std::move(b.t);
 }
 

@@ -51,6 +51,7 @@ std::string to_json(const Topology& t) {
                      {"pcie_width", l.pcie_width},
                      {"bandwidth_gbps", l.bandwidth_gbps},
                      {"latency_us", l.latency_us}});
+    if (l.assumed) links.back()["assumed"] = true;  // written only when set: older files stay byte-identical
   }
   auto& decl = j["declared_paths"] = nlohmann::json::array();
   for (const auto& [k, c] : t.declared_path_classes())
@@ -152,6 +153,7 @@ Topology parse_json(std::string_view text, const std::string& src) {
       l.pcie_width = get_int(o.at("pcie_width"));
       l.bandwidth_gbps = o.at("bandwidth_gbps").get<double>();
       l.latency_us = o.at("latency_us").get<double>();
+      l.assumed = o.contains("assumed") && o.at("assumed").get<bool>();
       t.add_link(l);
     }
     for (const auto& d : j.at("declared_paths"))

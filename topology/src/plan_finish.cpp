@@ -81,14 +81,14 @@ std::string Plan::describe() const {
     const int a = ring[i], b = ring[(i + 1) % ring.size()];
     if (i < ring_edges.size()) {
       const EdgeMetric& m = ring_edges[i];
-      out += fmt::format("  {} -> {}: {} {} hop(s), {:.1f} GB/s, {:.1f} us\n", a, b, to_string(m.cls), m.hops,
-                         m.bandwidth_gbps, m.latency_us);
+      out += fmt::format("  {} -> {}: {} {} hop(s), {:.1f} GB/s{}, {:.1f} us\n", a, b, to_string(m.cls), m.hops,
+                         m.bandwidth_gbps, m.assumed ? " (assumed)" : "", m.latency_us);
     }
   }
   if (ranks <= 1) out += "single rank: no ring or tree traffic\n";
-  out += fmt::format("bottleneck: {:.1f} GB/s ({} edge(s)), total cost {:.0f}, max latency {:.1f} us\n",
-                     ring_score.bottleneck_gbps, ring_score.bottleneck_edges, ring_score.total_cost,
-                     ring_score.max_latency_us);
+  out += fmt::format("bottleneck: {:.1f} GB/s{} ({} edge(s)), total cost {:.0f}, max latency {:.1f} us\n",
+                     ring_score.bottleneck_gbps, bottleneck_assumed ? " (assumed)" : "", ring_score.bottleneck_edges,
+                     ring_score.total_cost, ring_score.max_latency_us);
   out += fmt::format("rank-order ring: bottleneck {:.1f} GB/s, total cost {:.0f}\n", identity_score.bottleneck_gbps,
                      identity_score.total_cost);
   out += fmt::format("tree 1 (root {}, depth {}):\n", trees.first.root, trees.first.depth());
@@ -97,7 +97,7 @@ std::string Plan::describe() const {
   out += tree_text(*this, trees.second);
   out +=
       fmt::format("tree bottleneck: {:.1f} GB/s, max latency {:.1f} us\n", tree_bottleneck_gbps, tree_max_latency_us);
-  out += "allreduce estimate:\n";
+  out += fmt::format("allreduce estimate{}:\n", bottleneck_assumed ? " (on an assumed bottleneck)" : "");
   for (double bytes : {8.0 * 1024, 1024.0 * 1024, 256.0 * 1024 * 1024}) {
     const std::string size = bytes >= 1024 * 1024 ? fmt::format("{:.0f} MiB", bytes / (1024 * 1024))
                                                   : fmt::format("{:.0f} KiB", bytes / 1024);
@@ -145,6 +145,9 @@ void finish_plan(Plan& plan, std::vector<int> ring, const std::vector<int>& host
   plan.ring_edges.clear();
   for (size_t i = 0; i < plan.ring.size() && plan.ring.size() > 1; ++i)
     plan.ring_edges.push_back(metric(plan.ring[i], plan.ring[(i + 1) % plan.ring.size()]));
+  plan.bottleneck_assumed = false;
+  for (const EdgeMetric& e : plan.ring_edges)
+    plan.bottleneck_assumed |= e.assumed && detail::bw_eq(e.bandwidth_gbps, plan.ring_score.bottleneck_gbps);
   plan.trees = hierarchical_trees(plan.ring, host);
   validate_tree(plan.trees.first, n);
   validate_tree(plan.trees.second, n);

@@ -42,7 +42,7 @@ int class_weight(PathClass c) {
 
 double class_default_bandwidth_gbps(PathClass c) {
   switch (c) {
-    case PathClass::LOC: return 1000;
+    case PathClass::LOC: return kAssumedSharedMemoryGbps;
     case PathClass::NVL: return 20;
     case PathClass::NVB: return 20;
     case PathClass::C2C: return 40;
@@ -74,14 +74,33 @@ double class_default_latency_us(PathClass c) {
   return 100.0;
 }
 
+namespace {
+bool cpu_device(NodeKind k) { return k == NodeKind::Numa || k == NodeKind::CpuPackage || k == NodeKind::Host; }
+}  // namespace
+
 EdgeMetric pair_metric(const Topology& t, int a, int b) {
   const PathInfo p = t.path(a, b);
   EdgeMetric m;
   m.cls = p.cls;
   m.hops = std::max(p.hops, 0);
   // NVLink paths: NVL declared by a matrix but routed through the graph keeps the NVLink bottleneck.
-  m.bandwidth_gbps = p.bottleneck_gbps > 0 ? p.bottleneck_gbps : class_default_bandwidth_gbps(p.cls);
-  if (p.cls == PathClass::LOC) m.bandwidth_gbps = class_default_bandwidth_gbps(PathClass::LOC);
+  m.bandwidth_gbps = p.bottleneck_gbps;
+  if (p.cls == PathClass::NVL) {
+    // Every link and switch plane at once, not the shortest route's one link.
+    const NvlinkFlow flow = nvlink_flow(t, a, b);
+    if (flow.gbps > m.bandwidth_gbps) {
+      m.bandwidth_gbps = flow.gbps;
+      m.assumed = flow.assumed;
+    }
+  }
+  if (m.bandwidth_gbps <= 0 || p.cls == PathClass::LOC) {
+    m.bandwidth_gbps = class_default_bandwidth_gbps(p.cls);
+    m.assumed = true;
+  }
+  if (cpu_device(t.node(a).kind) && cpu_device(t.node(b).kind) && m.bandwidth_gbps > kAssumedSharedMemoryGbps) {
+    m.bandwidth_gbps = kAssumedSharedMemoryGbps;  // ranks on CPUs move data by memory copies, whatever the path
+    m.assumed = true;
+  }
   m.latency_us = p.latency_us > 0 ? p.latency_us : class_default_latency_us(p.cls);
   m.cost = class_weight(p.cls) * 100.0 + m.hops;
   return m;
@@ -136,8 +155,8 @@ std::vector<RankPlacement> place_ranks(const Topology& t, int n) {
 
 namespace detail {
 
-// GB/s a host reaches the network with: its fastest NIC (the network link's bandwidth, else the port speed), 0 when
-// the model does not say.
+// GB/s a host reaches the network with: its NICs summed (multi-rail: NCCL spreads channels over the rails; each
+// NIC's network link bandwidth, else its port speed), 0 when the model does not say.
 std::vector<double> host_network_gbps(const Topology& t) {
   std::vector<double> bw(static_cast<size_t>(std::max(1, t.count(NodeKind::Host))), 0.0);
   for (const Link& l : t.links()) {
@@ -145,7 +164,7 @@ std::vector<double> host_network_gbps(const Topology& t) {
     const int end = t.node(l.a).kind == NodeKind::Network ? l.b : l.a;
     const double gbps = l.bandwidth_gbps > 0 ? l.bandwidth_gbps : t.node(end).speed_gbps / 8.0;
     auto& h = bw[static_cast<size_t>(std::min<int>(host_index_of(t, end), static_cast<int>(bw.size()) - 1))];
-    h = std::max(h, gbps);
+    h += gbps;
   }
   return bw;
 }
@@ -161,6 +180,7 @@ EdgeMetric cross_host_metric(const std::vector<double>& host_gbps, int ha, int h
   };
   const double a = at_host(ha), b = at_host(hb);
   m.bandwidth_gbps = a > 0 && b > 0 ? std::min(a, b) : class_default_bandwidth_gbps(PathClass::NET);
+  m.assumed = !(a > 0 && b > 0);
   m.latency_us = class_default_latency_us(PathClass::NET);
   m.cost = class_weight(PathClass::NET) * 100.0 + m.hops;
   return m;

@@ -26,8 +26,7 @@ void check_problem(const RingProblem& p);
 // The worst edge of a ring: the one after which to cut it into a path.
 std::size_t worst_edge(const RingProblem& p, const std::vector<int>& order);
 
-// GB/s a host reaches the network with: its fastest NIC (the network link's bandwidth, else the port speed), 0 when
-// the model does not say.
+// GB/s a host reaches the network with: its NICs summed (multi-rail), 0 when the model does not say.
 std::vector<double> host_network_gbps(const Topology& t);
 
 // Ranks on different hosts talk over the network, whatever route the graph has: NET at the slower host's network

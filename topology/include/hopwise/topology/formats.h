@@ -55,7 +55,9 @@ std::string to_json(const Topology& t);
 // GenuineIntel / family 6 / model 85, gpu sm 80. Throws InvalidArgument if the PCI tree is deeper than kMaxXmlDepth.
 std::string to_nccl_xml(const Topology& t);
 
-// Graphviz DOT (undirected), one vertex per node ("n<id>") labelled with its name, edges labelled with the link.
+// Graphviz DOT (undirected), one vertex per node ("n<id>") labelled with its name, edges labelled with the link;
+// laid out left to right. Two or more NVSwitches are drawn as one "nvswitch_fabric" vertex, each device's links to
+// them summed into one edge. plan_to_dot (planner.h) draws a plan over it.
 std::string to_dot(const Topology& t);
 
 void save_text(const std::string& path, const std::string& text);  // throws InvalidArgument on I/O errors

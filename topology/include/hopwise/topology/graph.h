@@ -72,6 +72,7 @@ struct Link {
   int pcie_width = 0;         // lanes, 0 unknown
   double bandwidth_gbps = 0;  // GB/s (bytes) one direction; 0 unknown
   double latency_us = 0;      // 0 unknown
+  bool assumed = false;       // bandwidth inferred by a reader (e.g. DGX-2 baseboard trunks), not read from the file
 };
 
 struct PathInfo {
@@ -88,6 +89,16 @@ double pcie_bandwidth_gbps(int gen, int width);
 // NV#, which names no GPU generation). The NCCL reader uses NCCL's per-SM figures instead (20 for SM70/80, 20.6 for
 // SM90, 40 for SM100), xGMI 50 per link; the hwloc reader takes NVLinkBandwidth/XGMIBandwidth matrices (MB/s).
 double nvlink_bandwidth_gbps(int count, int per_link_gbps = 25);
+
+// Bandwidth (GB/s, one direction) from a to b over NVLink through NVSwitches only: a max flow, so that parallel
+// links, bonded lanes and NVSwitch planes add up (a DGX-2 GPU has six 25 GB/s links, one per switch plane: 150).
+// `assumed` is set when the flow crosses a link whose bandwidth was inferred. 0 when there is no such route.
+struct NvlinkFlow {
+  double gbps = 0;
+  bool assumed = false;
+};
+class Topology;
+NvlinkFlow nvlink_flow(const Topology& t, int a, int b);
 
 class Topology {
  public:

@@ -39,7 +39,15 @@ struct EdgeMetric {
   double bandwidth_gbps = 0;  // the path's known bottleneck, else a per-class default (see class_default_*)
   double latency_us = 0;      // the path's known latency, else a per-class default
   double cost = 0;            // class weight * 100 + hops: what the ring minimises after the bottleneck
+  bool assumed = false;       // bandwidth_gbps is a default or an inferred figure, not one the model states
 };
+
+// GB/s of one hop that stays in host memory (two ranks on one device, or CPU ranks talking through shared
+// memory): assumed, not read from any file. One core's memcpy out of cache measures about 8 GB/s on the
+// development machines, and a hop through shared memory copies every byte twice (into the slot and out of it).
+inline constexpr double kAssumedSharedMemoryGbps = 4.0;
+// NVL pairs take the NVLink max flow (parallel links and NVSwitch planes summed); hops between CPU-side devices
+// (NUMA nodes, packages, hosts) are capped at kAssumedSharedMemoryGbps, since their data moves by memory copies.
 EdgeMetric pair_metric(const Topology& t, int device_a, int device_b);
 double class_default_bandwidth_gbps(PathClass c);
 double class_default_latency_us(PathClass c);
@@ -97,7 +105,8 @@ struct Plan {
   // (no links), through a switch or NVSwitch (every rank's way out is shared), or across hosts (one NIC path).
   std::vector<std::vector<int>> channels;
   RingScore ring_score;
-  bool exact = false;  // every level solved exactly
+  bool bottleneck_assumed = false;  // a ring edge at the bottleneck has an assumed bandwidth
+  bool exact = false;               // every level solved exactly
   std::vector<int> identity_ring_order;
   RingScore identity_score;  // the rank-order ring, for comparison
   DoubleTree trees;          // double binary tree across hosts, a chain within each host
@@ -120,5 +129,9 @@ DoubleTree hierarchical_trees(const std::vector<int>& ring, const std::vector<in
 
 Plan plan_collectives(const Topology& t, const std::vector<RankPlacement>& placement, const PlannerOptions& o = {});
 Plan plan_collectives(const RingProblem& p, const PlannerOptions& o = {});
+
+// to_dot's picture with the plan drawn over it: the ring as red arrows labelled 1, 2... in hop order,
+// the trees' edges that the ring does not draw as blue dashed arrows, each device labelled with its ranks.
+std::string plan_to_dot(const Topology& t, const Plan& plan);
 
 }  // namespace hopwise::topology
