@@ -65,7 +65,7 @@ bool launched_as_job() {
   return env::get_int("WORLD_SIZE", 1) > 1;
 }
 
-Launch detect_launch(bool own_store) {
+Launch detect_launch(bool own_store, JobRank given) {
   Launch l;
   const std::string forced = env::get_or("HOPWISE_TRANSPORT", "");
   if (!forced.empty()) {
@@ -75,7 +75,10 @@ Launch detect_launch(bool own_store) {
                                         fmt::join(names, " or ")));
   }
   const bool mpirun = under_mpirun();
-  const int rank = required_int("RANK", 0), size = required_int("WORLD_SIZE", 1);
+  // The caller's rank and size (a framework's arguments) win over the environment's, which is then not read.
+  const bool caller = given.given() && !mpirun;
+  const int rank = caller ? given.rank : required_int("RANK", 0),
+            size = caller ? given.size : required_int("WORLD_SIZE", 1);
   const bool ranked_env = rank >= 0 && size >= 1;
   if ((rank >= 0) != (size >= 1) && !mpirun)
     throw InvalidArgument("RANK and WORLD_SIZE must be set together (torchrun sets both)");

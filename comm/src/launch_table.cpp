@@ -219,7 +219,7 @@ std::unique_ptr<Transport> make_world_transport(const Launch& l, Store::Seconds 
 }
 
 std::unique_ptr<Transport> make_group_transport(const GroupRequest& request) {
-  const Launch l = detect_launch(request.store != nullptr);
+  const Launch l = detect_launch(request.store != nullptr, request.job);
   if (l.attempt == 0 || request.key.empty()) return transport_row(l.transport).make(l, request);
   // A framework's store may outlive a restart (torchrun's agent store does, holding the killed attempt's keys):
   // each attempt meets under names of its own.

@@ -23,8 +23,9 @@ namespace {
 // meets through torch's store (UCX).
 std::unique_ptr<comm::Transport> make_transport(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                                 double timeout_s, const std::string& group_id,
-                                                const std::vector<int64_t>& global_ranks) {
+                                                const std::vector<int64_t>& global_ranks, comm::JobRank job) {
   comm::GroupRequest request;
+  request.job = job;
   request.rank = rank;
   request.size = size;
   request.members.assign(global_ranks.begin(), global_ranks.end());
@@ -38,12 +39,13 @@ std::unique_ptr<comm::Transport> make_transport(c10::intrusive_ptr<c10d::Store> 
 
 HopwiseBackend::HopwiseBackend(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                std::chrono::duration<float> timeout, std::string group_id,
-                               std::vector<int64_t> global_ranks)
+                               std::vector<int64_t> global_ranks, int world_rank, int world_size)
     : c10d::Backend(rank, size), store_(store) {
   comm::Options options = translated([] { return comm::Options::from_env(); });
   if (!std::getenv("HOPWISE_TIMEOUT_S")) options.timeout_s = timeout.count();  // torch's, unless hopwise's is set
   timeout_ = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000));
-  auto transport = make_transport(std::move(store), rank, size, options.timeout_s, group_id, global_ranks);
+  auto transport = make_transport(std::move(store), rank, size, options.timeout_s, group_id, global_ranks,
+                                  comm::JobRank{world_rank, world_size});
   comm_ = translated([&] { return std::make_unique<comm::Communicator>(std::move(transport), options); });
   seq_.set_tracker([this](const c10::intrusive_ptr<HopwiseWork>& work) {
     std::lock_guard lock(works_mutex_);

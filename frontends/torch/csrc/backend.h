@@ -25,8 +25,10 @@ class HopwiseBackend final : public c10d::Backend {
  public:
   // Collective over the group's ranks. `global_ranks`: the group's members as ranks of the world (empty: the
   // world), as torch's extended creator API passes them.
+  // `world_rank`, `world_size`: this process in the job as init_process_group was told (-1: not known); outside
+  // mpirun they win over RANK/WORLD_SIZE.
   HopwiseBackend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::duration<float> timeout,
-                 std::string group_id, std::vector<int64_t> global_ranks);
+                 std::string group_id, std::vector<int64_t> global_ranks, int world_rank = -1, int world_size = -1);
   ~HopwiseBackend() override;
 
   const std::string getBackendName() const override { return "hopwise"; }

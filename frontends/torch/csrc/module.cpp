@@ -106,12 +106,14 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<HopwiseBackend, c10d::Backend, c10::intrusive_ptr<HopwiseBackend>>(m, "HopwiseBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       std::chrono::duration<float> timeout, std::string group_id, std::vector<int64_t> ranks) {
+                       std::chrono::duration<float> timeout, std::string group_id, std::vector<int64_t> ranks,
+                       int world_rank, int world_size) {
              return c10::make_intrusive<HopwiseBackend>(store, rank, size, timeout, std::move(group_id),
-                                                        std::move(ranks));
+                                                        std::move(ranks), world_rank, world_size);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("group_id") = "",
-           py::arg("global_ranks") = std::vector<int64_t>{}, py::call_guard<py::gil_scoped_release>());
+           py::arg("global_ranks") = std::vector<int64_t>{}, py::arg("world_rank") = -1, py::arg("world_size") = -1,
+           py::call_guard<py::gil_scoped_release>());
 
   m.def("_mpi_broadcast", &mpi_broadcast, py::arg("text"), py::call_guard<py::gil_scoped_release>(),
         "Rank 0's text on every rank of the mpirun job (collective over MPI_COMM_WORLD)");

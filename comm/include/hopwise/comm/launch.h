@@ -24,6 +24,13 @@
 
 namespace hopwise::comm {
 
+// This process's rank and the job's size as a framework was told them (torch's init_process_group(rank=,
+// world_size=)): outside mpirun they win over RANK/WORLD_SIZE, as gloo's do. -1: not given.
+struct JobRank {
+  int rank = -1, size = -1;
+  bool given() const { return rank >= 0 && size >= 1; }
+};
+
 struct Launch {
   std::string transport = "mpi";  // the TransportRow's name
   int rank = 0, size = 1;
@@ -43,6 +50,7 @@ struct GroupRequest {
   std::vector<int> members;      // the group's ranks in the job, in group-rank order; empty: the whole job
   std::shared_ptr<Store> store;  // where the members meet (a framework's own store); null: the launch's store
   std::string key;               // the group's name, alike on its members; empty: the next world's
+  JobRank job;                   // the framework's world rank and size, where it knows them (detect_launch)
   Store::Seconds timeout{300};
   bool whole_job(int job_size) const;  // no members, or every rank of the job in order
 };
@@ -72,10 +80,11 @@ std::vector<std::string> transport_names();
 // where it is malformed.
 std::string slurm_first_host(const std::string& nodelist);
 
+
 // Throws InvalidArgument naming the variable that is missing or malformed. `own_store`: the caller brings the store
 // its ranks meet through (a framework's): launched outside mpirun, the job then runs over a store-meeting transport
 // without needing a store address of its own.
-Launch detect_launch(bool own_store = false);
+Launch detect_launch(bool own_store = false, JobRank given = {});
 
 // The store named by `launch.store` (for tcp, rank 0 serves it, on the store host's address unless
 // HOPWISE_STORE_BIND says otherwise, checking HOPWISE_STORE_TOKEN), made on first use and shared by every world

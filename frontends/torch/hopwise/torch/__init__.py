@@ -56,9 +56,10 @@ _launch.register_rendezvous()
 def _create(opts, pg_options=None):
     """torch's creator (extended API): only the group's members call it, with their global ranks."""
     ranks = list(opts.global_ranks_in_group)
-    with _launch.launch_env(*_launch.world_rank_and_size(opts.group_rank, opts.group_size, ranks)):
-        return _C.HopwiseBackend(opts.store, opts.group_rank, opts.group_size, opts.timeout, str(opts.group_id),
-                                 ranks)
+    # The caller's rank and world size (init_process_group's arguments) win over RANK/WORLD_SIZE, as gloo's do.
+    world_rank, world_size = _launch.world_rank_and_size(opts.group_rank, opts.group_size, ranks)
+    return _C.HopwiseBackend(opts.store, opts.group_rank, opts.group_size, opts.timeout, str(opts.group_id), ranks,
+                             -1 if world_rank is None else world_rank, -1 if world_size is None else world_size)
 
 
 # One backend serves the group's CPU tensors, and its CUDA ones where the device communicator is built.

@@ -11,7 +11,6 @@ caller set, and arguments passed to init_process_group, win over all of this.
 import importlib
 import os
 import socket
-from contextlib import contextmanager
 from urllib.parse import parse_qs, urlparse
 
 import torch.distributed as dist
@@ -118,30 +117,7 @@ def register_rendezvous():
         _rendezvous._rendezvous_handlers["env"] = _env_rendezvous_handler
 
 
-# ---- the caller's rank and world size over the environment's ----
-
-@contextmanager
-def launch_env(rank, size):
-    """RANK and WORLD_SIZE as the caller gave them to init_process_group, while hopwise reads the environment
-    (outside mpirun): torch's arguments win over a stale or half-set environment (e.g. WORLD_SIZE exported without
-    RANK). Restored afterwards."""
-    if under_mpi() or rank is None:
-        yield
-        return
-    saved = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE")}
-    if saved == {"RANK": str(rank), "WORLD_SIZE": str(size)}:
-        yield
-        return
-    os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(size)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
+# ---- the caller's rank and world size, which win over the environment's (comm::JobRank) ----
 
 def world_rank_and_size(group_rank, group_size, global_ranks):
     """This process's rank and the world's size, from what torch hands the backend's creator."""
