@@ -80,7 +80,6 @@ std::vector<std::string> transport_names();
 // where it is malformed.
 std::string slurm_first_host(const std::string& nodelist);
 
-
 // Throws InvalidArgument naming the variable that is missing or malformed. `own_store`: the caller brings the store
 // its ranks meet through (a framework's): launched outside mpirun, the job then runs over a store-meeting transport
 // without needing a store address of its own.
