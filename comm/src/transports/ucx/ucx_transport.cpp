@@ -160,6 +160,8 @@ struct UcxTransport::State {
   std::unique_ptr<PosixSlots> slots;
   bool oversubscribed = false;
   bool abandoned = false;
+  // abandon()'s notes, left in flight (a note to a peer that is gone never completes): the destructor frees them.
+  std::vector<std::pair<ucp_worker_h, void*>> notes;
 
   void progress() {
     while (ucp_worker_progress(near->worker) != 0) {
@@ -355,6 +357,17 @@ UcxTransport::~UcxTransport() {
                   closing.end());
   }
   for (auto r : closing) ucp_request_free(r);
+  // abandon()'s notes: cancelled, given until the deadline to finish, and freed, so that UCX takes each back into its
+  // pool (one still in flight when its endpoint goes with the worker). Never freed, each was a "not returned to
+  // mpool ucp_requests" warning at ucp_worker_destroy on every survivor of a lost peer.
+  for (auto [worker, r] : s_->notes) ucp_request_cancel(worker, r);
+  const auto notes_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  for (auto [worker, r] : s_->notes) {
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && std::chrono::steady_clock::now() < notes_deadline)
+      s_->progress();
+    ucp_request_free(r);
+  }
+  s_->notes.clear();
   s_->single.reset();
   s_->slots.reset();
   s_->peers.clear();
@@ -383,8 +396,9 @@ void UcxTransport::abandon() {
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     try {
-      Request r = isend(&note, 1, q, algo::kTagGaveUp);
-      (void)r;  // left in flight: this transport is not waited on again
+      const Request r = isend(&note, 1, q, algo::kTagGaveUp);  // not waited on: this transport is done
+      if (r.active)
+        s_->notes.emplace_back(s_->peers[static_cast<std::size_t>(q)]->worker, reinterpret_cast<void*>(r.handle));
     } catch (const std::exception&) {
     }
   }
