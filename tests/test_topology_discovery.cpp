@@ -184,12 +184,13 @@ TEST(Cluster, HostsJoinedByTheNetworkAndRingCrossesEachOnce) {
     crossings += c.placement[static_cast<std::size_t>(plan.ring[i])].host !=
                  c.placement[static_cast<std::size_t>(plan.ring[(i + 1) % plan.ring.size()])].host;
   EXPECT_EQ(crossings, 2);
-  EXPECT_GT(plan.ring_score.bottleneck_gbps, plan.identity_score.bottleneck_gbps - 1e-9);
+  // Within a host the hops run at the assumed host-memory copy rate (4 GB/s), below the hosts' rails: the ring is
+  // chosen for its total cost (two network crossings instead of eight), not its narrowest hop.
   EXPECT_LT(plan.ring_score.total_cost, plan.identity_score.total_cost);
-  // The NICs' 200 Gb/s is the network hop's bandwidth.
+  // Each host's two 200 Gb/s NICs (one per socket) are rails of one link: 400 Gb/s, 50 GB/s.
   for (const auto& e : plan.ring_edges)
     if (e.cls == PathClass::NET) {
-      EXPECT_NEAR(e.bandwidth_gbps, 25.0, 1e-9);
+      EXPECT_NEAR(e.bandwidth_gbps, 50.0, 1e-9);
     }
 }
 

@@ -15,23 +15,38 @@ namespace hopwise::topology {
 NvlinkFlow nvlink_flow(const Topology& t, int a, int b) {
   NvlinkFlow out;
   if (a == b) return out;
-  // Vertices: a, b and the NVSwitches (a route through another GPU is NVB, not a flow of a's own links).
+  // Vertices: a, b and the NVSwitches a's NVLinks reach through other switches (a route through another GPU is
+  // NVB, not a flow of a's own links). Only those: a cluster of many hosts has thousands of switches, and every
+  // pair of GPUs asks.
   std::map<int, int> vertex;
   auto vertex_of = [&](int id) {
     auto [it, added] = vertex.emplace(id, static_cast<int>(vertex.size()));
     return it->second;
   };
   const int s = vertex_of(a), d = vertex_of(b);
-  for (int id : t.nodes_of(NodeKind::NvSwitch)) vertex_of(id);
+  std::vector<int> links, frontier{a};  // a few dozen at most: searched, not indexed by the cluster's link count
+  while (!frontier.empty()) {
+    const int id = frontier.back();
+    frontier.pop_back();
+    for (int li : t.links_of(id)) {
+      const Link& l = t.links()[static_cast<std::size_t>(li)];
+      if (l.kind != LinkKind::NVLink || l.bandwidth_gbps <= 0) continue;
+      if (std::find(links.begin(), links.end(), li) != links.end()) continue;
+      const int other = l.a == id ? l.b : l.a;
+      const bool is_switch = t.node(other).kind == NodeKind::NvSwitch;
+      if (!is_switch && other != a && other != b) continue;
+      links.push_back(li);
+      if (is_switch && vertex.find(other) == vertex.end()) frontier.push_back(other);
+      vertex_of(other);
+    }
+  }
   const std::size_t n = vertex.size();
   // Residual capacities; parallel links between one pair add up. Each link carries its bandwidth each way.
   std::vector<std::vector<double>> cap(n, std::vector<double>(n, 0.0));
   std::vector<std::vector<char>> assumed(n, std::vector<char>(n, 0));
-  for (const Link& l : t.links()) {
-    if (l.kind != LinkKind::NVLink || l.bandwidth_gbps <= 0) continue;
-    auto ia = vertex.find(l.a), ib = vertex.find(l.b);
-    if (ia == vertex.end() || ib == vertex.end()) continue;
-    const auto u = static_cast<std::size_t>(ia->second), v = static_cast<std::size_t>(ib->second);
+  for (int li : links) {
+    const Link& l = t.links()[static_cast<std::size_t>(li)];
+    const auto u = static_cast<std::size_t>(vertex.at(l.a)), v = static_cast<std::size_t>(vertex.at(l.b));
     cap[u][v] += l.bandwidth_gbps;
     cap[v][u] += l.bandwidth_gbps;
     assumed[u][v] = assumed[v][u] = assumed[u][v] || l.assumed;
