@@ -1,7 +1,7 @@
 """One rank of the backend's failure and API checks (tests/python/test_torch_backend.py runs it).
 
   stopped   rank 1 stops itself (SIGSTOP) before an all_reduce: the others fail within HOPWISE_TIMEOUT_S naming it
-  mismatch  under HOPWISE_DEBUG=CHECK, rank 0 all-reduces 10 elements, the others 12: every rank says so
+  mismatch  rank 0 all-reduces 10 elements, the others 12: checked by default (and by HOPWISE_DEBUG=CHECK), every rank says so
   bad       unsupported dtypes, ops and arguments: a ValueError naming what was wrong, and the group still works
   api       plan() and stats() of a hopwise group; plan() of a gloo group is refused by name
   barrier   ranks 2 and 3 of 4 never come: barrier(timeout=) and monitored_barrier (first missing rank, and with

@@ -129,6 +129,15 @@ def test_mismatched_shapes_under_check():
     assert rc != 0 and sorted(said) == ["0", "1"], out[-6000:]
 
 
+@pytest.mark.parametrize("how", ["torchrun", "mpirun"])
+def test_mismatched_shapes_checked_by_default(how):
+    """No option set: the default call check names the count each rank passed (before it, the ranks exchanged
+    whatever bytes matched)."""
+    rc, out = launch(how, 2, "faults_worker.py", "mismatch")
+    said = lines(out, r"rank (\d): FAILED after \d+\.\d s: .*?checked by default.*?count: 10 on rank 0, 12 on rank 1")
+    assert rc != 0 and said, out[-6000:]  # the launcher may end the other rank before it says so
+
+
 def test_stopped_rank_is_named_within_the_timeout():
     rc, out = launch("spawn", 3, "faults_worker.py", "stopped", env={"HOPWISE_TIMEOUT_S": "5"}, timeout=120)
     # Not greedy: two ranks' lines can arrive run together (one rank's newline after the other's text).
