@@ -159,13 +159,31 @@ void StampedTransport::check_before_receiving(int peer) {
   check(*in);
 }
 
-void StampedTransport::wait_all(std::span<Request> reqs) {
-  int last = -1;
-  for (const Request& r : reqs)
-    if (r.active && r.is_recv && r.peer != last) {
-      check_before_receiving(r.peer);
-      last = r.peer;
+// As the transport's own wait does when it gives up: the requests are withdrawn and left inactive, so that a caller
+// holding them in a plain array (the barrier) has nothing left to free and no late message lands in its buffer.
+void StampedTransport::withdraw(std::span<Request> reqs) {
+  for (Request& r : reqs)
+    if (r.active) {
+      try {
+        inner_.cancel(r);
+      } catch (const std::exception&) {
+      }
+      r.active = false;
     }
+}
+
+void StampedTransport::wait_all(std::span<Request> reqs) {
+  try {
+    int last = -1;
+    for (const Request& r : reqs)
+      if (r.active && r.is_recv && r.peer != last) {
+        check_before_receiving(r.peer);
+        last = r.peer;
+      }
+  } catch (...) {
+    withdraw(reqs);  // the stamp's wait timed out, or the stamp differs: the data is not waited for
+    throw;
+  }
   inner_.wait_all(reqs);
 }
 
@@ -177,7 +195,12 @@ bool StampedTransport::test(Request& r) {
       if (!in->checked && !in->claimed) {
         if (!inner_.test(in->req)) return false;  // the data may be in, but not reported before its stamp is checked
         in->checked = true;
-        check(*in);
+        try {
+          check(*in);
+        } catch (...) {
+          withdraw(std::span<Request>(&r, 1));
+          throw;
+        }
       }
     }
   }

@@ -80,6 +80,7 @@ class StampedTransport final : public Transport {
   Incoming* post_stamp_recv(int peer);    // under mu_
   void check_before_receiving(int peer);  // waits for the peer's stamp if none has been checked, and checks it
   void check(const Incoming& in);
+  void withdraw(std::span<Request> reqs);  // cancels the active ones and leaves them inactive
 
   Transport& inner_;
   std::unique_ptr<CallStamp>
