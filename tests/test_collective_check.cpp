@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -215,21 +216,27 @@ TEST(TimeoutExplained, EveryRankNamesTheRankThatNeverCalled) {
         << what[static_cast<std::size_t>(r)];
 }
 
-// Different collectives on two ranks, through the ring's messages: the default call check names them at once.
-TEST(DefaultCallCheck, DifferentCollectivesAreNamedAtOnce) {
+// Rank 0 runs `call0`, rank 1 `call1`, over the in-process ring; returns the InvalidArgument each raised ("" none).
+std::vector<std::string> two_ranks_calling(const std::function<void(hc::Communicator&)>& call0,
+                                           const std::function<void(hc::Communicator&)>& call1) {
   Group g(2, test_options(hc::Algorithm::kRing, 256 << 10, 30));
   std::vector<std::string> what(2);
   g.run([&](int r, hc::Communicator& c) {
-    std::vector<float> v(1024), all(2048);
     try {
-      if (r == 0)
-        c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
-      else
-        c.allgather(v.data(), all.data(), v.size(), DataType::kFloat32);
+      (r == 0 ? call0 : call1)(c);
     } catch (const hopwise::InvalidArgument& e) {
       what[static_cast<std::size_t>(r)] = e.what();
     }
   });
+  return what;
+}
+
+// Different collectives on two ranks, through the ring's messages: the default call check names them at once.
+TEST(DefaultCallCheck, DifferentCollectivesAreNamedAtOnce) {
+  std::vector<float> v0(1024), v1(1024), all(2048);
+  const auto what = two_ranks_calling(
+      [&](hc::Communicator& c) { c.allreduce(v0.data(), v0.data(), v0.size(), DataType::kFloat32, ReduceOp::kSum); },
+      [&](hc::Communicator& c) { c.allgather(v1.data(), all.data(), v1.size(), DataType::kFloat32); });
   for (const auto& w : what) {
     EXPECT_NE(w.find("checked by default"), std::string::npos) << w;
     EXPECT_NE(w.find("ranks 0,1 disagree; collective: allreduce on rank 0, allgather on rank 1"), std::string::npos)
@@ -237,22 +244,13 @@ TEST(DefaultCallCheck, DifferentCollectivesAreNamedAtOnce) {
   }
 }
 
-// The same count of a different dtype: without the check a float32 rank took a float64 peer's bytes as floats.
+// The same bytes as another dtype: without the check a float32 rank took a float64 peer's bytes as floats.
 TEST(DefaultCallCheck, DtypeNamedWhereTheBytesWouldMatch) {
-  Group g(2, test_options(hc::Algorithm::kRing, 256 << 10, 30));
-  std::vector<std::string> what(2);
-  g.run([&](int r, hc::Communicator& c) {
-    std::vector<double> d(4, 1.0);
-    std::vector<float> f(8, 1.0f);  // the same bytes
-    try {
-      if (r == 0)
-        c.allreduce(d.data(), d.data(), d.size(), DataType::kFloat64, ReduceOp::kSum);
-      else
-        c.allreduce(f.data(), f.data(), f.size(), DataType::kFloat32, ReduceOp::kSum);
-    } catch (const hopwise::InvalidArgument& e) {
-      what[static_cast<std::size_t>(r)] = e.what();
-    }
-  });
+  std::vector<double> d(4, 1.0);
+  std::vector<float> f(8, 1.0f);
+  const auto what = two_ranks_calling(
+      [&](hc::Communicator& c) { c.allreduce(d.data(), d.data(), d.size(), DataType::kFloat64, ReduceOp::kSum); },
+      [&](hc::Communicator& c) { c.allreduce(f.data(), f.data(), f.size(), DataType::kFloat32, ReduceOp::kSum); });
   for (const auto& w : what) EXPECT_NE(w.find("dtype: float64 on rank 0, float32 on rank 1"), std::string::npos) << w;
 }
 

@@ -93,9 +93,12 @@ void detail::CommunicatorImpl::run(Task& t, const TuningChoice& choice) {
     if (!stamped) stamped = std::make_unique<StampedTransport>(*transport);
     st = stamped.get();
   }
-  CallStamp stamp = task_stamp;
-  stamp.part = task_stamp.part++;
-  stamp.algorithm = static_cast<std::int32_t>(choice.algorithm);
+  CallStamp stamp;
+  if (st) {
+    stamp = task_stamp;
+    stamp.part = task_stamp.part++;
+    stamp.algorithm = static_cast<std::int32_t>(choice.algorithm);
+  }
   StampedRun stamped_run(st, stamp);
   AlgorithmContext ctx{st ? static_cast<Transport&>(*st) : *transport,
                        choice.chunk_bytes ? choice.chunk_bytes : options.chunk_bytes, plan.ring, &workspace, &plan};

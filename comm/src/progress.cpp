@@ -64,7 +64,9 @@ std::exception_ptr detail::CommunicatorImpl::execute(Task& t) {
     if (!broken.empty())
       throw Error(fmt::format("communicator is unusable after an earlier error ({}); create a new one", broken));
     // Numbered before the tuner's choice: its agreement among the ranks is a run of this call too.
-    task_stamp = stamp_of({t.kind, t.count, t.dt, t.op, t.root, Algorithm::kAuto, t.compression}, ++tasks);
+    ++tasks;
+    if (options.stamp_calls)  // off: no hashing of the codec's name on every call
+      task_stamp = stamp_of({t.kind, t.count, t.dt, t.op, t.root, Algorithm::kAuto, t.compression}, tasks);
     // A composite call chooses for each of its plain collectives; its own entry names the cost model's pick.
     const Selected s =
         t.job ? Selected{{model_choice(t.kind, t.count * dtype_size(t.dt)), 0, 0}} : select(t.kind, t.count, t.dt);
