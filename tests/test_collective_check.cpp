@@ -3,11 +3,18 @@
 // ranks that disagree; a rank that never calls is named by every other rank's timeout.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "../comm/src/algorithms/algorithms.h"
+#include "hopwise/comm/transports/inproc_transport.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/powersgd.h"
 #include "inproc_group.h"
@@ -252,6 +259,97 @@ TEST(DefaultCallCheck, DtypeNamedWhereTheBytesWouldMatch) {
       [&](hc::Communicator& c) { c.allreduce(d.data(), d.data(), d.size(), DataType::kFloat64, ReduceOp::kSum); },
       [&](hc::Communicator& c) { c.allreduce(f.data(), f.data(), f.size(), DataType::kFloat32, ReduceOp::kSum); });
   for (const auto& w : what) EXPECT_NE(w.find("dtype: float64 on rank 0, float32 on rank 1"), std::string::npos) << w;
+}
+
+// Counts the messages a rank sends, and those on the call stamps' tag.
+class CountingTransport final : public hc::Transport {
+ public:
+  explicit CountingTransport(std::unique_ptr<hc::Transport> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string name() const override { return inner_->name(); }
+  hc::Request isend(const void* buf, std::size_t bytes, int peer, int tag) override {
+    ++sends;
+    if (tag == hc::algo::kTagStamp) ++on_stamp_tag;
+    return inner_->isend(buf, bytes, peer, tag);
+  }
+  hc::Request irecv(void* buf, std::size_t bytes, int peer, int tag) override {
+    return inner_->irecv(buf, bytes, peer, tag);
+  }
+  void wait_all(std::span<hc::Request> reqs) override {
+    inner_->set_timeout(timeout());
+    inner_->wait_all(reqs);
+  }
+  bool test(hc::Request& r) override { return inner_->test(r); }
+  void cancel(hc::Request& r) override { inner_->cancel(r); }
+  std::atomic<int> sends{0}, on_stamp_tag{0};
+
+ private:
+  std::unique_ptr<hc::Transport> inner_;
+};
+
+// Messages per allreduce and rank over `algo` (n ranks, `count` floats each), checking the sums.
+std::pair<double, double> messages_per_call(int n, hc::Algorithm algo, std::size_t count) {
+  auto world = hc::make_inprocess_world(n);
+  std::vector<CountingTransport*> counted;
+  std::vector<std::unique_ptr<hc::Communicator>> comms;
+  for (int r = 0; r < n; ++r) {
+    auto t = std::make_unique<CountingTransport>(std::make_unique<hc::InProcessTransport>(world, r));
+    counted.push_back(t.get());
+    comms.push_back(std::make_unique<hc::Communicator>(std::move(t), test_options(algo)));
+  }
+  constexpr int kCalls = 5;
+  const auto errors = hwtest::on_threads(n, [&](int r) {
+    for (int call = 0; call < kCalls; ++call) {
+      std::vector<float> v(count, static_cast<float>(r + call));
+      comms[static_cast<std::size_t>(r)]->allreduce(v.data(), v.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      const float want = static_cast<float>(n * (n - 1) / 2 + n * call);
+      for (float x : v)
+        if (x != want) throw std::runtime_error(fmt::format("call {}: {} where the sum is {}", call, x, want));
+    }
+  });
+  EXPECT_EQ(hwtest::joined_errors(errors), "");
+  return {static_cast<double>(counted[0]->sends) / kCalls, static_cast<double>(counted[0]->on_stamp_tag) / kCalls};
+}
+
+// A small call's stamp costs no message: it leads the first message to each peer. A large call sends it alone.
+TEST(DefaultCallCheck, SmallCallsCarryTheStampInTheirFirstMessage) {
+  // Ring, 2 ranks: one reduce-scatter and one allgather message per call, to the one peer.
+  EXPECT_EQ(messages_per_call(2, hc::Algorithm::kRing, 1024), std::make_pair(2.0, 1.0));
+  // Halving-doubling, 4 ranks: two rounds each way, with two partners.
+  EXPECT_EQ(messages_per_call(4, hc::Algorithm::kHalvingDoubling, 1000), std::make_pair(4.0, 2.0));
+  // 256 KiB: the two data messages and the stamp's own.
+  EXPECT_EQ(messages_per_call(2, hc::Algorithm::kRing, 1 << 16), std::make_pair(3.0, 1.0));
+}
+
+TEST(DefaultCallCheck, SmallCallsOfDifferentCountsAreNamed) {
+  std::vector<float> a(1001), b(1001);
+  const auto what = two_ranks_calling(
+      [&](hc::Communicator& c) { c.allreduce(a.data(), a.data(), 1000, DataType::kFloat32, ReduceOp::kSum); },
+      [&](hc::Communicator& c) { c.allreduce(b.data(), b.data(), 1001, DataType::kFloat32, ReduceOp::kSum); });
+  for (const auto& w : what) EXPECT_NE(w.find("count: 1000 on rank 0, 1001 on rank 1"), std::string::npos) << w;
+}
+
+// One rank's call small (its stamp in its first message), the other's large (its stamp alone): the stamps still
+// meet on their tag, and the rank that compares them names the count; neither waits for its timeout.
+TEST(DefaultCallCheck, SmallAgainstLargeCallIsNamed) {
+  Group g(2, test_options(hc::Algorithm::kRing, 256 << 10, 20));
+  std::vector<std::string> what(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  g.run([&](int r, hc::Communicator& c) {
+    std::vector<float> v(100000);
+    try {
+      c.allreduce(v.data(), v.data(), r == 0 ? 1000 : v.size(), DataType::kFloat32, ReduceOp::kSum);
+    } catch (const hopwise::Error& e) {
+      what[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
+  EXPECT_TRUE(what[0].find("count: 1000 on rank 0, 100000 on rank 1") != std::string::npos ||
+              what[1].find("count: 1000 on rank 0, 100000 on rank 1") != std::string::npos)
+      << what[0] << "\n" << what[1];
+  EXPECT_NE(what[0], "");
+  EXPECT_NE(what[1], "");
 }
 
 TEST(TimeoutExplained, NoRankMissingMeansTheyWaitOnEachOther) {

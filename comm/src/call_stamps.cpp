@@ -83,29 +83,42 @@ void throw_stamp_mismatch(Transport& t, const std::string& why) {
   throw InvalidArgument(why);
 }
 
+namespace {
+// Room for what a header's message may hold: a small call's first message (its receives may be smaller, when the
+// calls differ) is received whole, so that the stamp names the difference rather than an overflow.
+constexpr std::size_t kHeadRoom = sizeof(StampedTransport::Header) + 2 * StampedTransport::kCarryCallBytes;
+}  // namespace
+
 StampedTransport::StampedTransport(Transport& inner)
     : inner_(inner),
-      sending_(std::make_unique<CallStamp>()),
+      sending_(std::make_unique<Header>()),
       sent_epoch_(static_cast<std::size_t>(inner.size()), 0),
       recv_epoch_(static_cast<std::size_t>(inner.size()), 0),
       incoming_of_(static_cast<std::size_t>(inner.size()), nullptr) {}
 
 StampedTransport::~StampedTransport() { abort(); }
 
-void StampedTransport::begin(const CallStamp& stamp) {
+char* StampedTransport::Staging::get(std::size_t n) {
+  if (n > capacity) {
+    bytes.reset(new char[n]);
+    capacity = n;
+  }
+  return bytes.get();
+}
+
+void StampedTransport::begin(const CallStamp& stamp, bool carry) {
   std::lock_guard lock(mu_);
   ++epoch_;
-  *sending_ = stamp;
+  *sending_ = Header{stamp, 0, algo::kTagStamp, kHeaderMagic};
+  carry_ = carry;
   sends_.clear();
-  used_ = 0;
+  used_ = carried_used_ = copies_used_ = 0;
+  carried_of_.clear();
   set_timeout(inner_.timeout());
 }
 
 void StampedTransport::post_stamp_send(int peer) {
-  auto& e = sent_epoch_[static_cast<std::size_t>(peer)];
-  if (e == epoch_) return;
-  e = epoch_;
-  sends_.push_back(inner_.isend(sending_.get(), sizeof(CallStamp), peer, algo::kTagStamp));
+  sends_.push_back(inner_.isend(sending_.get(), sizeof(Header), peer, algo::kTagStamp));
 }
 
 StampedTransport::Incoming* StampedTransport::post_stamp_recv(int peer) {
@@ -115,31 +128,102 @@ StampedTransport::Incoming* StampedTransport::post_stamp_recv(int peer) {
   e = epoch_;
   if (used_ == pool_.size()) pool_.push_back(std::make_unique<Incoming>());
   in = pool_[used_++].get();
-  *in = Incoming{};
   in->peer = peer;
-  in->req = inner_.irecv(&in->theirs, sizeof(CallStamp), peer, algo::kTagStamp);
+  in->claimed = in->checked = false;
+  char* room = in->theirs.get(kHeadRoom);
+  std::memset(room, 0, sizeof(Header));
+  in->req = inner_.irecv(room, kHeadRoom, peer, algo::kTagStamp);
   return in;
 }
 
 Request StampedTransport::isend(const void* buf, std::size_t bytes, int peer, int tag) {
+  Staging* copy = nullptr;
   {
     std::lock_guard lock(mu_);
-    post_stamp_send(peer);
+    auto& e = sent_epoch_[static_cast<std::size_t>(peer)];
+    if (e == epoch_) return inner_.isend(buf, bytes, peer, tag);
+    e = epoch_;
+    if (!carry_) {
+      post_stamp_send(peer);
+      return inner_.isend(buf, bytes, peer, tag);
+    }
+    if (copies_used_ == copies_.size()) copies_.push_back(std::make_unique<Staging>());
+    copy = copies_[copies_used_++].get();
   }
-  return inner_.isend(buf, bytes, peer, tag);
+  // A small call: the first message itself, led by the header, on the stamp's tag.
+  char* out = copy->get(sizeof(Header) + bytes);
+  const Header h{sending_->stamp, bytes, tag, kHeaderMagic | kCarried};
+  std::memcpy(out, &h, sizeof h);
+  if (bytes != 0) std::memcpy(out + sizeof h, buf, bytes);
+  return inner_.isend(out, sizeof h + bytes, peer, algo::kTagStamp);
 }
 
 Request StampedTransport::irecv(void* buf, std::size_t bytes, int peer, int tag) {
+  Carried* c = nullptr;
   {
     std::lock_guard lock(mu_);
-    post_stamp_recv(peer);
+    auto& e = recv_epoch_[static_cast<std::size_t>(peer)];
+    if (!carry_) {
+      post_stamp_recv(peer);
+      return inner_.irecv(buf, bytes, peer, tag);
+    }
+    if (e == epoch_) return inner_.irecv(buf, bytes, peer, tag);
+    e = epoch_;
+    if (carried_used_ == carried_pool_.size()) carried_pool_.push_back(std::make_unique<Carried>());
+    c = carried_pool_[carried_used_++].get();
   }
-  return inner_.irecv(buf, bytes, peer, tag);
+  const std::size_t room = std::max(kHeadRoom, sizeof(Header) + bytes);
+  char* in = c->staging.get(room);
+  std::memset(in, 0, sizeof(Header));
+  c->dst = buf;
+  c->capacity = bytes;
+  c->peer = peer;
+  c->tag = tag;
+  Request r = inner_.irecv(in, room, peer, algo::kTagStamp);
+  std::lock_guard lock(mu_);
+  carried_of_[r.handle] = c;
+  return r;
+}
+
+void StampedTransport::check_header(int peer, const Header& h) {
+  if ((h.flags & ~kCarried) != kHeaderMagic)
+    throw_stamp_mismatch(inner_, fmt::format("rank {}'s message on the call stamps' tag carries no stamp (checked by "
+                                             "default): HOPWISE_CALL_CHECK must be the same on every rank",
+                                             peer));
+  const std::string why = describe_stamps({sending_->stamp, h.stamp}, {inner_.rank(), peer});
+  if (!why.empty()) throw_stamp_mismatch(inner_, why);
 }
 
 void StampedTransport::check(const Incoming& in) {
-  const std::string why = describe_stamps({*sending_, in.theirs}, {inner_.rank(), in.peer});
-  if (!why.empty()) throw_stamp_mismatch(inner_, why);
+  Header h;
+  std::memcpy(&h, in.theirs.bytes.get(), sizeof h);
+  check_header(in.peer, h);
+  if ((h.flags & kCarried) != 0)
+    throw_stamp_mismatch(inner_, fmt::format("internal: rank {} sent call {} as a small call, this rank as a large "
+                                             "one; run with HOPWISE_CALL_CHECK=0 and report this",
+                                             in.peer, call_text(h.stamp)));
+}
+
+void StampedTransport::deliver(const Carried& c) {
+  Header h;
+  std::memcpy(&h, c.staging.bytes.get(), sizeof h);
+  check_header(c.peer, h);
+  // The same call on both ranks: its first message here must be the first receive there.
+  if ((h.flags & kCarried) == 0 || h.tag != c.tag || h.bytes > c.capacity)
+    throw_stamp_mismatch(inner_, fmt::format("internal: call {}'s first message from rank {} has tag {} and {} bytes "
+                                             "where this rank receives tag {}, {} bytes first; run with "
+                                             "HOPWISE_CALL_CHECK=0 and report this",
+                                             call_text(h.stamp), c.peer, h.tag, h.bytes, c.tag, c.capacity));
+  if (h.bytes != 0) std::memcpy(c.dst, c.staging.bytes.get() + sizeof h, h.bytes);
+}
+
+StampedTransport::Carried* StampedTransport::take_carried(const Request& r) {
+  if (!r.active || !r.is_recv) return nullptr;
+  auto it = carried_of_.find(r.handle);
+  if (it == carried_of_.end()) return nullptr;
+  Carried* c = it->second;
+  carried_of_.erase(it);
+  return c;
 }
 
 void StampedTransport::check_before_receiving(int peer) {
@@ -148,10 +232,10 @@ void StampedTransport::check_before_receiving(int peer) {
     std::lock_guard lock(mu_);
     if (recv_epoch_[static_cast<std::size_t>(peer)] != epoch_) return;
     in = incoming_of_[static_cast<std::size_t>(peer)];
-    if (in->checked || in->claimed) return;  // another channel's thread waits for it
-    in->claimed = true;                      // from here only this thread touches *in until the run ends
+    if (in == nullptr || in->checked || in->claimed) return;  // another channel's thread waits for it
+    in->claimed = true;  // from here only this thread touches *in until the run ends
   }
-  // The stamp is posted beside the data and arrives with it: waiting here adds no round trip. (A timeout leaves
+  // The header is posted beside the data and arrives with it: waiting here adds no round trip. (A timeout leaves
   // the request inactive, as for any wait.)
   inner_.wait(in->req);
   std::lock_guard lock(mu_);
@@ -172,7 +256,27 @@ void StampedTransport::withdraw(std::span<Request> reqs) {
     }
 }
 
+void StampedTransport::carried_wait_all(std::span<Request> reqs) {
+  constexpr std::size_t kInline = 16;
+  Carried* inline_staged[kInline];
+  std::vector<Carried*> many;
+  Carried** staged = inline_staged;
+  if (reqs.size() > kInline) {
+    many.resize(reqs.size());
+    staged = many.data();
+  }
+  {
+    // Taken before the wait: once complete, a request's handle may be reused by another receive.
+    std::lock_guard lock(mu_);
+    for (std::size_t i = 0; i < reqs.size(); ++i) staged[i] = take_carried(reqs[i]);
+  }
+  inner_.wait_all(reqs);
+  for (std::size_t i = 0; i < reqs.size(); ++i)
+    if (staged[i]) deliver(*staged[i]);
+}
+
 void StampedTransport::wait_all(std::span<Request> reqs) {
+  if (carry_) return carried_wait_all(reqs);
   try {
     int last = -1;
     for (const Request& r : reqs)
@@ -188,6 +292,20 @@ void StampedTransport::wait_all(std::span<Request> reqs) {
 }
 
 bool StampedTransport::test(Request& r) {
+  if (carry_) {
+    Carried* c = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      c = take_carried(r);
+    }
+    const bool done = inner_.test(r);
+    if (c && !done) {
+      std::lock_guard lock(mu_);
+      carried_of_[r.handle] = c;  // still pending: tested again later
+    }
+    if (c && done) deliver(*c);
+    return done;
+  }
   if (r.active && r.is_recv) {
     std::unique_lock lock(mu_);
     if (recv_epoch_[static_cast<std::size_t>(r.peer)] == epoch_) {
@@ -210,20 +328,24 @@ bool StampedTransport::test(Request& r) {
 void StampedTransport::exchange_with(int from, int to) {
   {
     std::lock_guard lock(mu_);
-    post_stamp_send(to);
+    auto& e = sent_epoch_[static_cast<std::size_t>(to)];
+    if (e != epoch_) {
+      e = epoch_;
+      post_stamp_send(to);
+    }
     post_stamp_recv(from);
   }
   check_before_receiving(from);
 }
 
 void StampedTransport::end() {
-  // Every peer that sent data here sent its stamp first; one whose data this run never waited on is checked now.
+  // Every peer that sent data here sent its header first; one whose data this run never waited on is checked now.
   for (std::size_t i = 0; i < used_; ++i)
     if (!pool_[i]->checked) check_before_receiving(pool_[i]->peer);
   std::lock_guard lock(mu_);
   inner_.wait_all(sends_);  // small, eager: already gone
   sends_.clear();
-  used_ = 0;
+  used_ = carried_used_ = copies_used_ = 0;  // the caller waited for its sends: the copies are free again
 }
 
 void StampedTransport::abort() {
@@ -244,14 +366,18 @@ void StampedTransport::abort() {
       } catch (const std::exception&) {
       }
     }
-  // A withdrawn send may still read its buffer: leave that one to it and stamp later runs from a new one.
+  // A withdrawn send may still read its buffer: leave that one to it and send later headers from a new one.
   if (in_flight) {
-    auto next = std::make_unique<CallStamp>(*sending_);
+    auto next = std::make_unique<Header>(*sending_);
     (void)sending_.release();
     sending_ = std::move(next);
   }
+  // The same for a small call's first messages (their sends were the caller's to wait for or withdraw).
+  for (std::size_t i = 0; i < copies_used_; ++i) (void)copies_[i]->bytes.release();
+  copies_.erase(copies_.begin(), copies_.begin() + static_cast<std::ptrdiff_t>(copies_used_));
   sends_.clear();
-  used_ = 0;
+  used_ = carried_used_ = copies_used_ = 0;
+  carried_of_.clear();
 }
 
 void algo::throw_slot_stamps_differ(Transport& t, SharedSlots& sh, std::uint64_t seq) {

@@ -99,12 +99,18 @@ void detail::CommunicatorImpl::run(Task& t, const TuningChoice& choice) {
     stamp.part = task_stamp.part++;
     stamp.algorithm = static_cast<std::int32_t>(choice.algorithm);
   }
-  StampedRun stamped_run(st, stamp);
+  const AlgorithmInfo& row = algorithm_info(choice.algorithm);
+  // A small call's stamp rides in its first message to each peer where the row sends and receives them in one
+  // order (not its ring channels side by side).
+  const std::size_t blocks = t.kind == Collective::kAllgather || t.kind == Collective::kReduceScatter ? p() : 1;
+  const bool side_by_side = row.channels && choice.channels != 1 && plan.channels.size() > 1;
+  const bool carry =
+      row.one_order && !side_by_side && t.count <= StampedTransport::kCarryCallBytes / es / blocks;
+  StampedRun stamped_run(st, stamp, carry);
   AlgorithmContext ctx{st ? static_cast<Transport&>(*st) : *transport,
                        choice.chunk_bytes ? choice.chunk_bytes : options.chunk_bytes, plan.ring, &workspace, &plan};
   ctx.one_channel = choice.channels == 1;
   ctx.send_window = ring_send_window();
-  const AlgorithmInfo& row = algorithm_info(choice.algorithm);
   ctx.first_tag = row.first_tag;
   // A library's own collective moves no messages of ours: compare with the ring's neighbours first.
   if (st && row.needs_native) st->exchange_with((transport->rank() + p() - 1) % p(), (transport->rank() + 1) % p());

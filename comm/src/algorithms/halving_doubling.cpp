@@ -124,6 +124,7 @@ void halving_doubling_allreduce(const Context& c, const void* in_v, void* out_v,
 AlgorithmInfo halving_doubling_row() {
   AlgorithmInfo r;
   r.name = "hd";
+  r.one_order = true;
   r.aliases = {"halving-doubling", "rabenseifner"};
   r.collectives = {Collective::kAllreduce};
   r.summary = "Rabenseifner: recursive-halving reduce-scatter, recursive-doubling allgather";

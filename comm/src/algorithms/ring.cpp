@@ -226,6 +226,7 @@ void planned_ring_allreduce(AlgorithmContext& a, const CollectiveCall& c) {
 AlgorithmInfo ring_row() {
   AlgorithmInfo r;
   r.name = "ring";
+  r.one_order = true;
   r.pipelined = true;
   r.channels = true;
   r.collectives = {Collective::kAllreduce, Collective::kReduceScatter, Collective::kAllgather, Collective::kBarrier};

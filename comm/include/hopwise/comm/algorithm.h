@@ -85,6 +85,9 @@ struct AlgorithmInfo {
   // call holds many chunks; a row that runs the plan's ring channels side by side also on one ring.
   bool pipelined = false;
   bool channels = false;
+  // Between any two ranks its messages are sent, and their receives posted, in one order (one thread, one tree):
+  // a small call's stamp may then ride in its first message to each peer (comm/src/call_stamps.h).
+  bool one_order = false;
   // Message tags its run uses, handed out by the table (AlgorithmContext::first_tag), apart from every other row's
   // and from the user's send/recv. The built-in rows keep the fixed tags of comm/src/algorithms/algorithms.h.
   int tags = 0;
