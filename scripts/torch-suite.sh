@@ -7,6 +7,7 @@
 #   scripts/torch-suite.sh                                  # everything: gloo and hopwise at 2 and 3 ranks
 #   scripts/torch-suite.sh -k "barrier or all_gather_coalesced or monitored"    # a subset (pytest -k)
 #   TORCH_SUITE_SIZES=2 TORCH_SUITE_BACKENDS=hopwise scripts/torch-suite.sh -x  # other pytest arguments pass on
+#   (the table compares with the other backend's files from an earlier run in the same folder)
 #
 # How: torch's test/distributed/test_distributed_spawn.py is not in the wheel, so a driver written here does what it
 # does (TestDistBackend with DistributedTest._DistTestBase, spawned ranks, file:// rendezvous) under pytest, with
@@ -78,7 +79,8 @@ EOF
 
 # The table: counts per configuration from the junit files, and what gloo passes and hopwise fails.
 summarize() {
-  "$python" - "$out" "$sizes" "$backends" <<'EOF'
+  # Both backends' files, whichever this run made: the table compares them (a run may redo one backend).
+  "$python" - "$out" "$sizes" "gloo hopwise" <<'EOF'
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
