@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# What the default call check costs (HOPWISE_CALL_CHECK=1, each collective's stamp beside its first messages or in
-# the shared slots' header) beside no check (=0): hopwise-bench's allreduce at small sizes, where a per-call cost
-# would show, through the shared slots (one_shot) and through messages (ring, hd), 2 ranks under mpirun. The two
+# What the default call check costs (HOPWISE_CALL_CHECK=1, each collective's stamp in or beside its first message to
+# each peer, or in the shared slots' header) beside no check (=0): hopwise-bench's allreduce at small sizes, where a
+# per-call cost would show, through the shared slots (one_shot) and through messages (ring, hd; up to 16 KiB the stamp
+# rides in the first message, above it travels alone), 2 ranks under mpirun. The two
 # settings alternate run by run (REPS each); each row's figure is the median over the runs of hopwise-bench's own
 # median of ITERS calls, beside MPI's own MPI_Allreduce timed interleaved in the same runs. Prints a Markdown
 # table. Not in CI: a benchmark, about 2 minutes.
@@ -18,7 +19,7 @@ trap 'rm -rf "$out"' EXIT
 for rep in $(seq "$reps"); do
   for check in 1 0; do
     mpirun --allow-run-as-root --oversubscribe -np 2 -x HOPWISE_CALL_CHECK=$check -x HOPWISE_TUNE=0 \
-      "$bench" -b 4K -e 256K -f 8 -a one_shot,ring,hd -n "$iters" -w 20 --csv "$out/c$check-$rep.csv" >/dev/null
+      "$bench" -b 4K -e 256K -f 4 -a one_shot,ring,hd -n "$iters" -w 20 --csv "$out/c$check-$rep.csv" >/dev/null
   done
 done
 python3 - "$out" <<'PY'
