@@ -347,7 +347,8 @@ TEST(DefaultCallCheck, SmallAgainstLargeCallIsNamed) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
   EXPECT_TRUE(what[0].find("count: 1000 on rank 0, 100000 on rank 1") != std::string::npos ||
               what[1].find("count: 1000 on rank 0, 100000 on rank 1") != std::string::npos)
-      << what[0] << "\n" << what[1];
+      << what[0] << "\n"
+      << what[1];
   EXPECT_NE(what[0], "");
   EXPECT_NE(what[1], "");
 }

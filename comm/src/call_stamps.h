@@ -44,8 +44,8 @@ class StampedTransport final : public Transport {
   // A run starts. `carry`: a small call whose messages to and from each peer are sent and received in one order
   // (one thread), so that its first message to a peer is the first receive there.
   void begin(const CallStamp& stamp, bool carry);
-  void end();                          // it succeeded: the stamps sent are waited for, every one received checked
-  void abort();                        // it failed: stamps in flight are withdrawn (their buffers never reused)
+  void end();    // it succeeded: the stamps sent are waited for, every one received checked
+  void abort();  // it failed: stamps in flight are withdrawn (their buffers never reused)
   // Compares stamps with `from` and `to` right now: for a library's own collective, which moves no messages of ours.
   void exchange_with(int from, int to);
   const CallStamp& current() const { return sending_->stamp; }
@@ -103,7 +103,7 @@ class StampedTransport final : public Transport {
   struct Incoming {
     int peer = -1;
     Request req;
-    Staging theirs;  // a header, or a small call's whole message (the peer's call differs then)
+    Staging theirs;        // a header, or a small call's whole message (the peer's call differs then)
     bool claimed = false;  // a thread is waiting for it (ring channels share a peer)
     bool checked = false;
   };
@@ -111,10 +111,10 @@ class StampedTransport final : public Transport {
   Incoming* post_stamp_recv(int peer);    // under mu_
   void check_before_receiving(int peer);  // waits for the peer's stamp if none has been checked, and checks it
   void check(const Incoming& in);
-  void withdraw(std::span<Request> reqs);  // cancels the active ones and leaves them inactive
+  void withdraw(std::span<Request> reqs);        // cancels the active ones and leaves them inactive
   void check_header(int peer, const Header& h);  // throws where its stamp differs from this run's, or is none
-  Carried* take_carried(const Request& r);              // the staged receive behind r, or null (under mu_)
-  void deliver(const Carried& c);  // checks the header that came in c's message and moves its bytes on
+  Carried* take_carried(const Request& r);       // the staged receive behind r, or null (under mu_)
+  void deliver(const Carried& c);                // checks the header that came in c's message and moves its bytes on
   void carried_wait_all(std::span<Request> reqs);
 
   Transport& inner_;

@@ -104,8 +104,7 @@ void detail::CommunicatorImpl::run(Task& t, const TuningChoice& choice) {
   // order (not its ring channels side by side).
   const std::size_t blocks = t.kind == Collective::kAllgather || t.kind == Collective::kReduceScatter ? p() : 1;
   const bool side_by_side = row.channels && choice.channels != 1 && plan.channels.size() > 1;
-  const bool carry =
-      row.one_order && !side_by_side && t.count <= StampedTransport::kCarryCallBytes / es / blocks;
+  const bool carry = row.one_order && !side_by_side && t.count <= StampedTransport::kCarryCallBytes / es / blocks;
   StampedRun stamped_run(st, stamp, carry);
   AlgorithmContext ctx{st ? static_cast<Transport&>(*st) : *transport,
                        choice.chunk_bytes ? choice.chunk_bytes : options.chunk_bytes, plan.ring, &workspace, &plan};
