@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the default call check costs (HOPWISE_CALL_CHECK=1, each collective's stamp in or beside its first message to
 # each peer, or in the shared slots' header) beside no check (=0): hopwise-bench's allreduce at small sizes, where a
-# per-call cost would show, through the shared slots (one_shot) and through messages (ring, hd; up to 16 KiB the stamp
+# per-call cost would show, through the shared slots (one_shot) and through messages (ring, hd; up to 4 KiB the stamp
 # rides in the first message, above it travels alone), 2 ranks under mpirun. The two
 # settings alternate run by run (REPS each); each row's figure is the median over the runs of hopwise-bench's own
 # median of ITERS calls, beside MPI's own MPI_Allreduce timed interleaved in the same runs. Prints a Markdown

@@ -84,7 +84,7 @@ class StampedTransport final : public Transport {
   };
   static constexpr std::uint32_t kHeaderMagic = 0x68770000u;
   static constexpr std::uint32_t kCarried = 1u;
-  static constexpr std::size_t kCarryCallBytes = 16 << 10;  // calls up to this size carry (dispatch.cpp)
+  static constexpr std::size_t kCarryCallBytes = 4 << 10;  // calls up to this size carry (dispatch.cpp)
 
  private:
   // A buffer reused run after run, grown when a message needs more.
