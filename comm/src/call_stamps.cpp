@@ -185,7 +185,7 @@ Request StampedTransport::irecv(void* buf, std::size_t bytes, int peer, int tag)
     return r;
   }
   std::lock_guard lock(mu_);
-  carried_of_[r.handle] = c;
+  carried_of_.emplace_back(r.handle, c);
   return r;
 }
 
@@ -225,11 +225,15 @@ void StampedTransport::deliver(const Carried& c) {
 
 StampedTransport::Carried* StampedTransport::take_carried(const Request& r) {
   if (!r.active || !r.is_recv) return nullptr;
-  auto it = carried_of_.find(r.handle);
-  if (it == carried_of_.end()) return nullptr;
-  Carried* c = it->second;
-  carried_of_.erase(it);
-  return c;
+  for (auto& [handle, c] : carried_of_)
+    if (handle == r.handle) {
+      Carried* found = c;
+      handle = carried_of_.back().first;
+      c = carried_of_.back().second;
+      carried_of_.pop_back();
+      return found;
+    }
+  return nullptr;
 }
 
 void StampedTransport::check_before_receiving(int peer) {
@@ -307,7 +311,7 @@ bool StampedTransport::test(Request& r) {
     const bool done = inner_.test(r);
     if (c && !done) {
       std::lock_guard lock(mu_);
-      carried_of_[r.handle] = c;  // still pending: tested again later
+      carried_of_.emplace_back(r.handle, c);  // still pending: tested again later
     }
     if (c && done) deliver(*c);
     return done;

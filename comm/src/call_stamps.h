@@ -13,7 +13,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "collective_check.h"
@@ -130,8 +130,9 @@ class StampedTransport final : public Transport {
   bool carry_ = false;
   std::vector<std::unique_ptr<Carried>> carried_pool_;  // stable addresses
   std::size_t carried_used_ = 0;
-  std::unordered_map<std::uint64_t, Carried*> carried_of_;  // this run's, by request handle, until delivered
-  std::vector<std::unique_ptr<Staging>> copies_;            // a small call's first messages as sent
+  std::vector<std::pair<std::uint64_t, Carried*>> carried_of_;  // this run's, by request handle, until delivered (one
+                                                                // per peer: a list, no allocation per call)
+  std::vector<std::unique_ptr<Staging>> copies_;                // a small call's first messages as sent
   std::size_t copies_used_ = 0;
 };
 
