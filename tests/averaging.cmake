@@ -44,3 +44,17 @@ add_test(NAME train_mnist_rejects_bad_averaging
                  --averaging local:period=0)
 set_tests_properties(train_mnist_rejects_bad_averaging PROPERTIES LABELS mpi TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "averaging 'local:period=0': period=0 must be a whole number >= 1")
+
+# train_mnist's checkpoints (examples/train_mnist/checkpoint.cpp): planted files (out-of-range headers, a FIFO, a
+# symlink to /dev/zero) are skipped with a warning and the run resumes from the valid save; cut-short files at higher
+# steps push no valid save out. The header parser alone, in test_train_mnist_checkpoint.
+add_test(NAME train_mnist_checkpoint_refusals
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_check.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_mnist>
+                 ${CMAKE_BINARY_DIR}/checkpoint_refusals)
+set_tests_properties(train_mnist_checkpoint_refusals PROPERTIES LABELS mpi TIMEOUT 600 PROCESSORS 2
+                     PASS_REGULAR_EXPRESSION "checkpoint refusals ok")
+hopwise_test(test_train_mnist_checkpoint test_train_mnist_checkpoint.cpp
+             ${CMAKE_SOURCE_DIR}/examples/train_mnist/checkpoint.cpp)
+target_include_directories(test_train_mnist_checkpoint PRIVATE ${CMAKE_SOURCE_DIR}/examples/train_mnist)
+target_link_libraries(test_train_mnist_checkpoint PRIVATE hopwise::training GTest::gtest_main)
+gtest_discover_tests(test_train_mnist_checkpoint DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 60)

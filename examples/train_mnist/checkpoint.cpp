@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/core.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,8 +12,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <limits>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "hopwise/common/error.h"
@@ -58,29 +60,107 @@ void sync_directory(const fs::path& dir) {
   ::close(fd);
 }
 
-struct Header {
-  Checkpoint c;
-  std::size_t count = 0;
-  std::streamoff data_at = 0;  // where the parameters start
+// One number of a header line, ending in `end` (a space or the newline), within [lo, hi]; `at` moves past `end`.
+// std::from_chars, not >>: it takes no sign where T has none, no spaces, and says when a value does not fit T.
+template <class T>
+bool take_number(std::string_view text, std::size_t& at, char end, T lo, T hi, T& out) {
+  const char* last = text.data() + text.size();
+  const auto [ptr, err] = std::from_chars(text.data() + at, last, out);
+  if (err != std::errc() || ptr == last || *ptr != end || out < lo || out > hi) return false;
+  at = static_cast<std::size_t>(ptr - text.data()) + 1;
+  return true;
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
 };
 
-// The file's header, or nullopt where it is not a checkpoint of this version; `whole` says its length fits.
-std::optional<Header> read_header(std::ifstream& in, bool& whole) {
-  std::string magic, line;
-  int version = 0;
-  Header h;
-  in >> magic >> version >> h.c.steps_done >> h.c.ranks >> h.c.batch >> h.c.run >> h.count;
-  std::getline(in, line);
-  std::getline(in, h.c.averaging);
-  // A count past any model's (2^36 floats: 256 GiB) or a spec line past any spec's is not a checkpoint of ours.
-  if (!in || magic != kMagic || version != kVersion || h.c.steps_done < 0 || h.count > (std::size_t{1} << 36) ||
-      h.c.averaging.size() > 4096)
+std::string kind_of(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISSOCK(mode)) return "a socket";
+  return S_ISCHR(mode) || S_ISBLK(mode) ? "a device" : "not a regular file";
+}
+
+// Only regular files are read: open() of a FIFO waits for a writer (forever, for a planted one) and a symlink may
+// lead anywhere (/dev/zero never ends). O_NONBLOCK lets the open of a FIFO return, O_NOFOLLOW refuses a symlink,
+// fstat tells the rest. -1 with `why` where the file is not one to read.
+int open_regular(const fs::path& path, std::string& why) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    why = errno == ELOOP ? "a symbolic link, which is not followed" : std::strerror(errno);
+    return -1;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    why = fmt::format("{}, not a regular file", kind_of(st.st_mode));
+    ::close(fd);
+    return -1;
+  }
+  const int flags = ::fcntl(fd, F_GETFL);  // back to blocking reads, as for any regular file
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+// Reads n bytes at `offset`; false where the file ends first or a read fails.
+bool read_at(int fd, void* data, std::size_t n, std::uint64_t offset) {
+  char* p = static_cast<char*>(data);
+  for (std::size_t at = 0; at < n;) {
+    const ssize_t r = ::pread(fd, p + at, n - at, static_cast<off_t>(offset + at));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    at += static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+// The header of the open file, when the file is one of ours and exactly as long as its counts say; else `why` not.
+std::optional<CheckpointHeader> read_header(int fd, std::string& why) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    why = std::strerror(errno);
     return std::nullopt;
-  h.data_at = in.tellg();
-  in.seekg(0, std::ios::end);
-  whole = in.tellg() == h.data_at + static_cast<std::streamoff>(2 * h.count * sizeof(float));
-  in.seekg(h.data_at);
+  }
+  std::string head(std::min<std::uint64_t>(static_cast<std::uint64_t>(st.st_size), kMaxCheckpointHeader), '\0');
+  if (!read_at(fd, head.data(), head.size(), 0)) {
+    why = "unreadable";
+    return std::nullopt;
+  }
+  auto h = parse_checkpoint_header(head);
+  if (!h) {
+    why = fmt::format(
+        "not a train_mnist checkpoint: no version {} header with steps 0..{}, ranks 1..{}, parameters 1..{}", kVersion,
+        kMaxCheckpointSteps, kMaxCheckpointRanks, kMaxCheckpointCount);
+    return std::nullopt;
+  }
+  if (static_cast<std::uint64_t>(st.st_size) != h->file_size()) {
+    why = fmt::format("cut short or overlong ({} bytes; its header says {})", st.st_size, h->file_size());
+    return std::nullopt;
+  }
   return h;
+}
+
+// The header of `file`, named for `step`, when it is a whole checkpoint of ours for that step; else `why` not.
+std::optional<CheckpointHeader> inspect(const fs::path& file, std::int64_t step, std::string& why) {
+  const Fd in{open_regular(file, why)};
+  if (in.fd < 0) return std::nullopt;
+  auto h = read_header(in.fd, why);
+  if (h && h->c.steps_done != step) {
+    why = fmt::format("of step {}", h->c.steps_done);
+    return std::nullopt;
+  }
+  return h;
+}
+
+// Each file that is not a valid checkpoint is named once: retention meets it again at every save.
+void warn_skipped(const fs::path& file, const std::string& why) {
+  static std::set<std::string> named;
+  if (named.insert(file.string()).second)
+    log::warn("checkpoint {} is {}: skipped (not loaded, not counted as a save, not removed; remove it if unneeded)",
+              file.string(), why);
 }
 
 // The steps of this rank's files under `base` (PATH.step<S>.rank<R>[.tmp]).
@@ -117,7 +197,59 @@ std::string offers_text(const std::vector<std::int64_t>& all, int ranks) {
   return s;
 }
 
+// After a save: this run's kKept newest valid files stay (the one just saved among them); older valid files go,
+// this run's and, below this run's newest, an earlier run's at this path. A file that does not read as a whole
+// checkpoint is neither counted nor removed: counted, cut-short files at higher steps pushed every new save out as
+// soon as it was written; and a file that is not ours to read may be someone else's. Where it lies it does no harm
+// (a resume skips it), so it is named once and left.
+void remove_older_saves(const std::string& base, int rank, std::uint64_t run) {
+  std::size_t kept = 0;
+  std::error_code ec;
+  for (const auto& [step, file] : own_files(base, rank, false)) {
+    std::string why;
+    const auto h = inspect(file, step, why);
+    if (!h) {
+      warn_skipped(file, why);
+      continue;
+    }
+    const bool this_run = h->c.run == run;
+    if (this_run && kept < kKept) {
+      ++kept;
+      continue;
+    }
+    if (!this_run && kept == 0) continue;  // another run's, newer than this run's saves: not this run's to judge
+    fs::remove(file, ec);
+  }
+  // Temporary files a killed attempt left.
+  for (const auto& [step, file] : own_files(base, rank, true)) fs::remove(file, ec);
+}
+
 }  // namespace
+
+std::string checkpoint_header_text(const Checkpoint& c, std::size_t count) {
+  return fmt::format("{} {}\n{} {} {} {} {}\n{}\n", kMagic, kVersion, c.steps_done, c.ranks, c.batch, c.run, count,
+                     c.averaging);
+}
+
+std::optional<CheckpointHeader> parse_checkpoint_header(std::string_view bytes) {
+  bytes = bytes.substr(0, std::min(bytes.size(), kMaxCheckpointHeader));
+  const std::string first = fmt::format("{} {}\n", kMagic, kVersion);
+  if (!bytes.starts_with(first)) return std::nullopt;
+  CheckpointHeader h;
+  std::size_t at = first.size();
+  constexpr auto kAnyRun = std::numeric_limits<std::uint64_t>::max();
+  if (!take_number(bytes, at, ' ', std::int64_t{0}, kMaxCheckpointSteps, h.c.steps_done) ||
+      !take_number(bytes, at, ' ', 1, kMaxCheckpointRanks, h.c.ranks) ||
+      !take_number(bytes, at, ' ', 1, std::numeric_limits<int>::max(), h.c.batch) ||
+      !take_number(bytes, at, ' ', std::uint64_t{0}, kAnyRun, h.c.run) ||
+      !take_number(bytes, at, '\n', std::size_t{1}, kMaxCheckpointCount, h.count))
+    return std::nullopt;
+  const std::size_t eol = bytes.find('\n', at);
+  if (eol == std::string_view::npos) return std::nullopt;
+  h.c.averaging = std::string(bytes.substr(at, eol - at));
+  h.length = eol + 1;
+  return h;
+}
 
 std::string checkpoint_path(const std::string& base, std::int64_t step, int rank) {
   return fmt::format("{}.step{}.rank{}", base, step, rank);
@@ -136,11 +268,15 @@ void save_checkpoint(comm::Communicator& comm, const std::string& base, const Ch
   const std::string path = checkpoint_path(base, c.steps_done, comm.rank()), tmp = path + ".tmp";
   std::string failure;
   try {
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const std::string head = checkpoint_header_text(c, count);
+    if (head.size() > kMaxCheckpointHeader)
+      throw Error(fmt::format("checkpoint {}: the averaging state is {} bytes, longer than a header can hold", path,
+                              c.averaging.size()));
+    // A fresh file, never one a killed attempt left nor what a planted name leads to (a FIFO, a symlink).
+    ::unlink(tmp.c_str());
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) throw Error(fmt::format("cannot write the checkpoint {}: {}", tmp, std::strerror(errno)));
     try {
-      const std::string head = fmt::format("{} {}\n{} {} {} {} {}\n{}\n", kMagic, kVersion, c.steps_done, c.ranks,
-                                           c.batch, c.run, count, c.averaging);
       write_all(fd, head.data(), head.size(), tmp);
       write_all(fd, params, count * sizeof(float), tmp);
       write_all(fd, velocity, count * sizeof(float), tmp);
@@ -167,11 +303,7 @@ void save_checkpoint(comm::Communicator& comm, const std::string& base, const Ch
   }
   fs::rename(tmp, path);
   sync_directory(directory_of(base));
-  // Older steps go once the new one is in place; so do temporary files a killed attempt left.
-  std::error_code ec;
-  const auto files = own_files(base, comm.rank(), false);
-  for (std::size_t i = kKept; i < files.size(); ++i) fs::remove(files[i].second, ec);
-  for (const auto& [step, file] : own_files(base, comm.rank(), true)) fs::remove(file, ec);
+  remove_older_saves(base, comm.rank(), c.run);
 }
 
 std::optional<Checkpoint> load_newest_checkpoint(comm::Communicator& comm, const std::string& base, float* params,
@@ -182,11 +314,10 @@ std::optional<Checkpoint> load_newest_checkpoint(comm::Communicator& comm, const
   std::size_t offered = 0;
   for (const auto& [step, file] : own_files(base, comm.rank(), false)) {
     if (offered == kOffered) break;
-    std::ifstream in(file, std::ios::binary);
-    bool whole = false;
-    const auto h = read_header(in, whole);
-    if (!h || !whole || h->c.steps_done != step) {
-      log::warn("checkpoint {} is {}: skipped", file.string(), h ? "cut short" : "not a train_mnist checkpoint");
+    std::string why;
+    const auto h = inspect(file, step, why);
+    if (!h) {
+      warn_skipped(file, why);
       continue;
     }
     offer[offered] = step;
@@ -236,17 +367,19 @@ std::optional<Checkpoint> load_newest_checkpoint(comm::Communicator& comm, const
   std::string failure;
   const std::string path = checkpoint_path(base, common, comm.rank());
   try {
-    std::ifstream in(path, std::ios::binary);
-    bool whole = false;
-    const auto h = read_header(in, whole);
-    if (!h || !whole) throw InvalidArgument(fmt::format("checkpoint {} changed while it was read", path));
+    std::string why;
+    const Fd in{open_regular(path, why)};
+    auto h = in.fd < 0 ? std::nullopt : read_header(in.fd, why);
+    if (h && h->c.steps_done != common) why = fmt::format("now of step {}", h->c.steps_done);
+    if (!h || h->c.steps_done != common)
+      throw InvalidArgument(fmt::format("checkpoint {} changed while it was read: {}", path, why));
     if (h->count != count)
       throw InvalidArgument(
           fmt::format("checkpoint {} holds {} parameters, this model has {}; resume with the same --hidden", path,
                       h->count, count));
-    in.read(reinterpret_cast<char*>(params), static_cast<std::streamsize>(count * sizeof(float)));
-    in.read(reinterpret_cast<char*>(velocity), static_cast<std::streamsize>(count * sizeof(float)));
-    if (!in) throw InvalidArgument(fmt::format("checkpoint {} is cut short", path));
+    const std::uint64_t bytes = count * sizeof(float);
+    if (!read_at(in.fd, params, bytes, h->length) || !read_at(in.fd, velocity, bytes, h->length + bytes))
+      throw InvalidArgument(fmt::format("checkpoint {} is cut short", path));
     c = h->c;
   } catch (const std::exception& e) {
     failure = e.what();

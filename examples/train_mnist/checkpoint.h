@@ -4,12 +4,16 @@
 // its two newest steps, so that a rank killed between the others' renames and its own still shares the step before.
 // On resume the ranks agree on the newest step every one of them holds, from one run (a run's id is drawn at its
 // fresh start and carried through its resumes), and all load it or all fail, naming the ranks and files.
+// A file is trusted only when it is a regular file (not a FIFO, a device or a symlink) whose header parses with every
+// count in range and whose size is exactly what the header says; any other file is named in a warning and skipped,
+// never counted as a save nor deleted.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "hopwise/comm/communicator.h"
 
@@ -23,12 +27,35 @@ struct Checkpoint {
   std::string averaging;  // ModelAverager::save()
 };
 
+// A checkpoint file's header as read back: what the file says it holds, and where its data starts.
+struct CheckpointHeader {
+  Checkpoint c;
+  std::size_t count = 0;   // parameters, then as many momentum values, after the header
+  std::size_t length = 0;  // the header's bytes: where the parameters start
+  std::uint64_t file_size() const { return length + 2 * std::uint64_t{count} * sizeof(float); }
+};
+
+// Past these a header is not one of ours. 2^30 steps is more than any run of this example takes, and keeps the
+// trainer's arithmetic (the epoch, steps / steps per epoch, is an int; the position is 2 * steps) in range for every
+// steps per epoch >= 1; 2^36 parameters (256 GiB) is past any model's.
+inline constexpr std::int64_t kMaxCheckpointSteps = std::int64_t{1} << 30;
+inline constexpr int kMaxCheckpointRanks = 1 << 20;
+inline constexpr std::size_t kMaxCheckpointCount = std::size_t{1} << 36;
+inline constexpr std::size_t kMaxCheckpointHeader = 4096;  // bytes read for a header: three short lines
+
+// The header's text as save_checkpoint writes it.
+std::string checkpoint_header_text(const Checkpoint& c, std::size_t count);
+// The header at the start of `bytes` (a file's first bytes; what follows the header is not looked at), or nullopt
+// where it is not a header of this version, a count is out of range or it does not end within kMaxCheckpointHeader.
+// Pure: libFuzzer calls it (tests/fuzz/fuzz_checkpoint_header.cpp).
+std::optional<CheckpointHeader> parse_checkpoint_header(std::string_view bytes);
+
 std::string checkpoint_path(const std::string& base, std::int64_t step, int rank);
 // A fresh run's id, alike on every rank (rank 0's draw). Collective.
 std::uint64_t new_run_id(comm::Communicator& comm);
 // Every rank writes its file for c.steps_done; when all have, each renames its own into place, syncs the directory
-// and removes its files older than the step before. Error on every rank, naming the ranks that failed, when some
-// rank could not write (the last checkpoint stands). Collective.
+// and removes its files older than the step before (its valid ones only: see remove_older_saves). Error on every rank,
+// naming the ranks that failed, when some rank could not write (the last checkpoint stands). Collective.
 void save_checkpoint(comm::Communicator& comm, const std::string& base, const Checkpoint& c, const float* params,
                      const float* velocity, std::size_t count);
 // Loads the newest step every rank holds whole, of one run. When no rank holds a file: nullopt (a fresh start).
