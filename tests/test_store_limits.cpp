@@ -23,6 +23,7 @@
 #include <future>
 #include <iterator>
 #include <thread>
+#include <tuple>
 
 #include "../comm/src/stores/store_protocol.h"
 #include "../comm/src/stores/store_server.h"
@@ -344,6 +345,215 @@ TEST(StoreLimits, KeysAndValuesPastTheLimitsAreRefusedBeforeSending) {
   EXPECT_NE(e.find("at most 8192 bytes"), std::string::npos) << e;
   client.set("after", "fine");  // the connection is whole
   EXPECT_EQ(client.get("after", 5s), "fine");
+}
+
+// ---- parked gets and waits: listed under the keys they miss, and capped per wait and per client ----
+
+// Replies on a raw connection with the ids of the requests they answer, kept across reads.
+struct Replies {
+  Raw& raw;
+  std::string in;
+  struct One {
+    std::int32_t id = 0;
+    int status = -1;
+    std::string body;
+  };
+  One next(std::chrono::duration<double> limit = 30s) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    char buf[65536];
+    while (std::chrono::steady_clock::now() < end) {
+      if (in.size() >= 9) {
+        std::uint32_t n = 0;
+        std::memcpy(&n, in.data(), 4);
+        if (in.size() >= 4 + std::size_t{n}) {
+          One o;
+          std::memcpy(&o.id, in.data() + 4, 4);
+          o.status = in[8];
+          o.body = in.substr(9, n - 5);
+          in.erase(0, 4 + std::size_t{n});
+          return o;
+        }
+      }
+      pollfd p{raw.fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const ssize_t n = ::read(raw.fd, buf, sizeof buf);
+      if (n <= 0) return {0, -1, "closed"};
+      in.append(buf, static_cast<std::size_t>(n));
+    }
+    return {0, -1, "no reply"};
+  }
+};
+
+// What a Table answered: (client, request id, ok, value).
+struct Answers {
+  std::vector<std::tuple<int, std::int32_t, bool, std::string>> got;
+  sp::Table::Reply reply() {
+    return [this](int client, const sp::Request& r, bool ok, sp::Value v) {
+      got.emplace_back(client, r.id, ok, v ? *v : std::string());
+    };
+  }
+  // The ids answered since `from`, in order.
+  std::vector<std::int32_t> ids(std::size_t from = 0) const {
+    std::vector<std::int32_t> out;
+    for (std::size_t i = from; i < got.size(); ++i) out.push_back(std::get<1>(got[i]));
+    return out;
+  }
+};
+
+TEST(StoreLimits, ASetWakesOnlyTheWaitsOnItsKeyAndEachIsAnsweredOnceItsKeysAreSet) {
+  sp::Table table;
+  Answers a;
+  const auto reply = a.reply();
+  // Three clients, overlapping keys, a key named twice in one wait, gets among the waits.
+  table.handle(1, {sp::kWait, 10, 0, {"a", "b"}, ""}, reply);
+  table.handle(1, {sp::kGet, 11, 0, {"b"}, ""}, reply);
+  table.handle(2, {sp::kWait, 20, 0, {"b", "c", "b"}, ""}, reply);
+  table.handle(2, {sp::kWait, 21, 0, {"c"}, ""}, reply);
+  table.handle(3, {sp::kGet, 30, 0, {"a"}, ""}, reply);
+  table.handle(3, {sp::kWait, 31, 0, {"a", "b", "c"}, ""}, reply);
+  table.handle(3, {sp::kWait, 32, 0, {"d"}, ""}, reply);
+  ASSERT_TRUE(a.got.empty());
+  EXPECT_EQ(table.parked(), 7u);
+  auto visits = table.parked_visits();
+  table.handle(4, {sp::kSet, 40, 0, {"unrelated"}, "x"}, reply);
+  table.handle(4, {sp::kAdd, 41, 1, {"counter"}, ""}, reply);
+  EXPECT_EQ(a.ids(), (std::vector<std::int32_t>{40, 41}));
+  EXPECT_EQ(table.parked_visits(), visits) << "keys no one waits for look at no parked request";
+  table.handle(4, {sp::kSet, 42, 0, {"a"}, "A"}, reply);  // 10, 30, 31 wait for it; 30 is complete
+  EXPECT_EQ(a.ids(2), (std::vector<std::int32_t>{42, 30}));
+  EXPECT_EQ(std::get<3>(a.got[3]), "A");
+  EXPECT_EQ(table.parked_visits(), visits + 3);
+  table.handle(4, {sp::kAdd, 43, 5, {"b"}, ""}, reply);  // completes 10, 11 (its value: "5"), not 20 or 31
+  EXPECT_EQ(a.ids(4), (std::vector<std::int32_t>{43, 10, 11}));
+  EXPECT_EQ(std::get<3>(a.got[6]), "5");
+  EXPECT_EQ(table.parked_visits(), visits + 3 + 4) << "10, 11, 20 and 31 wait for b, 20 only once";
+  table.handle(4, {sp::kSet, 44, 0, {"c"}, "C"}, reply);  // completes 20, 21, 31 in the order they were parked
+  EXPECT_EQ(a.ids(7), (std::vector<std::int32_t>{44, 20, 21, 31}));
+  for (const auto& [client, id, ok, value] : a.got) EXPECT_TRUE(ok) << id;
+  EXPECT_EQ(std::get<0>(a.got[8]), 2);
+  EXPECT_EQ(std::get<0>(a.got[10]), 3);
+  EXPECT_EQ(table.parked(), 1u) << "only 32 (for d) is left";
+  table.handle(3, {sp::kWait, 33, 0, {"a", "c"}, ""}, reply);  // set already: answered at once
+  EXPECT_EQ(a.ids(11), (std::vector<std::int32_t>{33}));
+}
+
+TEST(StoreLimits, AClientThatGoesTakesItsParkedRequestsOffEveryKey) {
+  sp::Table table;
+  Answers a;
+  const auto reply = a.reply();
+  table.handle(1, {sp::kWait, 10, 0, {"a", "b"}, ""}, reply);
+  table.handle(1, {sp::kGet, 11, 0, {"b"}, ""}, reply);
+  table.handle(2, {sp::kWait, 20, 0, {"b"}, ""}, reply);
+  table.drop(1);
+  EXPECT_EQ(table.parked(), 1u);
+  const auto visits = table.parked_visits();
+  table.handle(3, {sp::kSet, 30, 0, {"a"}, "A"}, reply);
+  EXPECT_EQ(table.parked_visits(), visits) << "no one waits for a any more";
+  table.handle(3, {sp::kSet, 31, 0, {"b"}, "B"}, reply);
+  EXPECT_EQ(a.ids(), (std::vector<std::int32_t>{30, 31, 20}));
+  EXPECT_EQ(table.parked_visits(), visits + 1);
+}
+
+// A request framed as sp::pack would, without its client-side checks: what a client that skipped them sends.
+std::string unchecked_frame(const sp::Request& r) {
+  std::string b;
+  auto put = [&](const void* p, std::size_t n) { b.append(static_cast<const char*>(p), n); };
+  auto put_string = [&](const std::string& s) {
+    const auto n = static_cast<std::uint32_t>(s.size());
+    put(&n, 4);
+    b += s;
+  };
+  const auto nk = static_cast<std::uint32_t>(r.keys.size());
+  put(&r.op, 4);
+  put(&r.id, 4);
+  put(&r.delta, 8);
+  put(&nk, 4);
+  for (const auto& k : r.keys) put_string(k);
+  put_string(r.value);
+  const auto n = static_cast<std::uint32_t>(b.size());
+  return std::string(reinterpret_cast<const char*>(&n), 4) + b;
+}
+
+TEST(StoreLimits, AWaitPastTheKeyCapIsRefusedNamingTheCap) {
+  hc::TcpStore server("127.0.0.1", 0, true, "job");
+  hc::TcpStore client("127.0.0.1", server.port(), false, "job", 30s);
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i <= sp::kMaxWaitKeys; ++i) keys.push_back(std::to_string(i));
+  const std::string cap = std::to_string(sp::kMaxWaitKeys);
+  std::string e = error_of([&] { client.wait(keys, 1s); });  // refused before sending
+  EXPECT_NE(e.find("at most " + cap + " keys (kMaxWaitKeys)"), std::string::npos) << e;
+  EXPECT_NE(e.find("in parts"), std::string::npos) << e;
+  Raw raw(server.port());  // a client that skipped the check is refused by the server, and stays connected
+  Replies replies{raw, {}};
+  raw.send_frame({sp::kHello, 1, 0, {}, "job"});
+  ASSERT_EQ(replies.next().status, 0);
+  raw.send_all(unchecked_frame({sp::kWait, 2, 0, keys, ""}));
+  const auto refused = replies.next(10s);
+  EXPECT_EQ(refused.id, 2);
+  EXPECT_EQ(refused.status, 1) << refused.body;
+  EXPECT_NE(refused.body.find("at most " + cap + " keys (kMaxWaitKeys)"), std::string::npos) << refused.body;
+  client.set("0", "v");
+  raw.send_frame({sp::kWait, 3, 0, {"0"}, ""});
+  EXPECT_EQ(replies.next().id, 3);
+}
+
+TEST(StoreLimits, PastItsCapOnParkedWaitsAClientIsRefusedNamingItAndItsOtherWaitsGoOn) {
+  hc::TcpStore server("127.0.0.1", 0, true, "job");
+  Raw raw(server.port());
+  Replies replies{raw, {}};
+  raw.send_frame({sp::kHello, 1, 0, {}, "job"});
+  ASSERT_EQ(replies.next().status, 0);
+  const auto cap = static_cast<std::int32_t>(sp::kMaxParkedPerClient);
+  for (std::int32_t i = 0; i < cap; ++i) raw.send_frame({sp::kWait, 100 + i, 0, {fmt::format("k{}", i)}, ""});
+  raw.send_frame({sp::kGet, 99, 0, {"one too many"}, ""});
+  const auto refused = replies.next(10s);
+  EXPECT_EQ(refused.id, 99);
+  EXPECT_EQ(refused.status, 1);
+  EXPECT_NE(refused.body.find(fmt::format("{} gets and waits parked", cap)), std::string::npos) << refused.body;
+  EXPECT_NE(refused.body.find("kMaxParkedPerClient"), std::string::npos) << refused.body;
+  for (std::int32_t i = 0; i < cap; ++i) server.set(fmt::format("k{}", i), "v");
+  for (std::int32_t i = 0; i < cap; ++i) {
+    const auto r = replies.next();
+    EXPECT_EQ(r.id, 100 + i);
+    EXPECT_EQ(r.status, 0);
+  }
+  raw.send_frame({sp::kGet, 98, 0, {"later"}, ""});  // room again
+  server.set("later", "L");
+  const auto later = replies.next();
+  EXPECT_EQ(later.id, 98);
+  EXPECT_EQ(later.body, "L");
+  // TcpStore's own client: waits that timed out stay parked; the one past the cap fails at once, naming it.
+  hc::TcpStore client("127.0.0.1", server.port(), false, "job", 30s);
+  for (std::int32_t i = 0; i < cap; ++i)
+    EXPECT_THROW(client.wait({fmt::format("never{}", i)}, 1ms), hopwise::TimeoutError);
+  const std::string e = error_of([&] { client.wait({"never"}, 30s); });
+  EXPECT_NE(e.find("kMaxParkedPerClient"), std::string::npos) << e;
+  server.set("never0", "v");  // one of its waits is answered: room for one more
+  server.set("now", "v");
+  EXPECT_EQ(client.get("now", 30s), "v");
+}
+
+TEST(StoreLimits, ASetOrAddLooksOnlyAtTheWaitsOnItsKeyHoweverManyAreParked) {
+  sp::Table table;
+  Answers a;
+  const auto reply = a.reply();
+  constexpr int kWaits = 200;
+  constexpr std::size_t kKeys = 4096;
+  for (int w = 0; w < kWaits; ++w) {  // 4 clients' worth, each key named by every wait
+    sp::Request r{sp::kWait, w, 0, {}, ""};
+    for (std::size_t k = 0; k < kKeys; ++k) r.keys.push_back(fmt::format("k{}", k));
+    table.handle(w % 4, std::move(r), reply);
+  }
+  ASSERT_EQ(table.parked(), std::size_t{kWaits});
+  const auto visits = table.parked_visits();
+  for (int i = 0; i < 100; ++i) {
+    table.handle(9, {sp::kSet, 1, 0, {fmt::format("other{}", i)}, "v"}, reply);
+    table.handle(9, {sp::kAdd, 2, 1, {"counter"}, ""}, reply);
+  }
+  EXPECT_EQ(table.parked_visits(), visits) << "unrelated keys cost nothing per parked wait";
+  table.handle(9, {sp::kSet, 3, 0, {"k0"}, "v"}, reply);
+  EXPECT_EQ(table.parked_visits(), visits + kWaits) << "each wait on k0 once, not each of its keys";
+  EXPECT_EQ(a.got.size(), 201u) << "none complete yet";
 }
 
 // Two writers of one directory, each in a pid namespace of its own (both pid 1): their temporary files must not

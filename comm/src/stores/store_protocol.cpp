@@ -13,13 +13,20 @@ namespace {
 
 std::string shown(const std::string& key) { return key.size() <= 80 ? key : key.substr(0, 80) + "..."; }
 
-Value make_value(std::string s) { return std::make_shared<const std::string>(std::move(s)); }
-
 }  // namespace
+
+std::string too_many_wait_keys(std::size_t keys) {
+  return fmt::format(
+      "a wait for {} keys; one wait may name at most {} keys (kMaxWaitKeys): wait for them in parts "
+      "of at most {} keys each",
+      keys, kMaxWaitKeys, kMaxWaitKeys);
+}
 
 void check_limits(const Request& r) {
   if (r.keys.size() > kMaxKeys)
     throw InvalidArgument(fmt::format("store: {} keys in one request; the limit is {}", r.keys.size(), kMaxKeys));
+  if (r.op == kWait && r.keys.size() > kMaxWaitKeys)
+    throw InvalidArgument("store: " + too_many_wait_keys(r.keys.size()));
   std::size_t total = 0;
   for (const auto& k : r.keys) {
     if (k.size() > kMaxKeyBytes)
@@ -126,60 +133,6 @@ std::int64_t checked_add(const std::string& key, const std::string* now, std::in
     throw InvalidArgument(fmt::format("{}adding {} to key '{}' (now {}) would overflow a 64-bit integer", where, delta,
                                       shown(key), *was));
   return sum;
-}
-
-bool Table::ready(const Request& r) const {
-  for (const auto& k : r.keys)
-    if (!values_.count(k)) return false;
-  return true;
-}
-
-void Table::answer(int client, const Request& r, const Reply& reply) const {
-  reply(client, r, true, r.op == kGet ? values_.at(r.keys.front()) : Value());
-}
-
-void Table::handle(int client, Request r, const Reply& reply) {
-  switch (r.op) {
-    case kSet:
-      values_[r.keys.front()] = make_value(std::move(r.value));
-      reply(client, r, true, {});
-      break;
-    case kAdd: {
-      const std::string& key = r.keys.front();
-      const auto it = values_.find(key);
-      std::int64_t sum = 0;
-      try {
-        sum = checked_add(key, it == values_.end() ? nullptr : it->second.get(), r.delta);
-      } catch (const InvalidArgument& e) {
-        reply(client, r, false, make_value(e.what()));
-        return;
-      }
-      Value v = make_value(std::to_string(sum));
-      values_[key] = v;
-      reply(client, r, true, v);
-      break;
-    }
-    case kCheck: reply(client, r, true, make_value(ready(r) ? "1" : "0")); return;
-    case kHello: reply(client, r, true, {}); return;
-    default:
-      if (ready(r))
-        answer(client, r, reply);
-      else
-        parked_.emplace_back(client, std::move(r));
-      return;
-  }
-  for (std::size_t i = 0; i < parked_.size();) {  // a set or add may complete parked requests
-    if (ready(parked_[i].second)) {
-      answer(parked_[i].first, parked_[i].second, reply);
-      parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(i));
-    } else {
-      ++i;
-    }
-  }
-}
-
-void Table::drop(int client) {
-  std::erase_if(parked_, [&](const auto& p) { return p.first == client; });
 }
 
 }  // namespace hopwise::comm::store_protocol

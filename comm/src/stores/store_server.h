@@ -2,7 +2,8 @@
 // TcpStore's thread moves bytes between this and the sockets; the fuzz target (tests/fuzz/fuzz_store_server.cpp)
 // drives it directly. It assumes every peer may be hostile: a connection must introduce itself (its job, and the
 // token when the store has one) in a small first frame within a few seconds; after that frames are capped by the
-// request limits, and a client that does not read its replies is not read from until it has caught up.
+// request limits, what it may leave parked by the table's (store_protocol::Table: keys per wait, waits per client),
+// and a client that does not read its replies is not read from until it has caught up.
 #pragma once
 
 #include <chrono>
