@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes every reader of untrusted text with libFuzzer under AddressSanitizer + UndefinedBehaviorSanitizer:
-#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 300 s each, all ten targets: about 50 minutes)
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 300 s each, all eleven targets: about 55 minutes)
 # Builds build-fuzz/ with clang, seeds each corpus from ../shared/topologies (the matching format; JSON seeds are
-# those files converted by hopwise-topo) and a few codec and averaging spec strings, then runs the targets one after another.
+# those files converted by hopwise-topo) a few codec and averaging spec strings and checkpoint headers, then runs the targets one after another.
 # Corpora and crash artifacts stay under build-fuzz/. Exits non-zero when any target crashed, leaked, hung, ran out
 # of memory or hit undefined behaviour; the artifact named in its log replays it: build-fuzz/bin/<target> <artifact>.
 set -euo pipefail
@@ -11,7 +11,7 @@ repo=$(pwd)
 secs=${1:-300}
 shift || true
 all_targets=(fuzz_hwloc_xml fuzz_nccl_xml fuzz_nvidia_smi fuzz_json fuzz_topology fuzz_codec_spec fuzz_tuning_file
-             fuzz_averaging_spec fuzz_monitor_spec fuzz_store_server)
+             fuzz_averaging_spec fuzz_monitor_spec fuzz_store_server fuzz_checkpoint_header)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 shared=${HOPWISE_SHARED_TOPOLOGIES:-$repo/../shared/topologies}
@@ -29,7 +29,7 @@ cmake --build "$out" -j"$jobs" --target hopwise_fuzzers hopwise-topo
 # ---- seeds: the shared files are read where they lie; JSON seeds are them converted by hopwise-topo ----
 seeds=$out/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{json,codec,tuning,averaging,monitor,store,empty}
+mkdir -p "$seeds"/{json,codec,tuning,averaging,monitor,store,checkpoint,empty}
 if [ -d "$shared" ]; then
   for f in "$shared"/*/*.xml "$shared"/*/*.txt; do
     [ -f "$f" ] || continue
@@ -56,6 +56,12 @@ i=0
 for s in interval=10s interval=500ms,every=4,alert_after=2 interval=2m every=1 0.5 50% 1 on; do
   printf '%s' "$s" >"$seeds/monitor/seed$((i++))"
 done
+
+# train_mnist checkpoint headers as save_checkpoint writes them, the first one with some of the parameters after it.
+printf '%b' 'hopwise-train_mnist-checkpoint 2\n20 2 128 13577422701659836820 1863690\nhopwise-averaging 1 sync 20\n\x00\x00\x80\x3f' \
+  >"$seeds/checkpoint/seed0"
+printf '%b' 'hopwise-train_mnist-checkpoint 2\n1073741824 1048576 2147483647 0 68719476736\nhopwise-averaging 1 local:period=3 7\n' \
+  >"$seeds/checkpoint/seed1"
 
 # Store server scripts (tests/fuzz/fuzz_store_server.cpp): a byte of flags, then steps of [client | step << 2][length]
 # [bytes]: a client that introduces itself, sets, gets, adds and reads; a stranger's 1 GiB length; an HTTP probe.
@@ -89,6 +95,7 @@ seed_dirs() {
     fuzz_averaging_spec) echo "$seeds/averaging" ;;
     fuzz_monitor_spec) echo "$seeds/monitor" ;;
     fuzz_store_server) echo "$seeds/store" ;;
+    fuzz_checkpoint_header) echo "$seeds/checkpoint" ;;
     *) echo "fuzz.sh: unknown target '$1'; use one of: ${all_targets[*]}" >&2; exit 2 ;;
   esac
 }
@@ -107,7 +114,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$art" "$out/logs"
   dict=()
   [ "$t" = fuzz_codec_spec ] || [ "$t" = fuzz_tuning_file ] || [ "$t" = fuzz_averaging_spec ] || [ "$t" = fuzz_monitor_spec ] ||
-    [ "$t" = fuzz_store_server ] ||
+    [ "$t" = fuzz_store_server ] || [ "$t" = fuzz_checkpoint_header ] ||
     dict=(-dict=tests/fuzz/topology.dict)
   echo "== $t: ${secs}s (log: $log)"
   start=$(date +%s)
