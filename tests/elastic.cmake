@@ -37,6 +37,6 @@ endif()
 # a fourth process joins 3 running ranks (HOPWISE_ELASTIC=shrink,grow) and ends with the same parameters, bit for bit.
 add_test(NAME train_mnist_elastic_shrink_np4
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/elastic_check.sh $<TARGET_FILE:train_mnist> ${CMAKE_BINARY_DIR}/elastic_np4
-                 "kill 2" "kill 0" "kill 2 local:period=8" "stop" grow)
+                 "kill 2" "kill 0" "kill 2 local:period=8" "stop" grow grow-dies)
 set_tests_properties(train_mnist_elastic_shrink_np4 PROPERTIES LABELS "ucx;elastic" TIMEOUT 300 PROCESSORS 4
                      PASS_REGULAR_EXPRESSION "elastic ok")

@@ -16,7 +16,11 @@
 #           it, and it is refused with a line naming the generation it was left out of.
 #   grow:   3 ranks start; once they train, a fourth process starts and joins (HOPWISE_ELASTIC_JOIN=1): it comes in at a step
 #           boundary, and at the end every rank holds the same parameters, bit for bit.
-#   elastic_check.sh TRAIN_MNIST WORKDIR "kill 2" ["kill 0"] ["kill 2 local:period=8"] ["stop"] [grow]...
+#   grow-dies: 3 ranks start under shrink,grow (3 epochs); a newcomer starts, takes its ticket and is killed with
+#           SIGKILL at once: the members let it in, time out waiting for it (or lose it after it came in), agree on
+#           who is here and go on. Then a hostile ticket count (2^40) is planted in the store: the members warn, let
+#           nobody in and go on; all 3 end with exit 0.
+#   elastic_check.sh TRAIN_MNIST WORKDIR "kill 2" ["kill 0"] ["kill 2 local:period=8"] ["stop"] [grow] [grow-dies]...
 set -euo pipefail
 train=$1 dir=$2
 shift 2
@@ -48,6 +52,16 @@ finish() {  # waits for every rank; prints "rank R: rc" lines
     echo "rank $r: $rc"
   done
 }
+store_file() {  # NAME KEY: the file store's file for KEY ("k-" and the key's bytes in hex), wherever it lies under the store
+  local want="k-$(printf '%s' "$2" | od -An -tx1 | tr -d ' \n')"
+  for _ in $(seq 1 1200); do
+    local found=$(find "$dir/$1.store" -name "*$want" 2>/dev/null | head -1)
+    [ -n "$found" ] && { echo "$found"; return; }
+    [ -d "$dir/$1.store" ] && { echo "$dir/$1.store/$want"; return; }
+    sleep 0.05
+  done
+  echo "$dir/$1.store/$want"
+}
 quarter() {  # NAME [PATTERN]: waits until some rank printed the progress line at 25% (the job's rank 0 prints it)
   for _ in $(seq 1 1200); do
     grep -qs "${2:-25% loss}" "$dir/$1".rank* && return
@@ -74,6 +88,33 @@ for scenario in "$@"; do
       { cat "$dir/straight-$name.rank0"; echo "the uninterrupted $averaging run failed"; exit 1; }
     against=$(accuracy "$dir/straight-$name.json" test_accuracy)
     echo "uninterrupted, 4 ranks, --averaging $averaging: test accuracy $against"
+  fi
+  if [ "$1" = grow-dies ]; then
+    flags=(--epochs 3 --limit 12800 --batch 128 --algo ring)
+    size=3 start growdies HOPWISE_ELASTIC=shrink,grow
+    quarter growdies "^model "
+    env RANK=1 WORLD_SIZE=3 LOCAL_RANK=1 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      HOPWISE_STORE="file://$dir/growdies.store" HOPWISE_TIMEOUT_S=3 HOPWISE_ELASTIC=shrink,grow HOPWISE_ELASTIC_JOIN=1 \
+      "$train" "${flags[@]}" > "$dir/growdies.rank3" 2>&1 &
+    joiner=$!
+    tickets=$(store_file growdies hopwise/elastic/tickets)
+    for _ in $(seq 1 1200); do [ -s "$tickets" ] && break; sleep 0.01; done
+    kill -9 "$joiner" 2>/dev/null || true
+    wait "$joiner" 2>/dev/null || true
+    [ -s "$tickets" ] || { cat "$dir"/growdies.rank*; echo "grow-dies: the newcomer never took a ticket"; exit 1; }
+    for _ in $(seq 1 1200); do grep -qs "^elastic: generation" "$dir/growdies.rank0" && break; sleep 0.05; done
+    printf 1099511627776 > "$tickets.planted" && mv "$tickets.planted" "$tickets"
+    np=3 finish > "$dir/growdies.rc"
+    [ "$(grep -c ": 0$" "$dir/growdies.rc")" = 3 ] ||
+      { cat "$dir/growdies.rc" "$dir"/growdies.rank*; echo "grow-dies: a member failed"; exit 1; }
+    line=$(grep -hE "^elastic: generation [0-9]+: (newcomer\(s\) 3 let in but never arrived|rank\(s\) 3 left)" \
+      "$dir/growdies.rank0" || true)
+    [ -n "$line" ] || { cat "$dir"/growdies.rank*; echo "grow-dies: no line said that the newcomer was lost"; exit 1; }
+    grep -q "processes wait to join, more than 1024 at once" "$dir/growdies.rank0" ||
+      { cat "$dir/growdies.rank0"; echo "grow-dies: the planted ticket count was not refused by name"; exit 1; }
+    echo "grow-dies: $line; the planted ticket count 2^40 refused; 3 members ended with exit 0"
+    flags=(--epochs 1 --limit 12800 --batch 128 --algo ring)
+    continue
   fi
   if [ "$1" = grow ]; then
     size=3 start grow HOPWISE_ELASTIC=shrink,grow

@@ -9,7 +9,9 @@ At the end each prints its view: ranks, generation, steps redone, whether every 
 the re-wrap time.
 
     elastic_worker.py STORE_FILE VICTIM        (shrink)
-    elastic_worker.py STORE_FILE -1 grow       (grow; the newcomer is started with "join")"""
+    elastic_worker.py STORE_FILE -1 grow       (grow; the newcomer is started with "join")
+    elastic_worker.py STORE_FILE -1 grow-dies  (the newcomer is killed with SIGKILL once it took its ticket: the
+                                                members time it out and go on, 3 ranks)"""
 import os
 import signal
 import subprocess
@@ -50,7 +52,7 @@ def main():
     mode = sys.argv[3] if len(sys.argv) > 3 else "shrink"
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    newcomer = start_newcomer(store) if mode == "grow" and os.environ.get("RANK") == "0" else None
+    newcomer = start_newcomer(store) if mode.startswith("grow") and os.environ.get("RANK") == "0" else None
     ctx = hopwise.torch.ElasticContext(store)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -63,10 +65,14 @@ def main():
     while step < STEPS:
         if step == BOUNDARY and ctx.id == victim:
             os.kill(os.getpid(), signal.SIGKILL)
-        if mode == "grow" and not ctx.joined_late and step == BOUNDARY and not ctx.events:
+        if mode.startswith("grow") and not ctx.joined_late and step == BOUNDARY and not ctx.events:
             while ctx.store.add(hopwise.torch.elastic.TICKETS, 0) < 1:  # the test's newcomer comes in here
                 time.sleep(0.01)
-        if mode in ("grow", "join") and ctx.newcomers_waiting():
+            if mode == "grow-dies" and newcomer is not None:
+                newcomer.kill()  # after its ticket, before the members let it in
+                newcomer.wait()
+                newcomer = None
+        if mode in ("grow", "grow-dies", "join") and ctx.newcomers_waiting():
             ctx.admit()
             step = ctx.share_state(model, opt, step)
             ddp = DDP(model)

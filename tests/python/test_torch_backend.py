@@ -236,3 +236,16 @@ def test_elastic_grow(tmp_path):
     assert rc == 0 and sorted(int(r) for r in done) == [0, 1, 2, 3], out
     assert lines(out, r"^elastic: generation 1: rank\(s\) 3 joined; 4 rank\(s\) go on \(0, 1, 2, 3\)"), out
     print("\n".join(l for l in out.splitlines() if "elastic" in l))
+
+
+def test_elastic_grow_newcomer_dies(tmp_path):
+    """A newcomer killed (SIGKILL) right after it took its ticket: the members let it in, time out waiting for it,
+    agree on who is here and go on over 3 ranks; nobody crashes."""
+    rc, out = launch("spawn", 3, "elastic_worker.py", str(tmp_path / "store"), "-1", "grow-dies",
+                     env={"HOPWISE_TIMEOUT_S": "5", "HOPWISE_ELASTIC": "shrink,grow"}, timeout=240, grace=120)
+    done = lines(out, r"^rank (\d): elastic ok: 3 ranks at the end, generation 2, 0 step\(s\) redone, parameters "
+                      r"identical True")
+    assert rc == 0 and sorted(int(r) for r in done) == [0, 1, 2], out
+    assert lines(out, r"^elastic: generation 2: newcomer\(s\) 3 let in but never arrived \(timed out\); 3 rank\(s\) "
+                      r"go on \(0, 1, 2\)"), out
+    print("\n".join(l for l in out.splitlines() if "elastic" in l))

@@ -46,10 +46,52 @@ std::vector<int> parse_ids(const std::string& text) {
     ids.push_back(id);
     at = comma + 1;
   }
+  std::vector<int> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    throw Error(fmt::format("elastic: the store's member list '{}' names a rank twice (a damaged store?)",
+                            text.substr(0, 200)));
   return ids;
 }
 
 bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+// Most processes let in at one boundary: a ticket count past it is no crowd of newcomers but a damaged or hostile
+// store, which would otherwise make the members list (and wait for) that many phantoms.
+constexpr std::int64_t kMostNewcomers = 1024;
+// Ids, generations and ticket counts past this are no job's: a store's value is checked against it before use.
+constexpr std::int64_t kLargestCount = std::int64_t{1} << 40;
+
+// A newcomer's way in, as rank 0 writes it under its ticket: "GENERATION ID ADMITTED NEXT_ID".
+struct Admission {
+  std::int64_t generation = 0, id = 0, admitted = 0, next_id = 0;
+};
+
+std::string admission_text(const Admission& a) {
+  return fmt::format("{} {} {} {}", a.generation, a.id, a.admitted, a.next_id);
+}
+
+Admission parse_admission(const std::string& text, std::int64_t ticket) {
+  std::vector<std::int64_t> fields;
+  std::size_t at = 0;
+  bool counts = true;
+  while (counts && at <= text.size() && fields.size() < 5) {
+    const std::size_t space = std::min(text.find(' ', at), text.size());
+    std::int64_t v = -1;
+    const char* first = text.data() + at;
+    const char* last = text.data() + space;
+    const auto [end, ec] = std::from_chars(first, last, v);
+    counts = ec == std::errc() && end == last && v >= 0 && v <= kLargestCount;
+    fields.push_back(v);
+    at = space + 1;
+  }
+  if (!counts || fields.size() != 4 || fields[1] >= fields[3] || fields[2] < ticket)
+    throw Error(
+        fmt::format("elastic: the store's answer to ticket {} '{}' is not one hopwise writes (GENERATION ID "
+                    "ADMITTED NEXT_ID, counts from 0 to 2^40); another job's keys in the same store?",
+                    ticket, text.substr(0, 200)));
+  return {fields[0], fields[1], fields[2], fields[3]};
+}
 
 ElasticGroup::TransportFactory ucx_factory() {
   return [](std::shared_ptr<Store> store, int rank, int size, const std::string& name, Store::Seconds timeout) {
@@ -105,9 +147,13 @@ ElasticOptions ElasticOptions::parse(const std::string& mode) {
 ElasticOptions ElasticOptions::from_env() { return parse(env::get_or("HOPWISE_ELASTIC", "off")); }
 
 std::string ElasticEvent::describe() const {
-  return fmt::format("generation {}: rank(s) {} {}; {} rank(s) go on ({}) after {:.1f} s", generation,
-                     fmt::join(left.empty() ? joined : left, ", "), left.empty() ? "joined" : "left", members.size(),
-                     fmt::join(members, ", "), stood_still_s);
+  std::vector<std::string> what;
+  if (!left.empty()) what.push_back(fmt::format("rank(s) {} left", fmt::join(left, ", ")));
+  if (!joined.empty()) what.push_back(fmt::format("rank(s) {} joined", fmt::join(joined, ", ")));
+  if (!not_arrived.empty())
+    what.push_back(fmt::format("newcomer(s) {} let in but never arrived (timed out)", fmt::join(not_arrived, ", ")));
+  return fmt::format("generation {}: {}; {} rank(s) go on ({}) after {:.1f} s", generation, fmt::join(what, "; "),
+                     members.size(), fmt::join(members, ", "), stood_still_s);
 }
 
 ElasticGroup::ElasticGroup(std::shared_ptr<Store> store, int id, int size, ElasticOptions options, Options comm_options,
@@ -121,7 +167,7 @@ ElasticGroup::ElasticGroup(std::shared_ptr<Store> store, int id, int size, Elast
     throw InvalidArgument(fmt::format("ElasticGroup: member {} of {} does not exist", id, size));
   std::vector<int> all(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) all[static_cast<std::size_t>(r)] = r;
-  if (options_.grow) store_->set("hopwise/elastic/size0", std::to_string(size));  // newcomers number on from it
+  next_id_ = size;  // newcomers number on from the launched ranks
   build(0, std::move(all));
 }
 
@@ -144,10 +190,22 @@ std::unique_ptr<ElasticGroup> ElasticGroup::join(std::shared_ptr<Store> store, E
   Store& s = *g->store_;
   const std::int64_t ticket = s.add("hopwise/elastic/tickets", 1);
   try {
-    g->id_ = static_cast<int>(std::stoll(s.get("hopwise/elastic/size0", timeout)) + ticket - 1);
-    const std::int64_t generation = std::stoll(s.get(fmt::format("hopwise/elastic/admitted/{}", ticket), timeout));
-    g->admitted_ = std::stoll(s.get(key(generation, "admitted"), timeout));
-    g->build(generation, parse_ids(s.get(key(generation, "members"), timeout)));
+    if (ticket < 1 || ticket > kLargestCount)
+      throw Error(
+          fmt::format("elastic: the store's ticket count gave this process ticket {}, which no job hands out "
+                      "(a damaged store, or another job's keys in it?)",
+                      ticket));
+    const Admission a = parse_admission(s.get(fmt::format("hopwise/elastic/admitted/{}", ticket), timeout), ticket);
+    std::vector<int> members = parse_ids(s.get(key(a.generation, "members"), timeout));
+    if (!contains(members, static_cast<int>(a.id)))
+      throw Error(
+          fmt::format("elastic: ticket {} was let in as member {} of generation {}, but its member list ({}) "
+                      "lacks that id (a damaged store?)",
+                      ticket, a.id, a.generation, ids_text(members).substr(0, 200)));
+    g->id_ = static_cast<int>(a.id);
+    g->admitted_ = a.admitted;
+    g->next_id_ = a.next_id;
+    g->build(a.generation, std::move(members));
   } catch (const TimeoutError& e) {
     throw TimeoutError(
         fmt::format("elastic: this process (ticket {}) was not let in within {:.0f} s: is the job running with "
@@ -161,8 +219,27 @@ std::unique_ptr<ElasticGroup> ElasticGroup::join(std::shared_ptr<Store> store, E
 bool ElasticGroup::newcomers_waiting() {
   if (!options_.grow) return false;
   // Every member must let in the same tickets: the fewest any of them saw.
-  waiting_ = store_->add("hopwise/elastic/tickets", 0);
+  try {
+    waiting_ = store_->add("hopwise/elastic/tickets", 0);
+  } catch (const Error& e) {  // a damaged count lets nobody in; the members train on (the minimum says so to all)
+    if (!ticket_count_unreadable_)
+      log::warn(
+          "elastic: rank {} cannot read the store's ticket count, so no newcomer is let in until it reads "
+          "again: {}",
+          comm_->rank(), e.what());
+    ticket_count_unreadable_ = true;
+    waiting_ = admitted_;
+  }
   comm_->allreduce(&waiting_, &waiting_, 1, DataType::kInt64, ReduceOp::kMin);
+  if (waiting_ - admitted_ > kMostNewcomers) {  // alike on every member: the minimum is
+    if (waiting_ != refused_tickets_ && comm_->rank() == 0)
+      log::warn(
+          "elastic: the store's ticket count says {} processes wait to join, more than {} at once: a damaged or "
+          "hostile store, not newcomers; none is let in until the count is back within reach",
+          waiting_ - admitted_, kMostNewcomers);
+    refused_tickets_ = waiting_;
+    return false;
+  }
   return waiting_ > admitted_;
 }
 
@@ -174,23 +251,43 @@ bool ElasticGroup::newcomers_waiting(std::int64_t step) {
 ElasticEvent ElasticGroup::admit() {
   const std::int64_t seen = waiting_;
   const auto t0 = Clock::now();
-  const Store::Seconds timeout(comm_options_.timeout_s);
-  const auto size0 = std::stoll(store_->get("hopwise/elastic/size0", timeout));
   ElasticEvent event;
   std::vector<int> next = members_;
-  for (std::int64_t t = admitted_ + 1; t <= seen; ++t) {
-    next.push_back(static_cast<int>(size0 + t - 1));
-    event.joined.push_back(next.back());
-  }
+  const std::vector<int> before = members_;
   const std::int64_t g = generation_ + 1;
+  const std::int64_t first_id = next_id_;
+  for (std::int64_t t = admitted_ + 1; t <= seen; ++t) next.push_back(static_cast<int>(next_id_++));
   if (comm_->rank() == 0) {
     store_->set(key(g, "members"), ids_text(next));
-    store_->set(key(g, "admitted"), std::to_string(seen));
     for (std::int64_t t = admitted_ + 1; t <= seen; ++t)
-      store_->set(fmt::format("hopwise/elastic/admitted/{}", t), std::to_string(g));
+      store_->set(fmt::format("hopwise/elastic/admitted/{}", t),
+                  admission_text({g, first_id + (t - admitted_ - 1), seen, next_id_}));
   }
   admitted_ = seen;
-  build(g, std::move(next));
+  try {
+    build(g, next);
+    event.joined.assign(next.begin() + static_cast<std::ptrdiff_t>(before.size()), next.end());
+  } catch (const Error& e) {
+    // A newcomer that took its ticket and died (or never came) leaves the generation unformed on every member: the
+    // members agree on who is here, as after a lost rank, and go on without it.
+    const std::vector<int> here =
+        agree_on_survivors(*store_, g, id_, members_, options_, Store::Seconds(comm_options_.timeout_s),
+                           fmt::format("generation {} (letting in {} newcomer(s)) did not form: {}", g,
+                                       next.size() - before.size(), e.what()));
+    for (int m : next) {
+      if (contains(here, m)) {
+        if (!contains(before, m)) event.joined.push_back(m);
+      } else {
+        (contains(before, m) ? event.left : event.not_arrived).push_back(m);
+      }
+    }
+    if (!event.left.empty() && !options_.shrink)
+      throw Error(
+          fmt::format("elastic: rank(s) {} were lost while newcomers were let in, and HOPWISE_ELASTIC lacks "
+                      "shrink: {}",
+                      fmt::join(event.left, ", "), e.what()));
+    build(g + 1, here);
+  }
   event.generation = generation_;
   event.members = members_;
   event.stood_still_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -217,17 +314,25 @@ std::unique_ptr<ElasticGroup> ElasticGroup::from_launch(ElasticOptions options, 
                                         l.rank, l.size, options, std::move(comm_options));
 }
 
+// The generation and its members are this member's before its transport meets: a failure to meet (a member or
+// newcomer that never came) leaves them, so that the agreement that follows is on this generation, and no
+// communicator (shrink() and admit() then agree through the store alone).
 void ElasticGroup::build(std::int64_t generation, std::vector<int> members) {
-  comm_.reset();                       // the old generation's first: its transport lets go of the peers that are gone
-  if (options_.shrink && !heartbeat_)  // beating from before the first transport meets: its wait may be long
+  comm_.reset();  // the old generation's first: its transport lets go of the peers that are gone
+  generation_ = generation;
+  members_ = std::move(members);
+  // Beating from before the first transport meets (its wait may be long); under grow too, so that a newcomer that
+  // dies while the members wait for it is told from one that is only slow.
+  if ((options_.shrink || options_.grow) && !heartbeat_)
     heartbeat_ = std::make_unique<ElasticHeartbeat>(store_, id_, options_.heartbeat_period());
-  const auto at = std::find(members.begin(), members.end(), id_);
-  const int rank = static_cast<int>(at - members.begin()), size = static_cast<int>(members.size());
+  const auto at = std::find(members_.begin(), members_.end(), id_);
+  if (at == members_.end())
+    throw Error(fmt::format("elastic: member {} is not in generation {}'s list ({})", id_, generation,
+                            ids_text(members_).substr(0, 200)));
+  const int rank = static_cast<int>(at - members_.begin()), size = static_cast<int>(members_.size());
   auto transport =
       transport_(store_, rank, size, key(generation, "transport"), Store::Seconds(comm_options_.timeout_s));
   comm_ = std::make_unique<Communicator>(std::move(transport), comm_options_);
-  generation_ = generation;
-  members_ = std::move(members);
 }
 
 namespace {
@@ -251,6 +356,9 @@ void wait_for_members(Store& store, std::int64_t g, int id, const std::vector<in
     if (now >= give_up_on_the_living) return;
     if (now - looked >= std::chrono::milliseconds(100)) {  // a look costs a few store calls per missing member
       looked = now;
+      // Another survivor decided already (it began waiting earlier, so its window closed first): waiting on would
+      // only make this one late to the next generation's transport, which its members meet within the timeout.
+      if (store.check({key(g + 1, "members")})) return;
       bool someone_beats = false;
       for (int m : members) {
         if (m == id || store.check({key(g, fmt::format("alive/{}", m))})) continue;
@@ -314,7 +422,8 @@ ElasticEvent ElasticGroup::shrink(const std::string& why) {
   const auto t0 = Clock::now();
   // A survivor may still wait on a stopped rank until its own timeout, which the ring staggers past the others'
   // window: every peer is declared lost in the old transport, so that whoever still waits gives up now.
-  for (int r = 0; r < comm_->size(); ++r)
+  // No communicator where the generation never formed (build() failed): nobody waits on it.
+  for (int r = 0; comm_ && r < comm_->size(); ++r)
     if (r != comm_->rank()) comm_->transport().declare_lost(r);
   const std::vector<int> next =
       agree_on_survivors(*store_, generation_, id_, members_, options_, Store::Seconds(comm_options_.timeout_s), why);

@@ -42,6 +42,16 @@ from . import _C
 
 
 TICKETS = "hopwise/elastic/torch/tickets"  # how many processes asked to join so far
+# Most processes let in at one boundary: a ticket count past it is a damaged or hostile store, not newcomers.
+MOST_NEWCOMERS = 1024
+
+
+def _count(text, what):
+    """A non-negative count read from the store, or a named error: anyone may have written the store's values."""
+    if not text.isdigit() or len(text) > 13:
+        raise RuntimeError(f"elastic: the store's {what} '{text[:200]}' is not a count from 0 to 10^13 (another "
+                           "job's keys in the same store, or a damaged one? give each job its own store)")
+    return int(text)
 
 
 def _ticket_key(ticket):
@@ -83,13 +93,17 @@ class ElasticContext:
             raise RuntimeError(f"elastic: this process (ticket {ticket}) was not let in within {self.timeout_s:.0f} "
                                f"s: is the job running with HOPWISE_ELASTIC=shrink,grow and calling "
                                f"newcomers_waiting() at its step boundaries? ({e})") from None
-        fields = self.store.get(_ticket_key(ticket)).decode().split()
+        fields = self.store.get(_ticket_key(ticket)).decode(errors="replace").split()
         if len(fields) != 5:
             raise RuntimeError(f"elastic: ticket {ticket}'s answer '{' '.join(fields)[:200]}' is not one hopwise "
                                "writes (another job's keys in the same store?)")
-        self.generation, self.id = int(fields[0]), int(fields[1])
-        self.admitted, self.next_id = int(fields[2]), int(fields[3])
-        self.members = [int(m) for m in fields[4].split(",")]
+        what = f"answer to ticket {ticket}"
+        self.generation, self.id = _count(fields[0], what), _count(fields[1], what)
+        self.admitted, self.next_id = _count(fields[2], what), _count(fields[3], what)
+        self.members = [_count(m, what) for m in fields[4].split(",")[:1 << 16]]
+        if self.members.count(self.id) != 1 or len(set(self.members)) != len(self.members):
+            raise RuntimeError(f"elastic: ticket {ticket}'s answer lets this process in as member {self.id}, but its "
+                               "member list lacks that id or names a rank twice (a damaged store?)")
 
     def _form(self):
         prefix = dist.PrefixStore(f"hopwise/elastic/{self.generation}/group", self.store)
@@ -114,9 +128,20 @@ class ElasticContext:
             raise ValueError(f"HOPWISE_ELASTIC_GROW_EVERY={every}: give a step count of 1 or more")
         if step is not None and step % every != 0:
             return False
-        seen = torch.tensor([self.store.add(TICKETS, 0)], dtype=torch.int64)
+        try:
+            count = self.store.add(TICKETS, 0)
+        except RuntimeError as e:  # a damaged count lets nobody in; the minimum says so to every member
+            print(f"hopwise WARN: elastic: the store's ticket count cannot be read; nobody is let in: {e}", flush=True)
+            count = self.admitted
+        seen = torch.tensor([count], dtype=torch.int64)
         dist.all_reduce(seen, op=dist.ReduceOp.MIN)
         self._waiting = int(seen.item())
+        if self._waiting - self.admitted > MOST_NEWCOMERS:
+            if self.rank == 0:
+                print(f"hopwise WARN: elastic: the store's ticket count says {self._waiting - self.admitted} "
+                      f"processes wait to join, more than {MOST_NEWCOMERS} at once: a damaged or hostile store, not "
+                      "newcomers; none is let in", flush=True)
+            return False
         return self._waiting > self.admitted
 
     def admit(self):
@@ -135,7 +160,24 @@ class ElasticContext:
         self.generation += 1
         self.members = members
         self.admitted = self._waiting
-        self._form()
+        try:
+            self._form()
+        except RuntimeError as e:
+            # A newcomer that took its ticket and died (or never came) leaves the group unformed on every member:
+            # they agree on who is here, as after a lost rank, and form it again without the missing.
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            before = members[:len(members) - len(joined)]
+            here = _C.elastic_agree(self.store, self.generation, self.id, self.members, self._mode(), self.timeout_s,
+                                    f"generation {self.generation} (letting in {len(joined)} newcomer(s)) did not "
+                                    f"form: {e}")
+            self.generation += 1
+            self.members = list(here)
+            self._form()
+            return self._note({"generation": self.generation, "left": [m for m in before if m not in here],
+                               "joined": [m for m in joined if m in here],
+                               "not_arrived": [m for m in joined if m not in here], "members": self.members,
+                               "stood_still_s": time.perf_counter() - t0})
         return self._note({"generation": self.generation, "left": [], "joined": joined, "members": self.members,
                            "stood_still_s": time.perf_counter() - t0})
 
@@ -167,7 +209,9 @@ class ElasticContext:
         self.events.append(event)
         if self.rank == 0:
             what = ([f"rank(s) {', '.join(map(str, event['left']))} left"] if event["left"] else []) + (
-                [f"rank(s) {', '.join(map(str, event['joined']))} joined"] if event["joined"] else [])
+                [f"rank(s) {', '.join(map(str, event['joined']))} joined"] if event["joined"] else []) + (
+                [f"newcomer(s) {', '.join(map(str, event['not_arrived']))} let in but never arrived (timed out)"]
+                if event.get("not_arrived") else [])
             print(f"elastic: generation {self.generation}: {'; '.join(what)}; {len(self.members)} rank(s) go on "
                   f"({', '.join(map(str, self.members))}) after {event['stood_still_s']:.1f} s", flush=True)
         return event

@@ -61,6 +61,7 @@ struct ElasticEvent {
   std::int64_t generation = 0;   // the new one
   std::vector<int> left;         // member ids that are gone (ranks of generation 0; newcomers number on from the size)
   std::vector<int> joined;       // member ids that came in
+  std::vector<int> not_arrived;  // newcomers let in that never came (died after taking their ticket): timed out
   std::vector<int> members;      // the new generation's, in rank order
   double stood_still_s = 0;      // from this rank giving up to the new communicator being ready
   std::string describe() const;  // "generation 1: rank(s) 2 left; 3 ranks go on (0, 1, 3) after 2.4 s"
@@ -124,7 +125,9 @@ class ElasticGroup {
   // The same at step `step` (alike on every member), asking only where step is a multiple of grow_every.
   bool newcomers_waiting(std::int64_t step);
   // Then, on every member: lets them in and rebuilds comm() over the grown generation (references to the old
-  // communicator are void; the newcomers' join() returns once all have met).
+  // communicator are void; the newcomers' join() returns once all have met). A newcomer that never comes (it died
+  // after taking its ticket) is timed out: the members agree on who is here, as after a lost rank, and go on
+  // without it (the event's not_arrived). Error only where a member was lost too and shrink is off.
   ElasticEvent admit();
   bool joined_late() const { return joined_late_; }  // this process came in through join()
 
@@ -143,6 +146,9 @@ class ElasticGroup {
   std::unique_ptr<ElasticHeartbeat> heartbeat_;  // under shrink, from the first generation this member is in
   std::int64_t admitted_ = 0;                    // tickets let in so far, alike on every member
   std::int64_t waiting_ = 0;                     // tickets seen by every member at the last newcomers_waiting()
+  std::int64_t refused_tickets_ = -1;            // a ticket count refused as implausible (warned about once)
+  bool ticket_count_unreadable_ = false;         // the store's ticket count failed to read (warned about once)
+  std::int64_t next_id_ = 0;                     // the id the next newcomer gets: ids are never reused
   bool joined_late_ = false;
 };
 
