@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes every reader of untrusted text with libFuzzer under AddressSanitizer + UndefinedBehaviorSanitizer:
-#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 300 s each, all eleven targets: about 55 minutes)
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 300 s each, all twelve targets: about an hour)
 # Builds build-fuzz/ with clang, seeds each corpus from ../shared/topologies (the matching format; JSON seeds are
 # those files converted by hopwise-topo) a few codec and averaging spec strings and checkpoint headers, then runs the targets one after another.
 # Corpora and crash artifacts stay under build-fuzz/. Exits non-zero when any target crashed, leaked, hung, ran out
@@ -11,7 +11,7 @@ repo=$(pwd)
 secs=${1:-300}
 shift || true
 all_targets=(fuzz_hwloc_xml fuzz_nccl_xml fuzz_nvidia_smi fuzz_json fuzz_topology fuzz_codec_spec fuzz_tuning_file
-             fuzz_averaging_spec fuzz_monitor_spec fuzz_store_server fuzz_checkpoint_header)
+             fuzz_averaging_spec fuzz_monitor_spec fuzz_store_server fuzz_checkpoint_header fuzz_elastic_values)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 shared=${HOPWISE_SHARED_TOPOLOGIES:-$repo/../shared/topologies}
@@ -29,7 +29,7 @@ cmake --build "$out" -j"$jobs" --target hopwise_fuzzers hopwise-topo
 # ---- seeds: the shared files are read where they lie; JSON seeds are them converted by hopwise-topo ----
 seeds=$out/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{json,codec,tuning,averaging,monitor,store,checkpoint,empty}
+mkdir -p "$seeds"/{json,codec,tuning,averaging,monitor,store,checkpoint,elastic,empty}
 if [ -d "$shared" ]; then
   for f in "$shared"/*/*.xml "$shared"/*/*.txt; do
     [ -f "$f" ] || continue
@@ -62,6 +62,10 @@ printf '%b' 'hopwise-train_mnist-checkpoint 2\n20 2 128 13577422701659836820 186
   >"$seeds/checkpoint/seed0"
 printf '%b' 'hopwise-train_mnist-checkpoint 2\n1073741824 1048576 2147483647 0 68719476736\nhopwise-averaging 1 local:period=3 7\n' \
   >"$seeds/checkpoint/seed1"
+
+# Elastic store values: a member list (first byte even) and ticket 1's admission (first byte odd).
+printf '%b' '\x000,1,3,7' >"$seeds/elastic/seed0"
+printf '%b' '\x012 4 1 5' >"$seeds/elastic/seed1"
 
 # Store server scripts (tests/fuzz/fuzz_store_server.cpp): a byte of flags, then steps of [client | step << 2][length]
 # [bytes]: a client that introduces itself, sets, gets, adds and reads; a stranger's 1 GiB length; an HTTP probe.
@@ -96,6 +100,7 @@ seed_dirs() {
     fuzz_monitor_spec) echo "$seeds/monitor" ;;
     fuzz_store_server) echo "$seeds/store" ;;
     fuzz_checkpoint_header) echo "$seeds/checkpoint" ;;
+    fuzz_elastic_values) echo "$seeds/elastic" ;;
     *) echo "fuzz.sh: unknown target '$1'; use one of: ${all_targets[*]}" >&2; exit 2 ;;
   esac
 }
@@ -114,7 +119,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$art" "$out/logs"
   dict=()
   [ "$t" = fuzz_codec_spec ] || [ "$t" = fuzz_tuning_file ] || [ "$t" = fuzz_averaging_spec ] || [ "$t" = fuzz_monitor_spec ] ||
-    [ "$t" = fuzz_store_server ] || [ "$t" = fuzz_checkpoint_header ] ||
+    [ "$t" = fuzz_store_server ] || [ "$t" = fuzz_checkpoint_header ] || [ "$t" = fuzz_elastic_values ] ||
     dict=(-dict=tests/fuzz/topology.dict)
   echo "== $t: ${secs}s (log: $log)"
   start=$(date +%s)

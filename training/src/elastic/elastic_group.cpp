@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "elastic_values.h"
 #include "hopwise/comm/launch.h"
 #include "hopwise/comm/transports/ucx_transport.h"
 #include "hopwise/common/env.h"
@@ -26,72 +27,9 @@ std::string key(std::int64_t generation, const std::string& what) {
   return fmt::format("hopwise/elastic/{}/{}", generation, what);
 }
 
-std::string ids_text(const std::vector<int>& ids) { return fmt::format("{}", fmt::join(ids, ",")); }
-
-// A generation's members as the store holds them ("0,1,3"). Whatever else is there (another job's key, a damaged
-// store) is named rather than taken.
-std::vector<int> parse_ids(const std::string& text) {
-  std::vector<int> ids;
-  std::size_t at = 0;
-  while (at < text.size()) {
-    const std::size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
-    int id = -1;
-    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
-    if (ec != std::errc() || end != item.data() + item.size() || id < 0 || ids.size() >= (1u << 20))
-      throw Error(
-          fmt::format("elastic: the store's member list '{}' is not a list of ranks (another job's keys in "
-                      "the same store? give each job its own HOPWISE_STORE)",
-                      text.substr(0, 200)));
-    ids.push_back(id);
-    at = comma + 1;
-  }
-  std::vector<int> sorted = ids;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-    throw Error(fmt::format("elastic: the store's member list '{}' names a rank twice (a damaged store?)",
-                            text.substr(0, 200)));
-  return ids;
-}
+using namespace elastic_values;
 
 bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
-
-// Most processes let in at one boundary: a ticket count past it is no crowd of newcomers but a damaged or hostile
-// store, which would otherwise make the members list (and wait for) that many phantoms.
-constexpr std::int64_t kMostNewcomers = 1024;
-// Ids, generations and ticket counts past this are no job's: a store's value is checked against it before use.
-constexpr std::int64_t kLargestCount = std::int64_t{1} << 40;
-
-// A newcomer's way in, as rank 0 writes it under its ticket: "GENERATION ID ADMITTED NEXT_ID".
-struct Admission {
-  std::int64_t generation = 0, id = 0, admitted = 0, next_id = 0;
-};
-
-std::string admission_text(const Admission& a) {
-  return fmt::format("{} {} {} {}", a.generation, a.id, a.admitted, a.next_id);
-}
-
-Admission parse_admission(const std::string& text, std::int64_t ticket) {
-  std::vector<std::int64_t> fields;
-  std::size_t at = 0;
-  bool counts = true;
-  while (counts && at <= text.size() && fields.size() < 5) {
-    const std::size_t space = std::min(text.find(' ', at), text.size());
-    std::int64_t v = -1;
-    const char* first = text.data() + at;
-    const char* last = text.data() + space;
-    const auto [end, ec] = std::from_chars(first, last, v);
-    counts = ec == std::errc() && end == last && v >= 0 && v <= kLargestCount;
-    fields.push_back(v);
-    at = space + 1;
-  }
-  if (!counts || fields.size() != 4 || fields[1] >= fields[3] || fields[2] < ticket)
-    throw Error(
-        fmt::format("elastic: the store's answer to ticket {} '{}' is not one hopwise writes (GENERATION ID "
-                    "ADMITTED NEXT_ID, counts from 0 to 2^40); another job's keys in the same store?",
-                    ticket, text.substr(0, 200)));
-  return {fields[0], fields[1], fields[2], fields[3]};
-}
 
 ElasticGroup::TransportFactory ucx_factory() {
   return [](std::shared_ptr<Store> store, int rank, int size, const std::string& name, Store::Seconds timeout) {
@@ -196,12 +134,12 @@ std::unique_ptr<ElasticGroup> ElasticGroup::join(std::shared_ptr<Store> store, E
                       "(a damaged store, or another job's keys in it?)",
                       ticket));
     const Admission a = parse_admission(s.get(fmt::format("hopwise/elastic/admitted/{}", ticket), timeout), ticket);
-    std::vector<int> members = parse_ids(s.get(key(a.generation, "members"), timeout));
+    std::vector<int> members = parse_member_list(s.get(key(a.generation, "members"), timeout));
     if (!contains(members, static_cast<int>(a.id)))
       throw Error(
           fmt::format("elastic: ticket {} was let in as member {} of generation {}, but its member list ({}) "
                       "lacks that id (a damaged store?)",
-                      ticket, a.id, a.generation, ids_text(members).substr(0, 200)));
+                      ticket, a.id, a.generation, member_list_text(members).substr(0, 200)));
     g->id_ = static_cast<int>(a.id);
     g->admitted_ = a.admitted;
     g->next_id_ = a.next_id;
@@ -258,7 +196,7 @@ ElasticEvent ElasticGroup::admit() {
   const std::int64_t first_id = next_id_;
   for (std::int64_t t = admitted_ + 1; t <= seen; ++t) next.push_back(static_cast<int>(next_id_++));
   if (comm_->rank() == 0) {
-    store_->set(key(g, "members"), ids_text(next));
+    store_->set(key(g, "members"), member_list_text(next));
     for (std::int64_t t = admitted_ + 1; t <= seen; ++t)
       store_->set(fmt::format("hopwise/elastic/admitted/{}", t),
                   admission_text({g, first_id + (t - admitted_ - 1), seen, next_id_}));
@@ -328,7 +266,7 @@ void ElasticGroup::build(std::int64_t generation, std::vector<int> members) {
   const auto at = std::find(members_.begin(), members_.end(), id_);
   if (at == members_.end())
     throw Error(fmt::format("elastic: member {} is not in generation {}'s list ({})", id_, generation,
-                            ids_text(members_).substr(0, 200)));
+                            member_list_text(members_).substr(0, 200)));
   const int rank = static_cast<int>(at - members_.begin()), size = static_cast<int>(members_.size());
   auto transport =
       transport_(store_, rank, size, key(generation, "transport"), Store::Seconds(comm_options_.timeout_s));
@@ -389,9 +327,9 @@ std::vector<int> agree_on_survivors(Store& store, std::int64_t generation, int i
       std::vector<int> alive;
       for (int m : members)
         if (store.check({key(g, fmt::format("alive/{}", m))})) alive.push_back(m);
-      store.set(key(g + 1, "members"), ids_text(alive));
+      store.set(key(g + 1, "members"), member_list_text(alive));
     }
-    next = parse_ids(store.get(key(g + 1, "members"), timeout));
+    next = parse_member_list(store.get(key(g + 1, "members"), timeout));
   } catch (const std::exception& e) {
     throw Error(fmt::format(
         "elastic: rank {} cannot agree with the survivors of generation {} through the store ({}); a store served by "
