@@ -29,7 +29,7 @@ constexpr std::size_t kMaxKeyListBytes = 64u << 20;  // all keys of one request 
 constexpr std::size_t kHeaderBytes = 24;             // op, id, delta, key count
 // What the serving rank parks. A wait names each rank's key at most (store_allgather): 64 Ki keys is four times the
 // largest job the planner is sized for (16384 ranks). A client waits for one request at a time, so it has one get or
-// wait parked, plus those it gave up on (timed out) whose keys were never set: 64 leaves room for many of those.
+// wait parked, plus those it gave up on (timed out) whose keys were never set: past 64, its oldest is dropped.
 constexpr std::size_t kMaxWaitKeys = 64u << 10;
 constexpr std::size_t kMaxParkedPerClient = 64;
 constexpr std::size_t kMaxRequestBytes = kHeaderBytes + kMaxKeyListBytes + 4 + kMaxValueBytes;
@@ -72,7 +72,8 @@ class Table {
   // ok=false: the request was refused and `value` says why.
   using Reply = std::function<void(int client, const Request& r, bool ok, Value value)>;
   // Handles `r` from `client`: replies at once, or parks a get or wait until later sets or adds complete it.
-  // A wait past kMaxWaitKeys, or one that would park past kMaxParkedPerClient, is refused saying so.
+  // A wait past kMaxWaitKeys is refused saying so. A client's request that would park past kMaxParkedPerClient
+  // parks, and the client's oldest parked one is answered with an error naming the cap and dropped.
   void handle(int client, Request r, const Reply& reply);
   // The client went away: its parked requests go too, from every key they were listed under.
   void drop(int client);

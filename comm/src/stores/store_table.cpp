@@ -15,8 +15,9 @@ Value make_value(std::string s) { return std::make_shared<const std::string>(std
 
 std::string too_many_parked() {
   return fmt::format(
-      "this client already has {} gets and waits parked, the most one client may have (kMaxParkedPerClient): one "
-      "that timed out stays parked until its keys are set or its connection closes; set those keys, or reconnect",
+      "this client had {} gets and waits parked, the most one client may have (kMaxParkedPerClient): its oldest, "
+      "this one, was dropped to park a newer one (a TcpStore client asks one thing at a time, so its older requests "
+      "had timed out); wait for fewer things at once",
       kMaxParkedPerClient);
 }
 
@@ -73,10 +74,14 @@ void Table::get_or_wait(int client, Request r, const Reply& reply) {
     answer(client, r, reply);
     return;
   }
+  // Past the cap the oldest goes, not the newest: a client that timed out many times (each leaving a request
+  // parked) must still be answered for the one thing it waits for now, and a hostile one cannot hold more.
   const auto mine = parked_by_client_.find(client);
   if (mine != parked_by_client_.end() && mine->second.size() >= kMaxParkedPerClient) {
-    reply(client, r, false, make_value(too_many_parked()));
-    return;
+    const std::uint64_t oldest = *mine->second.begin();
+    const Parked& p = parked_.at(oldest);
+    reply(p.client, p.request, false, make_value(too_many_parked()));
+    unpark(oldest);
   }
   park(client, std::move(r));
 }
