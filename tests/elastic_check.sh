@@ -98,7 +98,7 @@ for scenario in "$@"; do
       "$train" "${flags[@]}" > "$dir/growdies.rank3" 2>&1 &
     joiner=$!
     tickets=$(store_file growdies hopwise/elastic/tickets)
-    for _ in $(seq 1 1200); do [ -s "$tickets" ] && break; sleep 0.01; done
+    for _ in $(seq 1 6000); do [ -s "$tickets" ] && break; sleep 0.01; done
     kill -9 "$joiner" 2>/dev/null || true
     wait "$joiner" 2>/dev/null || true
     [ -s "$tickets" ] || { cat "$dir"/growdies.rank*; echo "grow-dies: the newcomer never took a ticket"; exit 1; }
