@@ -54,6 +54,12 @@ def main():
     torch.set_num_threads(1)
     newcomer = start_newcomer(store) if mode.startswith("grow") and os.environ.get("RANK") == "0" else None
     ctx = hopwise.torch.ElasticContext(store)
+    if mode == "grow-dies" and newcomer is not None:  # killed after its ticket, before any boundary lets it in
+        while ctx.store.add(hopwise.torch.elastic.TICKETS, 0) < 1:  # (rank 0 is in every boundary's allreduce)
+            time.sleep(0.01)
+        newcomer.kill()
+        newcomer.wait()
+        newcomer = None
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     step = ctx.share_state(model, opt) if ctx.joined_late else 0
@@ -68,10 +74,6 @@ def main():
         if mode.startswith("grow") and not ctx.joined_late and step == BOUNDARY and not ctx.events:
             while ctx.store.add(hopwise.torch.elastic.TICKETS, 0) < 1:  # the test's newcomer comes in here
                 time.sleep(0.01)
-            if mode == "grow-dies" and newcomer is not None:
-                newcomer.kill()  # after its ticket, before the members let it in
-                newcomer.wait()
-                newcomer = None
         if mode in ("grow", "grow-dies", "join") and ctx.newcomers_waiting():
             ctx.admit()
             step = ctx.share_state(model, opt, step)
