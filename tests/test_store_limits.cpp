@@ -454,22 +454,9 @@ TEST(StoreLimits, AClientThatGoesTakesItsParkedRequestsOffEveryKey) {
   EXPECT_EQ(table.parked_visits(), visits + 1);
 }
 
-// A request framed as sp::pack would, without its client-side checks: what a client that skipped them sends.
+// A request framed without its client-side checks: what a client that skipped them sends.
 std::string unchecked_frame(const sp::Request& r) {
-  std::string b;
-  auto put = [&](const void* p, std::size_t n) { b.append(static_cast<const char*>(p), n); };
-  auto put_string = [&](const std::string& s) {
-    const auto n = static_cast<std::uint32_t>(s.size());
-    put(&n, 4);
-    b += s;
-  };
-  const auto nk = static_cast<std::uint32_t>(r.keys.size());
-  put(&r.op, 4);
-  put(&r.id, 4);
-  put(&r.delta, 8);
-  put(&nk, 4);
-  for (const auto& k : r.keys) put_string(k);
-  put_string(r.value);
+  const std::string b = sp::pack_unchecked(r);
   const auto n = static_cast<std::uint32_t>(b.size());
   return std::string(reinterpret_cast<const char*>(&n), 4) + b;
 }

@@ -44,13 +44,17 @@ void check_limits(const Request& r) {
         r.keys.empty() ? std::string() : shown(r.keys.front()), r.value.size(), kMaxValueBytes, kMaxValueBytes >> 20));
 }
 
-// op, id, delta, key count, then (length, bytes) per key, then (length, bytes) of the value.
 std::string pack(const Request& r) {
   check_limits(r);
+  return pack_unchecked(r);
+}
+
+// op, id, delta, key count, then (length, bytes) per key, then (length, bytes) of the value.
+std::string pack_unchecked(const Request& r) {
   std::string b;
   auto put = [&](const void* p, std::size_t n) { b.append(static_cast<const char*>(p), n); };
   auto put_string = [&](const std::string& s) {
-    const auto n = static_cast<std::uint32_t>(s.size());  // within the limits checked above
+    const auto n = static_cast<std::uint32_t>(s.size());  // within the limits pack() checks
     put(&n, 4);
     put(s.data(), s.size());
   };

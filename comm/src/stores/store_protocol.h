@@ -50,7 +50,9 @@ struct Request {
 void check_limits(const Request& r);
 // Why the server refuses a wait for `keys` keys (past kMaxWaitKeys), and what to do instead.
 std::string too_many_wait_keys(std::size_t keys);
-std::string pack(const Request& r);
+std::string pack(const Request& r);  // check_limits, then pack_unchecked
+// The request's bytes without the checks: what a client that skipped them would send (the server's tests).
+std::string pack_unchecked(const Request& r);
 // Throws Error for bytes that are not a request, or one past the limits.
 Request unpack(std::string_view bytes);
 
