@@ -48,7 +48,7 @@ MOST_NEWCOMERS = 1024
 
 def _count(text, what):
     """A non-negative count read from the store, or a named error: anyone may have written the store's values."""
-    if not text.isdigit() or len(text) > 13:
+    if not (text.isascii() and text.isdigit()) or len(text) > 13:  # isdigit alone takes "²", which int() refuses
         raise RuntimeError(f"elastic: the store's {what} '{text[:200]}' is not a count from 0 to 10^13 (another "
                            "job's keys in the same store, or a damaged one? give each job its own store)")
     return int(text)
@@ -131,13 +131,17 @@ class ElasticContext:
         try:
             count = self.store.add(TICKETS, 0)
         except RuntimeError as e:  # a damaged count lets nobody in; the minimum says so to every member
-            print(f"hopwise WARN: elastic: the store's ticket count cannot be read; nobody is let in: {e}", flush=True)
+            if not getattr(self, "_unreadable", False):
+                self._unreadable = True
+                print(f"hopwise WARN: elastic: the store's ticket count cannot be read; nobody is let in: {e}",
+                      flush=True)
             count = self.admitted
         seen = torch.tensor([count], dtype=torch.int64)
         dist.all_reduce(seen, op=dist.ReduceOp.MIN)
         self._waiting = int(seen.item())
         if self._waiting - self.admitted > MOST_NEWCOMERS:
-            if self.rank == 0:
+            if self.rank == 0 and self._waiting != getattr(self, "_refused", None):  # once per count, not per boundary
+                self._refused = self._waiting
                 print(f"hopwise WARN: elastic: the store's ticket count says {self._waiting - self.admitted} "
                       f"processes wait to join, more than {MOST_NEWCOMERS} at once: a damaged or hostile store, not "
                       "newcomers; none is let in", flush=True)
