@@ -19,6 +19,7 @@ AveragingMethodRow local_row();
 AveragingMethodRow hier_row();
 AveragingMethodRow gossip_row();
 AveragingMethodRow async_row();
+AveragingMethodRow diloco_row();
 }  // namespace detail
 
 namespace {
@@ -42,7 +43,8 @@ void check(const AveragingMethodRow& row) {
 Table& table() {
   static Table* t = [] {
     auto* init = new Table;  // never destroyed: rows may be looked up during exit
-    for (auto make : {detail::sync_row, detail::local_row, detail::hier_row, detail::gossip_row, detail::async_row})
+    for (auto make : {detail::sync_row, detail::local_row, detail::hier_row, detail::gossip_row, detail::async_row,
+                      detail::diloco_row})
       init->rows.push_back(std::make_shared<const AveragingMethodRow>(make()));
     return init;
   }();

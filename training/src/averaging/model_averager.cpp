@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <sstream>
@@ -56,9 +57,7 @@ void ModelAverager::full_average() {
   Impl& m = *impl_;
   if (m.row->ranks_always_equal) return;
   const auto t0 = std::chrono::steady_clock::now();
-  m.method->drain();
-  m.ctx.average_world();
-  m.method->ranks_equal();
+  m.method->full_average(m.ctx);
   m.stats.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -74,22 +73,30 @@ void ModelAverager::average_into(float* out) {
 std::int64_t ModelAverager::steps() const { return impl_->steps; }
 const AveragingStats& ModelAverager::stats() const { return impl_->stats; }
 
+std::string ModelAverager::choice() const { return impl_->method->choice(); }
+
+// "hopwise-averaging 2 SPEC STEPS BYTES\n" and the method's own state, BYTES long (version 1: the line alone).
 std::string ModelAverager::save() const {
-  if (impl_->method->in_flight())
+  if (impl_->method->in_flight() && !impl_->method->saves_in_flight())
     throw InvalidArgument("ModelAverager::save() with an averaging in flight; call full_average() first");
-  return fmt::format("hopwise-averaging 1 {} {}", impl_->spec.to_string(), impl_->steps);
+  const std::string own = impl_->method->save_state();
+  return fmt::format("hopwise-averaging 2 {} {} {}\n", impl_->spec.to_string(), impl_->steps, own.size()) + own;
 }
 
 void ModelAverager::load(const std::string& saved) {
-  std::istringstream in(saved);
+  const auto eol = saved.find('\n');
+  std::istringstream in(saved.substr(0, std::min<std::size_t>(eol, 4096)));
   std::string magic, spec;
   int version = 0;
   std::int64_t steps = -1;
+  std::size_t own = 0;
   in >> magic >> version >> spec >> steps;
-  if (magic != "hopwise-averaging" || version != 1 || steps < 0)
+  if (version == 2) in >> own;
+  const bool framed = version == 1 || (version == 2 && in && eol != std::string::npos && saved.size() - eol - 1 == own);
+  if (magic != "hopwise-averaging" || !framed || steps < 0)
     throw InvalidArgument(
         fmt::format("ModelAverager::load: '{}' is not a saved averaging state (save() writes "
-                    "'hopwise-averaging 1 SPEC STEPS')",
+                    "'hopwise-averaging 2 SPEC STEPS BYTES' and BYTES of the method's state)",
                     saved.substr(0, 80)));
   if (spec != impl_->spec.to_string())
     throw InvalidArgument(
@@ -99,6 +106,7 @@ void ModelAverager::load(const std::string& saved) {
   impl_->method->drain();
   impl_->steps = steps;
   impl_->method->ranks_equal();
+  if (own > 0) impl_->method->load_state(saved.substr(eol + 1));
 }
 
 }  // namespace hopwise::comm

@@ -14,7 +14,18 @@
 //                          compute goes on; H steps later each rank adds (average - snapshot): staleness at most H
 //                          steps; codec fp16, bf16 or int8 (with error feedback) all-reduces the snapshot's
 //                          difference from the last average instead
-// warmup=W (local, hier, async): W synchronous steps first (gradients over the world), the schedule counted after.
+//   diloco:period=H[,outer_lr=0.7][,momentum=0.9][,nesterov=1][,fragments=F][,delay=D][,alpha=A][,codec=C]
+//                          DiLoCo (Douillard et al., arXiv 2311.08105) and its streaming form (arXiv 2501.18512):
+//                          H local steps of the trainer's own optimizer, then the pseudo-gradient (the last synced
+//                          model minus this rank's) averaged over the world and applied to the synced model by an
+//                          outer SGD with Nesterov momentum; F fragments synced in turn (one every H/F steps),
+//                          each all-reduce running behind D steps of compute, merged keeping alpha of the local
+//                          model; any codec, with error feedback per fragment
+//   diloco:auto[,target=U][,inner=sgd|adam] measures the step and the link in the first steps and picks H, F, D and
+//                          the codec that keep the predicted compute utilization at U (0.95) with the shortest
+//                          period, and outer settings that suit the inner optimizer; it says what and why
+// warmup=W (local, hier, async, diloco): W synchronous steps first (gradients over the world), the schedule counted
+// after. local, hier and async are the outer path with outer_lr 1 and no momentum (training/src/averaging/outer.cpp).
 //
 // Each method is one file and one row (averaging_method.h), which parse, the errors and the averager read.
 //
@@ -37,9 +48,18 @@ struct AveragingSpec {
   std::string method = "sync";  // the method's row (averaging_method.h)
   int period = 1;               // local, hier, async: parameters averaged every `period` steps
   int warmup = 0;               // local, hier, async: synchronous steps first
-  int delay = 0;                // async: steps from a snapshot to applying its average, 1..period (0: period)
+  int delay = 0;                // async: steps from a snapshot to applying its average, 1..period (0: period);
+                                // diloco: steps a fragment's all-reduce runs behind, 0..period/fragments (0: blocking)
   int peers = 1;                // gossip: partners per step
-  std::string codec = "none";   // gossip, async: none, fp16, bf16 or int8 (the codec's defaults)
+  std::string codec = "none";   // gossip, async: none, fp16, bf16 or int8; diloco: any codec (the codec's defaults)
+  double outer_lr = 0.7;        // diloco: the outer SGD's learning rate
+  double momentum = 0.9;        // diloco: the outer SGD's momentum (0: none)
+  int nesterov = 1;             // diloco: Nesterov momentum (1) or heavy ball (0)
+  int fragments = 1;            // diloco: contiguous fragments synced in turn, one every period / fragments steps
+  double alpha = 0;             // diloco: the share of the local model kept at a merge (0: take the outer result)
+  int pick = 0;                 // diloco:auto (1): period, fragments, delay, codec and outer settings measured
+  double target = 0.95;         // diloco:auto: the compute utilization to keep
+  std::string inner = "sgd";    // diloco:auto: the trainer's optimizer family (sgd or adam), for the outer settings
   // Throws InvalidArgument naming the method or the field that is wrong and what it takes.
   static AveragingSpec parse(const std::string& text);
   std::string to_string() const;  // canonical: parse(to_string()) gives the same spec
@@ -59,9 +79,13 @@ std::optional<Work> average_in_scope_async(Communicator& comm, GradientScope sco
 int gossip_partner(int position, int n, std::int64_t round);
 
 struct AveragingStats {
-  std::uint64_t averages = 0;  // parameter averagings this rank took part in (full ones included)
-  std::uint64_t bytes = 0;     // parameter bytes this rank sent or contributed (user-buffer bytes, as the reducer)
-  double wait_ms = 0;          // time the caller's thread spent in the averager (waiting and mixing)
+  std::uint64_t averages = 0;     // parameter averagings this rank took part in (full ones included)
+  std::uint64_t bytes = 0;        // parameter bytes this rank sent or contributed (user-buffer bytes, as the reducer)
+  double wait_ms = 0;             // time the caller's thread spent in the averager (waiting and mixing)
+  std::uint64_t syncs = 0;        // outer syncs (diloco, local, hier, async: one per fragment all-reduce)
+  double comm_ms = 0;             // time the background all-reduces took on the progress thread
+  double hidden_ms = 0;           // of which compute went on beside them (comm_ms less the caller's wait for them)
+  std::uint64_t state_bytes = 0;  // memory the method keeps beside the model (synced copy, momentum, residuals)
 };
 
 class ModelAverager {
@@ -92,9 +116,13 @@ class ModelAverager {
 
   std::int64_t steps() const;  // after_step() calls so far (restored by load())
   const AveragingStats& stats() const;
+  // What the method chose and why (diloco:auto, once it has measured), else empty.
+  std::string choice() const;
 
-  // The method's state for a checkpoint, taken after full_average() (nothing in flight then): the spec and the
-  // step count, which place the next averaging and gossip round. load() refuses another spec, naming both.
+  // The method's state for a checkpoint: the spec, the step count (which places the next averaging and gossip
+  // round) and the method's own state in binary (diloco: the synced model, momentum, residuals, a fragment's
+  // average in flight, awaited). gossip needs full_average() first; the outer path saves mid-period. load()
+  // refuses another spec, naming both.
   std::string save() const;
   void load(const std::string& saved);
 

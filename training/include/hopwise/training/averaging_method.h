@@ -41,6 +41,19 @@ class AveragingMethodBase {
   virtual bool in_flight() const { return false; }
   // Every rank now holds the same parameters (after a full average or a load): references restart here.
   virtual void ranks_equal() {}
+  // Every rank's parameters made equal to the world's model (ModelAverager::full_average): by default what is in
+  // flight is dropped and the parameters averaged (every plain averaging keeps the mean, so nothing is lost).
+  virtual void full_average(AveragingContext& ctx) {
+    drain();
+    ctx.average_world();
+    ranks_equal();
+  }
+  // The method's own state for a checkpoint, in binary (empty: none beyond the step count). May wait for what is
+  // in flight but keeps it. load_state() gets what save_state() gave, on the same spec and parameter count.
+  virtual bool saves_in_flight() const { return false; }
+  virtual std::string save_state() { return {}; }
+  virtual void load_state(const std::string& state) {}
+  virtual std::string choice() const { return {}; }
 };
 
 struct AveragingMethodRow {
@@ -51,6 +64,8 @@ struct AveragingMethodRow {
   bool ranks_always_equal = false;    // every step leaves the ranks equal (sync): full_average() has nothing to do
   std::string summary;                // one line for the help
   std::function<std::unique_ptr<AveragingMethodBase>(AveragingContext&)> make;
+  bool any_codec = false;           // codec= takes every codec (diloco, error feedback on), not only the model ones
+  bool delay_up_to_period = false;  // delay=period is the default, written 0 (async)
 };
 
 // The table. A name that is there is replaced. InvalidArgument for a row without a name or factory, or with a field
@@ -59,7 +74,7 @@ void register_averaging_method(AveragingMethodRow row);
 // The row of `name`, or null.
 std::shared_ptr<const AveragingMethodRow> find_averaging_method(const std::string& name);
 std::vector<std::string> averaging_method_names();
-// AveragingSpec's fields, the names a row may list (codec, peers, period, warmup).
+// AveragingSpec's fields, the names a row may list (alpha, auto, codec, delay, fragments, ...).
 std::vector<std::string> averaging_spec_fields();
 
 }  // namespace hopwise::comm

@@ -1,0 +1,393 @@
+// The outer path every periodic method takes: local, hier, async and diloco are one engine with different settings.
+//
+// Every H steps (after W synchronous ones) a fragment of the model is synced: the ranks' difference from the last
+// synced model, d = x - synced (the negative of DiLoCo's pseudo-gradient), is averaged over the world (with a codec
+// and per-fragment error feedback, or plainly) and an outer SGD steps the synced model:
+//   m = momentum * m + d;  u = lr * (nesterov ? d + momentum * m : m);  synced += u
+// With delay D = 0 the sync blocks and x becomes alpha * x + (1 - alpha) * synced. With D > 0 the all-reduce runs on
+// the communicator's progress thread behind D steps of compute and x keeps its progress since the launch:
+// x += (1 - alpha) * (u - d_sent) (alpha 0: the outer result plus what the rank learned meanwhile). F fragments
+// (contiguous ranges) are synced in turn, one every H / F steps, so one is in flight at a time.
+//
+// local (hier) is lr 1, no momentum, D 0 and no codec: the parameters themselves are averaged in place, the exact
+// call and bits post-local SGD always made. async is lr 1, no momentum, D = H by default: its arithmetic is
+// x += a - s with s the snapshot (or, with a codec, its difference from the synced model), as before. Plain
+// averaging (lr 1, no momentum) keeps no synced copy unless a codec needs one.
+//
+// What each setting keeps beside the model, per parameter (stats.state_bytes): the synced copy 4 B (diloco, or a
+// codec), momentum 4 B (momentum > 0), the codec's residual 4 B (a codec), and the fragment in flight's send and
+// receive buffers 8 B / F (D > 0 or not plain).
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "auto_pick.h"
+#include "hopwise/common/error.h"
+#include "hopwise/common/log.h"
+#include "hopwise/compression/codec.h"
+#include "hopwise/training/averaging_method.h"
+#include "outer_state.h"
+#include "periodic.h"
+
+namespace hopwise::comm::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+class Outer final : public AveragingMethodBase {
+ public:
+  Outer(AveragingContext& ctx, OuterSettings s, GradientScope between)
+      : ctx_(ctx), between_(between), s_(std::move(s)) {
+    if (ctx.spec.pick) {
+      picking_ = true;  // measured in the first steps; plain local steps meanwhile
+      s_ = probe_settings(ctx.spec);
+    }
+    configure();
+  }
+  ~Outer() override { drain(); }
+
+  GradientScope gradient_scope(std::int64_t steps) const override {
+    return scope_after_warmup(ctx_.spec, steps, between_);
+  }
+
+  void after_step(std::int64_t t) override {
+    const auto t0 = Clock::now();
+    last_step_ = t;
+    if (t == ctx_.spec.warmup && t > 0) ranks_equal();  // the synchronous steps left every rank the same model
+    if (picking_) {
+      probe(t, t0);
+      return;
+    }
+    if (flight_.on && t >= flight_.launched_at + s_.delay) apply();
+    if (const int f = due(t); f >= 0) {
+      launch(f, t);
+      if (s_.delay == 0) apply();
+    }
+    ctx_.stats.wait_ms += ms_between(t0, Clock::now());
+  }
+
+  void drain() override {
+    if (!flight_.on) return;
+    flight_.on = false;
+    if (!flight_.done) flight_.work.wait();
+  }
+  bool in_flight() const override { return flight_.on; }
+  void ranks_equal() override {
+    if (!synced_.empty()) std::memcpy(synced_.data(), ctx_.params, ctx_.count * sizeof(float));
+  }
+
+  // Plain averaging keeps the mean whatever is dropped; an outer optimizer takes its step on everything instead,
+  // the fragment in flight applied first, and every rank ends on the synced model.
+  void full_average(AveragingContext& ctx) override {
+    if (plain() || picking_) {
+      AveragingMethodBase::full_average(ctx);
+      return;
+    }
+    if (flight_.on) apply();
+    for (int f = 0; f < s_.fragments; ++f) {
+      launch(f, last_step_);
+      apply(/*everyone_equal=*/true);
+    }
+  }
+
+  bool saves_in_flight() const override { return true; }
+  std::string save_state() override {
+    if (flight_.on && !flight_.done) {
+      flight_.work.wait();
+      flight_.done = true;
+    }
+    OuterState st;
+    st.settings = s_;
+    st.picking = picking_;
+    st.why = choice_;
+    st.synced = synced_;
+    st.momentum = momentum_;
+    for (const auto& fs : codec_states_) st.codecs.push_back({fs.step, fs.residual});
+    if (flight_.on) {
+      const auto [b, e] = range(flight_.fragment);
+      st.flight = {flight_.fragment, flight_.launched_at, {send_.begin(), send_.begin() + static_cast<long>(e - b)},
+                   {recv_.begin(), recv_.begin() + static_cast<long>(e - b)}};
+    }
+    return write_outer_state(st);
+  }
+  void load_state(const std::string& blob) override {
+    drain();
+    OuterState st = read_outer_state(blob, ctx_.spec, ctx_.count);
+    s_ = st.settings;
+    picking_ = st.picking;
+    probe_ = ProbeState{};  // a probe cut short by the restart starts again
+    choice_ = st.why;
+    configure();
+    if (!synced_.empty()) {
+      if (st.synced.size() != synced_.size())
+        throw InvalidArgument("ModelAverager::load: the saved state has no synced model for this method");
+      synced_ = std::move(st.synced);
+    }
+    if (!momentum_.empty() && st.momentum.size() == momentum_.size()) momentum_ = std::move(st.momentum);
+    if (st.codecs.size() == codec_states_.size())
+      for (std::size_t f = 0; f < codec_states_.size(); ++f) {
+        codec_states_[f].step = st.codecs[f].step;
+        codec_states_[f].residual = std::move(st.codecs[f].residual);
+      }
+    if (st.flight) {
+      const auto [b, e] = range(st.flight->fragment);
+      if (st.flight->fragment >= s_.fragments || st.flight->sent.size() != e - b || st.flight->averaged.size() != e - b)
+        throw InvalidArgument("ModelAverager::load: the saved fragment in flight does not fit this model");
+      std::copy(st.flight->sent.begin(), st.flight->sent.end(), send_.begin());
+      std::copy(st.flight->averaged.begin(), st.flight->averaged.end(), recv_.begin());
+      flight_ = {true, true, st.flight->fragment, st.flight->launched_at, Work(), {}};
+    }
+  }
+  std::string choice() const override { return choice_; }
+
+ private:
+  struct Flight {
+    bool on = false;
+    bool done = false;  // restored from a checkpoint: the average is there, nothing to wait for
+    int fragment = 0;
+    std::int64_t launched_at = 0;
+    Work work;
+    Clock::time_point launched;
+  };
+
+  // lr 1 and no momentum: the synced model is the plain average, and the parameters can be averaged themselves.
+  bool plain() const { return s_.lr == 1.0 && s_.momentum == 0.0; }
+  bool direct() const { return plain() && s_.codec == "none"; }
+
+  // Buffers and codec states for the current settings (after the probe's choice, or a load).
+  void configure() {
+    const std::size_t n = ctx_.count;
+    const bool need_synced = !direct();
+    synced_.assign(need_synced ? n : 0, 0.0f);
+    if (need_synced) std::memcpy(synced_.data(), ctx_.params, n * sizeof(float));
+    momentum_.assign(s_.momentum > 0 ? n : 0, 0.0f);
+    codec_.reset();
+    codec_states_.clear();
+    if (s_.codec != "none") {
+      codec_ = compression::make_codec(s_.codec + ":ef=1");  // what one sync's rounding leaves out goes into the next
+      for (int f = 0; f < s_.fragments; ++f)
+        codec_states_.emplace_back(0x6f75746572ull + static_cast<std::uint64_t>(f), ctx_.comm.rank(),
+                                   ctx_.comm.size());
+    }
+    std::size_t largest = 0;
+    for (int f = 0; f < s_.fragments; ++f) largest = std::max(largest, range(f).second - range(f).first);
+    const bool buffers = !direct() || s_.delay > 0 || s_.alpha != 0.0;
+    send_.assign(buffers ? largest : 0, 0.0f);
+    recv_.assign(buffers ? largest : 0, 0.0f);
+    ctx_.stats.state_bytes = (synced_.size() + momentum_.size() + (codec_ ? n : 0) + send_.size() + recv_.size()) *
+                             sizeof(float);
+  }
+
+  std::pair<std::size_t, std::size_t> range(int f) const {
+    const auto n = ctx_.count, fs = static_cast<std::size_t>(s_.fragments);
+    return {n * static_cast<std::size_t>(f) / fs, n * static_cast<std::size_t>(f + 1) / fs};
+  }
+
+  // The fragment synced after step t, or -1: fragment f at offsets (f + 1) * H / F of each period.
+  int due(std::int64_t t) const {
+    if (t <= s_.warmup) return -1;
+    const std::int64_t gap = s_.period / s_.fragments, k = (t - s_.warmup) % s_.period;
+    if (k % gap != 0) return -1;
+    return static_cast<int>((k == 0 ? s_.fragments : k / gap) - 1);
+  }
+
+  void launch(int f, std::int64_t t) {
+    const auto [b, e] = range(f);
+    const std::size_t m = e - b;
+    float* x = ctx_.params + b;
+    ++ctx_.stats.averages;
+    ++ctx_.stats.syncs;
+    flight_ = {true, false, f, t, Work(), Clock::now()};
+    if (direct() && s_.delay == 0 && s_.alpha == 0.0) {  // post-local SGD's own call: the parameters in place
+      ctx_.comm.allreduce(x, x, m, DataType::kFloat32, ReduceOp::kAvg);
+      ctx_.stats.bytes += m * sizeof(float);
+      flight_.done = true;
+      return;
+    }
+    if (direct())
+      std::memcpy(send_.data(), x, m * sizeof(float));
+    else
+      for (std::size_t i = 0; i < m; ++i) send_[i] = x[i] - synced_[b + i];
+    if (codec_) {
+      flight_.work = ctx_.comm.allreduce_compressed_async(send_.data(), recv_.data(), m, *codec_,
+                                                          codec_states_[static_cast<std::size_t>(f)], ReduceOp::kAvg);
+      ctx_.stats.bytes += codec_->payload_bytes(m) + codec_->scale_count(m) * sizeof(float);
+    } else {
+      flight_.work = ctx_.comm.allreduce_async(send_.data(), recv_.data(), m, DataType::kFloat32, ReduceOp::kAvg);
+      ctx_.stats.bytes += m * sizeof(float);
+    }
+  }
+
+  // The fragment in flight's average applied (see the head comment). everyone_equal: x becomes the synced model
+  // whatever alpha and the delay say (a full average).
+  void apply(bool everyone_equal = false) {
+    Flight fl = std::move(flight_);
+    flight_ = Flight{};
+    if (!fl.done) {
+      const auto w0 = Clock::now();
+      fl.work.wait();
+      const double waited = ms_between(w0, Clock::now());
+      const double took = ms_between(fl.work.started(), fl.work.finished());
+      ctx_.stats.comm_ms += took;
+      ctx_.stats.hidden_ms += std::max(0.0, took - waited);
+    }
+    const auto [b, e] = range(fl.fragment);
+    const std::size_t m = e - b;
+    float* x = ctx_.params + b;
+    const float* a = recv_.data();
+    const float* s = send_.data();
+    const float keep = static_cast<float>(s_.alpha), take = static_cast<float>(1.0 - s_.alpha);
+    if (direct()) {
+      if (s_.delay == 0 && s_.alpha == 0.0) return;  // averaged in place at the launch
+      if (s_.delay == 0)
+        for (std::size_t i = 0; i < m; ++i) x[i] = keep * x[i] + take * a[i];
+      else
+        for (std::size_t i = 0; i < m; ++i) x[i] += take * (a[i] - s[i]);
+      return;
+    }
+    float* y = synced_.data() + b;
+    const float lr = static_cast<float>(s_.lr), mu = static_cast<float>(s_.momentum);
+    float* mom = momentum_.empty() ? nullptr : momentum_.data() + b;
+    const bool blocking = s_.delay == 0 || everyone_equal;
+    for (std::size_t i = 0; i < m; ++i) {
+      float step = a[i];
+      if (mom) {
+        mom[i] = mu * mom[i] + a[i];
+        step = s_.nesterov ? a[i] + mu * mom[i] : mom[i];
+      }
+      const float u = lr * step;
+      y[i] += u;
+      if (everyone_equal || (blocking && s_.alpha == 0.0))
+        x[i] = y[i];
+      else if (blocking)
+        x[i] = keep * x[i] + take * y[i];
+      else
+        x[i] += take * (u - s[i]);
+    }
+  }
+
+  // diloco:auto: plain local steps while the step is timed, then one timed full average measures the link, and the
+  // ranks agree on the figures (the slowest's) and so on one choice.
+  void probe(std::int64_t t, Clock::time_point now) {
+    if (t <= ctx_.spec.warmup) return;
+    if (probe_.steps > 0) probe_.step_ms.push_back(ms_between(probe_.last, now));
+    probe_.last = now;
+    ++probe_.steps;
+    if (probe_.steps <= kProbeSteps) return;
+    const LinkProbe link = measure_link(ctx_, median(probe_.step_ms));
+    const AutoChoice c = pick_outer(link, ctx_.spec, ctx_.comm.size());
+    s_ = c.settings;
+    s_.warmup = static_cast<int>(t);  // the chosen schedule counts from here, where every rank is equal
+    picking_ = false;
+    choice_ = c.why;
+    configure();
+    if (ctx_.comm.rank() == 0) log::info("{}", choice_);
+    ctx_.stats.wait_ms += ms_between(now, Clock::now());
+  }
+
+  AveragingContext& ctx_;
+  GradientScope between_;
+  OuterSettings s_;
+  std::vector<float> synced_, momentum_, send_, recv_;
+  std::unique_ptr<compression::Codec> codec_;
+  std::vector<compression::CodecState> codec_states_;  // one per fragment: its own residual
+  Flight flight_;
+  bool picking_ = false;
+  ProbeState probe_;
+  std::string choice_;
+  std::int64_t last_step_ = 0;
+};
+
+OuterSettings settings_of(const AveragingSpec& s) {
+  OuterSettings o;
+  o.period = s.period;
+  o.warmup = s.warmup;
+  o.lr = s.outer_lr;
+  o.momentum = s.momentum;
+  o.nesterov = s.nesterov != 0;
+  o.fragments = s.fragments;
+  o.delay = s.delay;
+  o.alpha = s.alpha;
+  o.codec = s.codec;
+  return o;
+}
+
+// Plain averaging: lr 1, no momentum, one fragment.
+OuterSettings plain_of(const AveragingSpec& s, int delay) {
+  OuterSettings o;
+  o.period = s.period;
+  o.warmup = s.warmup;
+  o.delay = delay;
+  o.codec = s.codec;
+  return o;
+}
+
+}  // namespace
+
+AveragingMethodRow local_row() {
+  return {"local",
+          {"period", "warmup"},
+          {"period"},
+          {"period", "warmup"},
+          false,
+          "post-local SGD: W synchronous steps, then no gradient communication and the parameters averaged every H",
+          [](AveragingContext& ctx) {
+            return std::make_unique<Outer>(ctx, plain_of(ctx.spec, 0), GradientScope::kNone);
+          }};
+}
+
+AveragingMethodRow hier_row() {
+  return {"hier",
+          {"period", "warmup"},
+          {"period"},
+          {"period"},
+          false,
+          "gradients averaged within each host every step, parameters across the world every H steps",
+          [](AveragingContext& ctx) {
+            return std::make_unique<Outer>(ctx, plain_of(ctx.spec, 0), GradientScope::kHost);
+          }};
+}
+
+AveragingMethodRow async_row() {
+  AveragingMethodRow row{
+      "async",
+      {"period", "warmup", "delay", "codec"},
+      {"period"},
+      {"period"},
+      false,
+      "every H steps a snapshot averaged in the background while compute goes on, applied D steps later (delay; "
+      "H by default)",
+      [](AveragingContext& ctx) {
+        const int delay = ctx.spec.delay > 0 ? ctx.spec.delay : ctx.spec.period;
+        return std::make_unique<Outer>(ctx, plain_of(ctx.spec, delay), GradientScope::kNone);
+      }};
+  row.delay_up_to_period = true;
+  return row;
+}
+
+AveragingMethodRow diloco_row() {
+  AveragingMethodRow row{
+      "diloco",
+      {"period", "warmup", "outer_lr", "momentum", "nesterov", "fragments", "delay", "alpha", "codec", "auto",
+       "target", "inner"},
+      {"period"},
+      {"period"},
+      false,
+      "DiLoCo: H local steps, then the pseudo-gradient averaged and applied by an outer Nesterov SGD; fragments "
+      "streamed, delayed, compressed with error feedback; auto picks them",
+      [](AveragingContext& ctx) {
+        return std::make_unique<Outer>(ctx, settings_of(ctx.spec), GradientScope::kNone);
+      }};
+  row.any_codec = true;
+  return row;
+}
+
+}  // namespace hopwise::comm::detail
