@@ -2,13 +2,15 @@
 # spawn_ranks.sh) ----
 if(HOPWISE_TORCH_ENABLED)
   set(pytest ${HOPWISE_PYTHON} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/python/test_torch_backend.py)
-  foreach(part collectives ddp hook faults averaging monitor elastic)
+  foreach(part collectives ddp hook faults averaging monitor elastic compressed)
     if(part STREQUAL "faults")
       set(select "import or bad or mismatch or stopped or plan or barrier")
     elseif(part STREQUAL "ddp")
       set(select "parity")
     elseif(part STREQUAL "hook")
       set(select "hooks or checkpoint")
+    elseif(part STREQUAL "compressed")
+      set(select "compressed_allreduce")
     else()
       set(select "${part}")
     endif()
@@ -25,4 +27,12 @@ if(HOPWISE_TORCH_ENABLED)
                                    ${CMAKE_CURRENT_SOURCE_DIR}/python/cuda_worker.py)
   set_tests_properties(torch_cuda PROPERTIES ENVIRONMENT "PYTHONPATH=${CMAKE_BINARY_DIR}/python"
                        LABELS "python;torch;cuda" TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()
+
+# ---- scripts/diloco_recipe.py (plain PyTorch DiLoCo over gloo, the peer of hopwise's diloco): its outer step
+# against a hand computation on 2 ranks (no hopwise build needed) ----
+if(HOPWISE_TORCH_ENABLED)
+  add_test(NAME torch_diloco_recipe COMMAND ${HOPWISE_PYTHON} -m pytest -q -p no:cacheprovider
+                                            ${CMAKE_CURRENT_SOURCE_DIR}/python/test_diloco_recipe.py)
+  set_tests_properties(torch_diloco_recipe PROPERTIES LABELS "python;torch" TIMEOUT 180 PROCESSORS 2)
 endif()

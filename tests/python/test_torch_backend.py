@@ -197,6 +197,15 @@ def test_averaging(how, np):
     assert rc == 0 and len(set(ok)) == np, out[-3000:]
 
 
+@pytest.mark.parametrize("how,np", [("torchrun", 2), ("torchrun", 3), ("mpirun", 2), ("mpirun", 3)])
+def test_compressed_allreduce(how, np):
+    """hopwise.torch.allreduce on plain tensors: every codec family on sizes 0 to 1000003 against the exact mean or
+    the codec's bound, error feedback over 20 calls, the CodecState's checkpoint and refusals, bad arguments."""
+    rc, out = launch(how, np, "compressed_worker.py")
+    ok = lines(out, r"rank (\d+): compressed allreduce ok: \d+ checks")
+    assert rc == 0 and sorted(set(ok)) == [str(r) for r in range(np)], out[-6000:]
+
+
 def test_monitor(tmp_path):
     """hopwise.torch.Monitor on DDP names the rank slowed on purpose; its metrics file passes promtool."""
     prom, jsonl = tmp_path / "ddp.prom", tmp_path / "ddp.jsonl"

@@ -5,6 +5,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include "allreduce.h"
 #include "averaging.h"
 #include "hooks.h"
 #include "hopwise/comm/algorithm.h"
@@ -22,6 +23,7 @@ namespace py = pybind11;
 using hopwise::torch_backend::CodecHookState;
 using hopwise::torch_backend::HopwiseBackend;
 using hopwise::torch_backend::PowerSgdHookState;
+using hopwise::torch_backend::TensorCodecState;
 using hopwise::torch_backend::TorchAverager;
 using hopwise::torch_backend::TorchMonitor;
 
@@ -272,6 +274,45 @@ PYBIND11_MODULE(_C, m) {
       .def("save", &TorchAverager::save)
       .def("load",
            [](TorchAverager& a, const std::string& s) { hopwise::torch_backend::translated([&] { a.load(s); }); });
+
+  // hopwise.torch.allreduce's codec state (hopwise/torch/compressed.py keeps one in each CodecState).
+  py::class_<TensorCodecState, std::shared_ptr<TensorCodecState>>(m, "TensorCodecState")
+      .def(py::init<const std::string&, int, int, std::uint64_t>(), py::arg("spec"), py::arg("rank"), py::arg("size"),
+           py::arg("seed"))
+      .def_property_readonly("spec", &TensorCodecState::spec)
+      .def_property_readonly("rank", &TensorCodecState::rank)
+      .def_property_readonly("size", &TensorCodecState::size)
+      .def_property_readonly("step", &TensorCodecState::step)
+      .def_property_readonly("seed", &TensorCodecState::seed)
+      .def_property_readonly("numel", &TensorCodecState::numel)
+      .def_property_readonly("busy", &TensorCodecState::busy)
+      .def("residual",
+           [](const TensorCodecState& s) -> std::optional<at::Tensor> {
+             auto r = s.residual();
+             if (!r) return std::nullopt;
+             return at::tensor(*r, at::kFloat);
+           })
+      .def(
+          "allreduce",
+          [](TensorCodecState& s, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const at::Tensor& tensor,
+             const std::string& op) {
+            return c10::intrusive_ptr<c10d::Work>(s.allreduce(hopwise_group(pg), tensor, op));
+          },
+          py::call_guard<py::gil_scoped_release>())
+      .def(
+          "set",
+          [](TensorCodecState& s, std::uint64_t step, std::uint64_t seed, int64_t numel,
+             const std::optional<at::Tensor>& residual) {
+            std::optional<std::vector<float>> r;
+            if (residual) {
+              const at::Tensor t = residual->to(at::kCPU, at::kFloat).contiguous();
+              r.emplace(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+            }
+            s.set(step, seed, numel, std::move(r));
+          },
+          py::arg("step"), py::arg("seed"), py::arg("numel"), py::arg("residual"))
+      .def("reset", &TensorCodecState::reset)
+      .def_static("canonical", &TensorCodecState::canonical, py::arg("spec"));
 
   py::class_<PowerSgdHookState, std::shared_ptr<PowerSgdHookState>>(m, "PowerSgdHookState")
       .def(py::init<const std::string&>(), py::arg("spec"))

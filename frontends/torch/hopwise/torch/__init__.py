@@ -4,6 +4,7 @@
     dist.init_process_group("hopwise")        # under torchrun or mpirun, as with gloo
     ddp = DistributedDataParallel(model)      # unchanged
     ddp.register_comm_hook(*hopwise.torch.compression_hook("powersgd:rank=4"))   # optional
+    hopwise.torch.allreduce(delta, state=hopwise.torch.CodecState("int8:ef=1"))   # a tensor of your own (compressed.py)
     avg = hopwise.torch.ModelAverager("local:period=8", model)   # fewer sync points (see averaging.py)
     mon = hopwise.torch.Monitor(util_alert=0.5); ...; mon.step()  # where the time goes (see monitor.py)
     ckpt = hopwise.torch.Checkpoints(path); ckpt.load_newest(); ckpt.save(step, state)  # restarts (checkpoint.py)
@@ -35,6 +36,7 @@ import torch.distributed as dist  # noqa: E402  (after the check)
 
 from . import _C  # noqa: E402
 from . import launch as _launch  # noqa: E402
+from .compressed import CodecState, allreduce
 from .averaging import ModelAverager, parse_averaging
 from .checkpoint import Checkpoints
 from .elastic import ElasticContext
@@ -44,7 +46,7 @@ from ._C import set_console_line_open
 
 __version__ = HOPWISE_VERSION
 
-__all__ = ["Checkpoints", "ElasticContext", "compression_hook", "HookState", "ModelAverager", "Monitor", "parse_averaging", "plan", "set_console_line_open", "stats", "BACKEND"]
+__all__ = ["allreduce", "CodecState", "Checkpoints", "ElasticContext", "compression_hook", "HookState", "ModelAverager", "Monitor", "parse_averaging", "plan", "set_console_line_open", "stats", "BACKEND"]
 
 BACKEND = "hopwise"
 
