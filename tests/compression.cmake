@@ -15,3 +15,9 @@ hopwise_test(test_network_compression test_network_compression.cpp)
 target_link_libraries(test_network_compression PRIVATE hopwise::comm hopwise::compression hopwise::topology
                                                        GTest::gtest_main Threads::Threads)
 gtest_discover_tests(test_network_compression DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 300)
+
+# int4 and fp8 (e4m3) against scalar references written in the test, their error bounds, error feedback, and the
+# compressed allreduce over 1..8 in-process ranks against the reference sum.
+hopwise_test(test_codecs_lowbit test_codecs_lowbit.cpp)
+target_link_libraries(test_codecs_lowbit PRIVATE hopwise::comm hopwise::compression GTest::gtest_main Threads::Threads)
+gtest_discover_tests(test_codecs_lowbit DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 600)

@@ -9,6 +9,7 @@
 #if !defined(__CUDA_ARCH__)
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #endif
 
 #if defined(__CUDACC__)
@@ -90,6 +91,72 @@ HOPWISE_HD std::int8_t int8_stochastic(float x, float inv, int q, float u) {
   const float fq = static_cast<float>(q);
   return static_cast<std::int8_t>(clamp_int(round_stochastic(clamp_float(x * inv, -fq, fq), u), -q, q));
 }
+// Nearest, ties to even, for |v| < 2^22: adding 1.5 * 2^23 leaves no fraction bits (exact, unlike v + 0.5 which
+// rounds 0.5 - 2^-25 up).
+HOPWISE_HD int round_even(float v) { return trunc_to_int((v + 12582912.0f) - 12582912.0f); }
+
+// int4: x / s * 7 (s = the block's max |x|; 0 where s is 0, infinite or NaN), rounded to a level in [-7, 7]
+// (nearest: ties to even; stochastic: floor(v + u), unbiased) and kept as its 4-bit two's complement.
+HOPWISE_HD std::uint32_t int4_nearest(float x, float s) {
+  return static_cast<std::uint32_t>(round_even(clamp_float(safe_ratio(x, s) * 7.0f, -7.0f, 7.0f))) & 15u;
+}
+HOPWISE_HD std::uint32_t int4_stochastic(float x, float s, float u) {
+  // v + u may round up to 8 in float when v = 7: the clamp keeps the level in range.
+  const int l = clamp_int(round_stochastic(clamp_float(safe_ratio(x, s) * 7.0f, -7.0f, 7.0f), u), -7, 7);
+  return static_cast<std::uint32_t>(l) & 15u;
+}
+// The value of a nibble: its level (-8 only in a corrupt payload) / 7, times s (two roundings; l * s could overflow).
+HOPWISE_HD float int4_value(std::uint32_t nibble, float s) {
+  const int l = static_cast<int>(nibble & 15u) - static_cast<int>((nibble & 8u) << 1);
+  return static_cast<float>(l) / 7.0f * s;
+}
+
+#if defined(__CUDA_ARCH__)
+__device__ __forceinline__ std::uint32_t float_bits(float f) { return __float_as_uint(f); }
+__device__ __forceinline__ float bits_float(std::uint32_t b) { return __uint_as_float(b); }
+#else
+inline std::uint32_t float_bits(float f) {
+  std::uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+inline float bits_float(std::uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+#endif
+
+// fp8 e4m3, OCP's "FN" variant: bias 7, no infinities, 0x7f / 0xff NaN, largest finite 448 (0x7e), smallest
+// normal 2^-6 (0x08), subnormals m * 2^-9 (m = 1..7).
+// The block scale s = max |x| / 448, rounded down to a float where the division rounded up (so that 448 s <= max |x|:
+// the largest element's decoded value cannot overflow; it is clamped to 448 instead, a 2^-23 relative loss), but up
+// where s is below the normal floats (2^-126) and the division rounded down (so that max |x| / s <= 448 and a
+// nonzero block never gets s = 0; a max below 448 * 2^-150 gets the smallest subnormal float).
+HOPWISE_HD float fp8_scale(float max_abs) {
+  const float s = max_abs / 448.0f;
+  const double exact = static_cast<double>(s) * 448.0, m = static_cast<double>(max_abs);  // exact products
+  if (s < 0x1p-126f) return exact < m ? bits_float(float_bits(s) + 1u) : s;
+  return exact > m ? bits_float(float_bits(s) - 1u) : s;
+}
+// y (clamped to [-448, 448]; finite) rounded to the nearest e4m3, ties to even; the sign of y kept (-0 too).
+HOPWISE_HD std::uint8_t fp8_e4m3(float y) {
+  const float a = abs_float(clamp_float(y, -448.0f, 448.0f));
+  const std::uint32_t bits = float_bits(a);
+  // Normal (a >= 2^-6): the 23-bit mantissa rounded to 3 bits, a carry moving into the exponent; rebiased 127 -> 7.
+  const std::uint32_t normal = ((bits + 0x7ffffu + ((bits >> 20) & 1u)) >> 20) - (120u << 3);
+  // Subnormal: a * 2^9 (exact) rounded to an integer in [0, 8] by the 2^23 trick (8 is 2^-6, the code of which is 8).
+  const std::uint32_t sub = static_cast<std::uint32_t>(trunc_to_int((a * 512.0f + 8388608.0f) - 8388608.0f));
+  const std::uint32_t code = a >= 0x1p-6f ? normal : sub;
+  return static_cast<std::uint8_t>(code | ((float_bits(y) >> 24) & 0x80u));
+}
+HOPWISE_HD float fp8_e4m3_value(std::uint32_t code) {
+  const std::uint32_t e = (code >> 3) & 15u, m = code & 7u;
+  float v = e == 0 ? static_cast<float>(m) * 0x1p-9f : bits_float(((e + 120u) << 23) | (m << 20));
+  if ((code & 0x7fu) == 0x7fu) v = bits_float(0x7fc00000u);
+  return (code & 0x80u) ? -v : v;
+}
+
 // qsgd: |x| * inv (inv = levels / ||x||) rounded stochastically to a level in [0, levels], signed as x.
 HOPWISE_HD std::int8_t qsgd_level(float x, float inv, int levels, float u) {
   const int l = min_int(round_stochastic(abs_float(x) * inv, u), levels);

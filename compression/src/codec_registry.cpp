@@ -17,13 +17,15 @@
 namespace hopwise::compression::detail {
 
 // Each defined by its codec's file in codecs/.
-extern const CodecRow kNoneRow, kFp16Row, kBf16Row, kInt8Row, kQsgdRow, kTernGradRow, kSignRow, kTopKRow, kRandomKRow;
+extern const CodecRow kNoneRow, kFp16Row, kBf16Row, kInt8Row, kInt4Row, kFp8Row, kQsgdRow, kTernGradRow, kSignRow,
+    kTopKRow, kRandomKRow;
 
 namespace {
 
 // One entry per codec, in the order the errors list them.
 const CodecRow* const kTable[] = {
-    &kNoneRow, &kFp16Row, &kBf16Row, &kInt8Row, &kQsgdRow, &kTernGradRow, &kSignRow, &kTopKRow, &kRandomKRow,
+    &kNoneRow, &kFp16Row,     &kBf16Row, &kInt8Row, &kInt4Row,    &kFp8Row,
+    &kQsgdRow, &kTernGradRow, &kSignRow, &kTopKRow, &kRandomKRow,
 };
 
 std::vector<std::string> split_choices(std::string_view text) {
