@@ -10,13 +10,13 @@ foreach(np 2 4)
   add_test(NAME averaging_mpi_np${np}
            COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np ${np} $<TARGET_FILE:averaging_mpi>)
   set_tests_properties(averaging_mpi_np${np} PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS ${np}
-                       PASS_REGULAR_EXPRESSION "13 of 13 methods match the serial simulation on ${np} ranks")
+                       PASS_REGULAR_EXPRESSION "18 of 18 methods match the serial simulation on ${np} ranks")
 endforeach()
 add_test(NAME averaging_ucx_mpi_np3
          COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -x HOPWISE_TRANSPORT=ucx -np 3
                  $<TARGET_FILE:averaging_mpi>)
 set_tests_properties(averaging_ucx_mpi_np3 PROPERTIES LABELS "mpi;ucx" TIMEOUT 120 PROCESSORS 3
-                     PASS_REGULAR_EXPRESSION "13 of 13 methods match the serial simulation on 3 ranks over ucx")
+                     PASS_REGULAR_EXPRESSION "18 of 18 methods match the serial simulation on 3 ranks over ucx")
 
 # train_mnist --averaging: a method trains (the target's probes, the epoch's full average), a resumed run lands
 # where the straight one does, and a bad spec is refused naming the field.
@@ -58,3 +58,8 @@ hopwise_test(test_train_mnist_checkpoint test_train_mnist_checkpoint.cpp
 target_include_directories(test_train_mnist_checkpoint PRIVATE ${CMAKE_SOURCE_DIR}/examples/train_mnist)
 target_link_libraries(test_train_mnist_checkpoint PRIVATE hopwise::training GTest::gtest_main)
 gtest_discover_tests(test_train_mnist_checkpoint DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 60)
+
+# diloco and the outer path: local's bits, resume mid-period, codecs with error feedback, auto's choice.
+hopwise_test(test_diloco test_diloco.cpp)
+target_link_libraries(test_diloco PRIVATE hopwise::training GTest::gtest_main Threads::Threads)
+gtest_discover_tests(test_diloco DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 300)

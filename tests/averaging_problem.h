@@ -16,6 +16,7 @@
 #include "hopwise/compression/codec.h"
 #include "hopwise/training/averaging.h"
 #include "hopwise/training/reducer.h"
+#include "outer_reference.h"
 
 namespace hc = hopwise::comm;
 
@@ -74,8 +75,11 @@ inline Models simulate(const Run& run, int n, const std::vector<int>& host_of, c
   std::unique_ptr<hopwise::compression::Codec> codec;
   if (s.codec != "none") codec = hopwise::compression::make_codec(s.codec);
   std::vector<float> reference = x[0];
+  OuterReference outer(s, kDim);
+  outer.start(x);
   auto full_average = [&] {
     if (s.method == "sync") return;
+    if (s.method == "diloco") return outer.full_average(x);
     async_pending = gossip_pending = false;
     x = mean_of(x, all);
     reference = x[0];
@@ -137,6 +141,7 @@ inline Models simulate(const Run& run, int n, const std::vector<int>& host_of, c
     if ((s.method == "local" || s.method == "hier") && t > s.warmup && (t - s.warmup) % s.period == 0)
       x = mean_of(x, all);
     if (s.method == "gossip") gossip_pending = n > 1;
+    if (s.method == "diloco") outer.after_step(x, t);
     if (s.method == "async" && async_pending && t == snapped_at + (s.delay > 0 ? s.delay : s.period)) {
       const Models m = mean_of(snap, all);
       for (int r = 0; r < n; ++r)
@@ -206,6 +211,11 @@ inline const std::vector<std::string> kSpecs = {"sync",
                                                 "async:period=3,warmup=4",
                                                 "async:period=4,delay=1",
                                                 "async:period=3,delay=2,warmup=2",
-                                                "gossip:peers=1,codec=fp16"};
+                                                "gossip:peers=1,codec=fp16",
+                                                "diloco:period=4",
+                                                "diloco:period=4,fragments=2,delay=1",
+                                                "diloco:period=6,fragments=3,delay=2,alpha=0.5,warmup=3",
+                                                "diloco:period=5,momentum=0.5,nesterov=0,outer_lr=0.9,alpha=0.25",
+                                                "diloco:period=3,fragments=3,outer_lr=1.2"};
 
 }  // namespace hwtest::averaging
