@@ -91,8 +91,9 @@ TEST_P(Compressed, MatchesSerialCodecReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, Compressed,
-                         ::testing::Values("none", "fp16", "bf16", "int8", "int8:round=stochastic", "qsgd", "terngrad",
-                                           "sign", "topk:ratio=0.05", "randomk:ratio=0.1"),
+                         ::testing::Values("none", "fp16", "bf16", "int8", "int8:round=stochastic", "int4",
+                                           "int4:round=stochastic,ef=1,block=7", "fp8", "fp8:ef=1,block=5", "qsgd",
+                                           "terngrad", "sign", "topk:ratio=0.05", "randomk:ratio=0.1"),
                          hwtest::SpecTestName());
 
 TEST(CompressedAllreduce, CountsWireBytesAndAverages) {

@@ -71,6 +71,10 @@ std::vector<std::string> all_default_specs() {
           "bf16",
           "int8",
           "int8:round=stochastic,block=7",
+          "int4",
+          "int4:round=stochastic,block=7",
+          "fp8",
+          "fp8:block=5,ef=1",
           "qsgd",
           "terngrad",
           "sign",
@@ -96,7 +100,8 @@ std::string error_of(const std::string& spec) {
 TEST(CodecFactory, BuildsEveryKnownCodecWithCanonicalName) {
   // Every documented codec is in the table (a codec added later joins the loop below), each name once.
   const auto& known = hc::known_codecs();
-  for (const char* documented : {"none", "fp16", "bf16", "int8", "qsgd", "terngrad", "sign", "topk", "randomk"})
+  for (const char* documented :
+       {"none", "fp16", "bf16", "int8", "int4", "fp8", "qsgd", "terngrad", "sign", "topk", "randomk"})
     EXPECT_NE(std::find(known.begin(), known.end(), documented), known.end()) << documented;
   EXPECT_EQ(std::set<std::string>(known.begin(), known.end()).size(), known.size()) << "a name twice";
   for (const auto& name : hc::known_codecs()) {
@@ -192,6 +197,10 @@ TEST(CodecPayload, SizesPatternsAndDtypes) {
       {"fp16", Pattern::kAggregatable, hopwise::DataType::kFloat16, [](std::size_t n) { return 2 * n; }},
       {"bf16", Pattern::kAggregatable, hopwise::DataType::kBFloat16, [](std::size_t n) { return 2 * n; }},
       {"int8", Pattern::kAggregatable, hopwise::DataType::kUInt8, [](std::size_t n) { return n; }},
+      // int4: per block of 64 a float32 scale and ceil(m / 2) bytes; fp8: per block of 128 a scale and m bytes.
+      {"int4", Pattern::kGather, hopwise::DataType::kUInt8,
+       [](std::size_t n) { return 4 * ((n + 63) / 64) + 32 * (n / 64) + (n % 64 + 1) / 2; }},
+      {"fp8", Pattern::kGather, hopwise::DataType::kUInt8, [](std::size_t n) { return 4 * ((n + 127) / 128) + n; }},
       {"qsgd", Pattern::kGather, hopwise::DataType::kUInt8, [](std::size_t n) { return 4 + n; }},
       {"terngrad", Pattern::kGather, hopwise::DataType::kUInt8, [](std::size_t n) { return 4 + (n + 3) / 4; }},
       {"sign", Pattern::kGather, hopwise::DataType::kUInt8, [](std::size_t n) { return 4 + (n + 7) / 8; }},
@@ -216,9 +225,14 @@ TEST(CodecPayload, SizesPatternsAndDtypes) {
 // The address alignment a payload needs where it is read in words (DeviceCodec checks it): the payload dtype's
 // size, but 4 for topk, whose byte payload holds uint32 indices and float32 values; error feedback keeps it.
 TEST(CodecSizes, PayloadAlignment) {
-  const std::pair<const char*, std::size_t> want[] = {
-      {"none", 4}, {"fp16", 2}, {"bf16:ef=1", 2}, {"int8", 1},      {"qsgd", 1},    {"terngrad", 1},
-      {"sign", 1}, {"topk", 4}, {"topk:ef=0", 4}, {"sign:ef=0", 1}, {"randomk", 4}, {"randomk:ef=0", 4}};
+  const std::pair<const char*, std::size_t> want[] = {{"none", 4},      {"fp16", 2},
+                                                      {"bf16:ef=1", 2}, {"int8", 1},
+                                                      {"qsgd", 1},      {"terngrad", 1},
+                                                      {"sign", 1},      {"topk", 4},
+                                                      {"topk:ef=0", 4}, {"sign:ef=0", 1},
+                                                      {"randomk", 4},   {"randomk:ef=0", 4},
+                                                      {"int4", 1},      {"int4:ef=1,block=7", 1},
+                                                      {"fp8", 1},       {"fp8:ef=1", 1}};
   for (const auto& [spec, align] : want) EXPECT_EQ(hc::make_codec(spec)->payload_alignment(), align) << spec;
 }
 
@@ -553,7 +567,8 @@ double ef_discrepancy(const std::string& spec, int steps, double* scale_out) {
 TEST(CodecErrorFeedback, ConservesTheSumOfInputs) {
   const int steps = 30;
   for (const char* spec : {"sign", "topk:ratio=0.05", "randomk:ratio=0.05", "int8:ef=1", "qsgd:ef=1", "terngrad:ef=1",
-                           "fp16:ef=1", "bf16:ef=1", "int8:ef=1,round=stochastic,block=5"}) {
+                           "fp16:ef=1", "bf16:ef=1", "int8:ef=1,round=stochastic,block=5", "int4:ef=1",
+                           "int4:ef=1,round=stochastic,block=9", "fp8:ef=1", "fp8:ef=1,block=3"}) {
     double scale = 0;
     const double d = ef_discrepancy(spec, steps, &scale);
     EXPECT_LE(d, 2.0 * steps * 0x1p-23 * scale) << spec << " " << note();
