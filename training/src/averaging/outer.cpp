@@ -207,7 +207,9 @@ class Outer final : public AveragingMethodBase {
     ++ctx_.stats.syncs;
     flight_ = {true, false, f, t, Work(), Clock::now()};
     if (direct() && s_.delay == 0 && s_.alpha == 0.0) {  // post-local SGD's own call: the parameters in place
+      const auto c0 = Clock::now();
       ctx_.comm.allreduce(x, x, m, DataType::kFloat32, ReduceOp::kAvg);
+      ctx_.stats.comm_ms += ms_between(c0, Clock::now());  // blocking: none of it hidden
       ctx_.stats.bytes += m * sizeof(float);
       flight_.done = true;
       return;
