@@ -9,10 +9,14 @@
 Models: mlp (784-1024-1024-10, the C++ train_mnist's) and cnn (two conv layers). Hooks: none (DDP's own
 allreduce), any hopwise codec spec (fp16, bf16, int8:ef=1, qsgd, terngrad, sign, topk:ratio=0.01, randomk,
 powersgd:rank=4, ...; backend hopwise only), or torch's own: torch-fp16, torch-powersgd:rank=4.
+--diloco SPEC (e.g. diloco:period=32,outer_lr=0.7,momentum=0.9,codec=int8, or diloco:auto) trains without DDP:
+each rank its replica with the inner optimizer (SGD, momentum 0.9), hopwise.torch.DiLoCo syncing every H steps.
 Prints the plan, a progress bar, then one line per epoch; --json FILE writes step_ms, compute_ms (a step with
-DDP's communication off, no_sync), utilization (compute / step), test_accuracy, images_per_s, bytes_per_step.
+DDP's communication off, no_sync), utilization (compute / step), test_accuracy, images_per_s, bytes_per_step (and
+under --diloco its stats: syncs, bytes_per_sync, comm_ms, hidden_ms, ...).
 Needs PYTHONPATH=build/python for hopwise (scripts/setup.sh and scripts/build.sh make it)."""
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -90,6 +94,8 @@ def main():
     ap.add_argument("--averaging", default="sync",
                     help="hopwise.torch.ModelAverager spec: sync, local:period=H[,warmup=W], hier:period=H, gossip, "
                          "async:period=H[,codec=int8] (backend hopwise, hook none)")
+    ap.add_argument("--diloco", default="",
+                    help="a diloco spec: no DDP, each rank trains its replica and hopwise.torch.DiLoCo syncs them")
     ap.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--epochs", type=float, default=1, help="may be fractional")
@@ -134,18 +140,25 @@ def main():
     x, y = load_images(f"{args.data}/train-images-idx3-ubyte.gz"), load_labels(f"{args.data}/train-labels-idx1-ubyte.gz")
     tx, ty = load_images(f"{args.data}/t10k-images-idx3-ubyte.gz"), load_labels(f"{args.data}/t10k-labels-idx1-ubyte.gz")
     model = make_model(args.model, args.hidden)
-    avg = None
+    avg = diloco = None
+    if args.diloco and (args.backend != "hopwise" or args.hook != "none" or args.averaging != "sync"):
+        sys.exit("train.py: --diloco needs --backend hopwise, --hook none and --averaging sync (DiLoCo is the method)")
     if args.averaging != "sync":
         if args.backend != "hopwise" or args.hook != "none":
             sys.exit("train.py: --averaging needs --backend hopwise and --hook none (the averager brings its own hook)")
         avg = hopwise.torch.ModelAverager(args.averaging, model)  # before DDP: the parameters move to one buffer
-    ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
     hook_state = None
-    if avg:
-        ddp.register_comm_hook(*avg.comm_hook())
+    if args.diloco:  # no DDP: the plain model, its inner optimizer, DiLoCo around them
+        ddp = model
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+        diloco = hopwise.torch.DiLoCo(model, opt, args.diloco)  # broadcasts rank 0's model
     else:
-        hook_state = register_hook(ddp, args.hook, args.backend)
-    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+        ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
+        if avg:
+            ddp.register_comm_hook(*avg.comm_hook())
+        else:
+            hook_state = register_hook(ddp, args.hook, args.backend)
+        opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     ckpt = hopwise.torch.Checkpoints(args.checkpoint) if args.checkpoint else None
     start = 0
     found = ckpt.load_newest() if ckpt and args.resume == "auto" else None
@@ -157,6 +170,8 @@ def main():
             hook_state.load_state_dict(state["hook"])
         if avg:
             avg.load_state_dict(state["averager"])
+        if diloco:
+            diloco.load_state_dict(state["diloco"])  # after the model's own parameters
 
     def save_checkpoint(step):
         """Under an averaging method a full average first (as an uninterrupted run with these flags does too)."""
@@ -164,7 +179,8 @@ def main():
             avg.full_average()
         ckpt.save(step, {"model": model.state_dict(), "optimizer": opt.state_dict(),
                          "hook": hook_state.state_dict() if hook_state is not None else None,
-                         "averager": avg.state_dict() if avg else None})
+                         "averager": avg.state_dict() if avg else None,
+                         "diloco": diloco.state_dict() if diloco else None})  # mid-period: each rank its own
     monitor = None
     if args.backend == "hopwise" and (args.monitor or os.environ.get("HOPWISE_MONITOR")
                                       or os.environ.get("HOPWISE_METRICS_FILE") or os.environ.get("HOPWISE_METRICS_JSON")):
@@ -176,7 +192,8 @@ def main():
     steps = int(args.epochs * (x.shape[0] // args.batch))
     params = sum(p.numel() for p in model.parameters())
     if lead:
-        print(f"train.py: {world} ranks, backend {args.backend}, hook {args.hook}, model {args.model} "
+        print(f"train.py: {world} ranks, backend {args.backend}, hook {args.hook}, "
+              f"{'diloco ' + diloco.spec + ', ' if diloco else ''}model {args.model} "
               f"({params} parameters, {params * 4 / 2**20:.1f} MiB of gradients per step), global batch {args.batch}, "
               f"{steps} steps")
         if args.backend == "hopwise":
@@ -194,7 +211,7 @@ def main():
         for i in range(n):
             xb, yb = batch(i)
             opt.zero_grad()
-            with ddp.no_sync():
+            with ddp.no_sync() if not diloco else contextlib.nullcontext():
                 loss_fn(ddp(xb), yb).backward()
         return (time.perf_counter() - t0) / n * 1e3
 
@@ -204,8 +221,8 @@ def main():
     def accuracy():
         """Every rank scores a slice of the test set; the counts are summed. Under an averaging method, of the
         ranks' mean model (their own left as they are)."""
-        if avg:
-            with avg.mean_model():
+        if avg or diloco:
+            with (avg or diloco).mean_model():
                 return plain_accuracy()
         return plain_accuracy()
 
@@ -238,6 +255,8 @@ def main():
         opt.step()
         if avg:
             avg.after_step()
+        if diloco:
+            diloco.step()  # counts the step; an outer sync every H / F steps
         if monitor:
             monitor.step()
         loss_sum, losses = loss_sum + loss.item(), losses + 1
@@ -256,8 +275,8 @@ def main():
             if reached:
                 steps = i + 1
                 break
-    if avg:
-        avg.full_average()  # every rank the same model, as the final evaluation scores it
+    if avg or diloco:
+        (avg or diloco).full_average()  # every rank the same model, as the final evaluation scores it
     if monitor:
         monitor.finish()
     dist.barrier()
@@ -271,7 +290,8 @@ def main():
     ran = steps - start  # this process's steps
     step_ms = train_s / max(1, ran) * 1e3
     result = {
-        "backend": args.backend, "hook": args.hook, "averaging": args.averaging, "model": args.model, "ranks": world, "steps": steps,
+        "backend": args.backend, "hook": args.hook, "averaging": args.averaging, "diloco": args.diloco or None,
+        "model": args.model, "ranks": world, "steps": steps,
         "step_ms": step_ms, "compute_ms": compute_ms, "utilization": min(1.0, compute_ms / step_ms),
         "test_accuracy": test_accuracy, "target_accuracy": args.target_accuracy,
         "steps_to_target": reached[0] if reached else None, "time_to_target_s": reached[1] if reached else None,
@@ -279,6 +299,7 @@ def main():
         "train_s": train_s, "gradient_bytes_per_step": params * 4,
         "bytes_per_step": (after["bytes"] - before["bytes"]) / max(1, ran) if args.backend == "hopwise" else params * 4,
         "wire_bytes_per_step": (after["wire_bytes"] - before["wire_bytes"]) / max(1, ran),
+        "diloco_stats": diloco.stats() if diloco else None,
     }
     if lead:
         print(f"train.py: {steps} steps in {train_s:.1f} s: step {step_ms:.1f} ms, compute {compute_ms:.1f} ms "

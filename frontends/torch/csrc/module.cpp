@@ -157,6 +157,15 @@ PYBIND11_MODULE(_C, m) {
         d["warmup"] = s.warmup;
         d["peers"] = s.peers;
         d["codec"] = s.codec;
+        d["delay"] = s.delay;
+        d["outer_lr"] = s.outer_lr;
+        d["momentum"] = s.momentum;
+        d["nesterov"] = s.nesterov;
+        d["fragments"] = s.fragments;
+        d["alpha"] = s.alpha;
+        d["auto"] = s.pick != 0;
+        d["target"] = s.target;
+        d["inner"] = s.inner;
         d["spec"] = s.to_string();
         return d;
       },
@@ -266,14 +275,37 @@ PYBIND11_MODULE(_C, m) {
       .def("stats",
            [](const TorchAverager& a) {
              py::dict d;
-             d["averages"] = a.stats().averages;
-             d["bytes"] = a.stats().bytes;
-             d["wait_ms"] = a.stats().wait_ms;
+             const auto& s = a.stats();
+             d["averages"] = s.averages;
+             d["bytes"] = s.bytes;
+             d["wait_ms"] = s.wait_ms;
+             d["syncs"] = s.syncs;
+             d["comm_ms"] = s.comm_ms;
+             d["hidden_ms"] = s.hidden_ms;
+             d["state_bytes"] = s.state_bytes;
              return d;
            })
-      .def("save", &TorchAverager::save)
-      .def("load",
-           [](TorchAverager& a, const std::string& s) { hopwise::torch_backend::translated([&] { a.load(s); }); });
+      .def("choice", &TorchAverager::choice)
+      // Binary (the outer path's synced model, momentum, residuals): bytes to Python; load takes bytes, or the
+      // str an older build's save() returned.
+      .def("save",
+           [](const TorchAverager& a) {
+             std::string saved;
+             {
+               py::gil_scoped_release release;  // a fragment's average in flight is awaited
+               saved = a.save();
+             }
+             return py::bytes(saved);
+           })
+      .def("load", [](TorchAverager& a, const py::object& saved) {
+        TORCH_CHECK_VALUE(py::isinstance<py::bytes>(saved) || py::isinstance<py::str>(saved),
+                          "hopwise: ModelAverager.load takes the bytes save() returned, not ",
+                          std::string(py::str(saved.get_type().attr("__name__"))));
+        const std::string s =
+            py::isinstance<py::bytes>(saved) ? std::string(saved.cast<py::bytes>()) : saved.cast<std::string>();
+        py::gil_scoped_release release;
+        hopwise::torch_backend::translated([&] { a.load(s); });
+      });
 
   // hopwise.torch.allreduce's codec state (hopwise/torch/compressed.py keeps one in each CodecState).
   py::class_<TensorCodecState, std::shared_ptr<TensorCodecState>>(m, "TensorCodecState")

@@ -97,7 +97,9 @@ class ModelAverager:
                 self.flat.copy_(own)
 
     def stats(self):
-        """Averagings so far, the parameter bytes this rank sent or contributed, and ms spent waiting on them."""
+        """Averagings so far, the parameter bytes this rank sent or contributed (a codec's payloads where one is
+        set), ms spent waiting on them; the outer path's syncs, comm_ms (its all-reduces' time on the progress
+        thread), hidden_ms (the part compute ran beside) and state_bytes (what it keeps beside the model)."""
         return self._impl.stats()
 
     def comm_hook(self):
@@ -118,7 +120,9 @@ class ModelAverager:
         self._impl.average_gradients(grads)
 
     def state_dict(self):
-        """The method's state for a checkpoint (after ``full_average()``): spec and step count."""
+        """The method's state for a checkpoint: the spec, the step count and the method's own state, as bytes
+        (diloco: the synced model, outer momentum, residuals). gossip needs ``full_average()`` first; the outer path
+        (local, hier, async, diloco) saves mid-period."""
         return {"spec": self.spec, "state": self._impl.save()}
 
     def load_state_dict(self, saved):
