@@ -24,9 +24,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // Candidates in order of the bits they lose: none, then 8 bits, then 4.
 constexpr const char* kCandidates[] = {"none", "int8", "fp8", "int4"};
@@ -41,8 +39,9 @@ struct OuterRule {
   const char* why;
 };
 constexpr OuterRule kOuterRules[] = {
-    {"sgd", 1.0, 0.0, false, "inner sgd: plain averaging (the outer Nesterov step lost accuracy after SGD-momentum "
-                             "inner steps)"},
+    {"sgd", 1.0, 0.0, false,
+     "inner sgd: plain averaging (the outer Nesterov step lost accuracy after SGD-momentum "
+     "inner steps)"},
     {"adam", 0.7, 0.9, true, "inner adam: the DiLoCo papers' outer Nesterov step (lr 0.7, momentum 0.9)"},
 };
 

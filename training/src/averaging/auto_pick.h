@@ -21,15 +21,15 @@ struct ProbeState {
 };
 
 struct CodecCost {
-  std::string codec;       // "none", "int8", ...
-  double wire_ratio = 1;   // its all-reduce's bytes on the wire over the float32 all-reduce's
-  double cpu_ms = 0;       // encoding and decoding the whole model once, on one core
+  std::string codec;      // "none", "int8", ...
+  double wire_ratio = 1;  // its all-reduce's bytes on the wire over the float32 all-reduce's
+  double cpu_ms = 0;      // encoding and decoding the whole model once, on one core
 };
 
 struct LinkProbe {
-  double step_ms = 0;     // compute per step (median over the probe, the slowest rank's)
-  double full_ms = 0;     // the whole model's float32 all-reduce (the slowest rank's)
-  std::size_t bytes = 0;  // the model's float32 bytes
+  double step_ms = 0;             // compute per step (median over the probe, the slowest rank's)
+  double full_ms = 0;             // the whole model's float32 all-reduce (the slowest rank's)
+  std::size_t bytes = 0;          // the model's float32 bytes
   std::vector<CodecCost> codecs;  // none first, then fewer bits
 };
 

@@ -113,7 +113,9 @@ class Outer final : public AveragingMethodBase {
     for (const auto& fs : codec_states_) st.codecs.push_back({fs.step, fs.residual});
     if (flight_.on) {
       const auto [b, e] = range(flight_.fragment);
-      st.flight = {flight_.fragment, flight_.launched_at, {send_.begin(), send_.begin() + static_cast<long>(e - b)},
+      st.flight = {flight_.fragment,
+                   flight_.launched_at,
+                   {send_.begin(), send_.begin() + static_cast<long>(e - b)},
                    {recv_.begin(), recv_.begin() + static_cast<long>(e - b)}};
     }
     return write_outer_state(st);
@@ -174,16 +176,15 @@ class Outer final : public AveragingMethodBase {
     if (s_.codec != "none") {
       codec_ = compression::make_codec(s_.codec + ":ef=1");  // what one sync's rounding leaves out goes into the next
       for (int f = 0; f < s_.fragments; ++f)
-        codec_states_.emplace_back(0x6f75746572ull + static_cast<std::uint64_t>(f), ctx_.comm.rank(),
-                                   ctx_.comm.size());
+        codec_states_.emplace_back(0x6f75746572ull + static_cast<std::uint64_t>(f), ctx_.comm.rank(), ctx_.comm.size());
     }
     std::size_t largest = 0;
     for (int f = 0; f < s_.fragments; ++f) largest = std::max(largest, range(f).second - range(f).first);
     const bool buffers = !direct() || s_.delay > 0 || s_.alpha != 0.0;
     send_.assign(buffers ? largest : 0, 0.0f);
     recv_.assign(buffers ? largest : 0, 0.0f);
-    ctx_.stats.state_bytes = (synced_.size() + momentum_.size() + (codec_ ? n : 0) + send_.size() + recv_.size()) *
-                             sizeof(float);
+    ctx_.stats.state_bytes =
+        (synced_.size() + momentum_.size() + (codec_ ? n : 0) + send_.size() + recv_.size()) * sizeof(float);
   }
 
   std::pair<std::size_t, std::size_t> range(int f) const {
@@ -335,27 +336,25 @@ OuterSettings plain_of(const AveragingSpec& s, int delay) {
 }  // namespace
 
 AveragingMethodRow local_row() {
-  return {"local",
-          {"period", "warmup"},
-          {"period"},
-          {"period", "warmup"},
-          false,
-          "post-local SGD: W synchronous steps, then no gradient communication and the parameters averaged every H",
-          [](AveragingContext& ctx) {
-            return std::make_unique<Outer>(ctx, plain_of(ctx.spec, 0), GradientScope::kNone);
-          }};
+  return {
+      "local",
+      {"period", "warmup"},
+      {"period"},
+      {"period", "warmup"},
+      false,
+      "post-local SGD: W synchronous steps, then no gradient communication and the parameters averaged every H",
+      [](AveragingContext& ctx) { return std::make_unique<Outer>(ctx, plain_of(ctx.spec, 0), GradientScope::kNone); }};
 }
 
 AveragingMethodRow hier_row() {
-  return {"hier",
-          {"period", "warmup"},
-          {"period"},
-          {"period"},
-          false,
-          "gradients averaged within each host every step, parameters across the world every H steps",
-          [](AveragingContext& ctx) {
-            return std::make_unique<Outer>(ctx, plain_of(ctx.spec, 0), GradientScope::kHost);
-          }};
+  return {
+      "hier",
+      {"period", "warmup"},
+      {"period"},
+      {"period"},
+      false,
+      "gradients averaged within each host every step, parameters across the world every H steps",
+      [](AveragingContext& ctx) { return std::make_unique<Outer>(ctx, plain_of(ctx.spec, 0), GradientScope::kHost); }};
 }
 
 AveragingMethodRow async_row() {
@@ -378,16 +377,14 @@ AveragingMethodRow async_row() {
 AveragingMethodRow diloco_row() {
   AveragingMethodRow row{
       "diloco",
-      {"period", "warmup", "outer_lr", "momentum", "nesterov", "fragments", "delay", "alpha", "codec", "auto",
-       "target", "inner"},
+      {"period", "warmup", "outer_lr", "momentum", "nesterov", "fragments", "delay", "alpha", "codec", "auto", "target",
+       "inner"},
       {"period"},
       {"period"},
       false,
       "DiLoCo: H local steps, then the pseudo-gradient averaged and applied by an outer Nesterov SGD; fragments "
       "streamed, delayed, compressed with error feedback; auto picks them",
-      [](AveragingContext& ctx) {
-        return std::make_unique<Outer>(ctx, settings_of(ctx.spec), GradientScope::kNone);
-      }};
+      [](AveragingContext& ctx) { return std::make_unique<Outer>(ctx, settings_of(ctx.spec), GradientScope::kNone); }};
   row.any_codec = true;
   return row;
 }

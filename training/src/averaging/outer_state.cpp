@@ -144,7 +144,8 @@ OuterState read_outer_state(const std::string& blob, const AveragingSpec& spec, 
     OuterState::InFlight f;
     const std::uint64_t frag = rest.u64();
     const std::uint64_t at = rest.u64();
-    if (frag >= static_cast<std::uint64_t>(o.fragments) || at > (1ull << 40)) refuse("has a fragment in flight out of range");
+    if (frag >= static_cast<std::uint64_t>(o.fragments) || at > (1ull << 40))
+      refuse("has a fragment in flight out of range");
     f.fragment = static_cast<int>(frag);
     f.launched_at = static_cast<std::int64_t>(at);
     f.sent = rest.floats();

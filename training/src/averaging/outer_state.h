@@ -19,8 +19,8 @@ struct OuterSettings {
   double momentum = 0.0;  // outer SGD's momentum
   bool nesterov = false;
   int fragments = 1;
-  int delay = 0;          // steps a fragment's all-reduce runs behind (0: blocking)
-  double alpha = 0.0;     // share of the local model kept at a merge
+  int delay = 0;       // steps a fragment's all-reduce runs behind (0: blocking)
+  double alpha = 0.0;  // share of the local model kept at a merge
   std::string codec = "none";
   std::string to_string() const;  // "period=8,fragments=1,delay=1,codec=int8,outer_lr=1,momentum=0,nesterov=0"
 };
