@@ -164,10 +164,12 @@ TEST_P(CudaCodec, MatchesTheCpuCodecOnAwkwardSizesOverSteps) {
 
 INSTANTIATE_TEST_SUITE_P(EveryCodec, CudaCodec,
                          ::testing::Values("none", "fp16", "bf16", "fp16:ef=1", "int8", "int8:round=stochastic",
-                                           "int8:block=100,ef=1", "int8:block=7,round=stochastic", "qsgd",
-                                           "qsgd:levels=4,ef=1", "terngrad", "terngrad:ef=1", "sign", "sign:ef=0",
-                                           "topk", "topk:ratio=0.3,ef=0", "topk:ratio=1", "randomk",
-                                           "randomk:ratio=0.5,ef=0"),
+                                           "int8:block=100,ef=1", "int8:block=7,round=stochastic", "int4",
+                                           "int4:round=stochastic", "int4:block=7,ef=1",
+                                           "int4:block=1,round=stochastic,ef=1", "fp8", "fp8:block=5,ef=1",
+                                           "fp8:block=1", "qsgd", "qsgd:levels=4,ef=1", "terngrad", "terngrad:ef=1",
+                                           "sign", "sign:ef=0", "topk", "topk:ratio=0.3,ef=0", "topk:ratio=1",
+                                           "randomk", "randomk:ratio=0.5,ef=0"),
                          hwtest::SpecTestName());
 
 TEST(CudaCodecErrors, BadBuffersNameTheProblem) {

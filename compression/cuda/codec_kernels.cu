@@ -170,6 +170,79 @@ __global__ void int8_decode_kernel(const std::int8_t* in, std::size_t n, std::si
     put<M>(out, i, static_cast<float>(in[i]) * (scales[block_of(i, block)] / static_cast<float>(q)));
 }
 
+// ---- int4, fp8: a scale at the head of each block of the payload (block b at b * stride) ----
+
+// One thread block per codec block (grid-stride over codec blocks), as block_max_abs_kernel; the scale is written
+// byte by byte (a block's head is at any offset).
+template <bool Fp8>
+__global__ void block_scale_kernel(const float* g, std::size_t n, std::size_t block, std::size_t blocks,
+                                   std::size_t stride, std::byte* payload) {
+  using Reduce = cub::BlockReduce<float, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  for (std::size_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const std::size_t i0 = b * block, i1 = i0 + block < n ? i0 + block : n;
+    float m = 0.0f;
+    for (std::size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) m = fmaxf(m, fabsf(g[i]));
+    m = Reduce(tmp).Reduce(m, [](float a, float c) { return fmaxf(a, c); });
+    if (threadIdx.x == 0) store_header(payload + b * stride, Fp8 ? detail::fp8_scale(m) : m);
+    __syncthreads();  // tmp is reused by the next codec block
+  }
+}
+
+template <bool Stochastic>
+__device__ __forceinline__ std::uint32_t int4_of(float v, float s, const Stream& rs, std::size_t i) {
+  if constexpr (Stochastic)
+    return detail::int4_stochastic(v, s, rs.uniform(i));
+  else
+    return detail::int4_nearest(v, s);
+}
+
+// One thread per payload byte (two elements of one codec block; `per` = ceil(block / 2) bytes a full block).
+template <bool Stochastic>
+__global__ void int4_encode_kernel(const float* g, std::size_t n, std::size_t block, std::size_t bytes,
+                                   std::byte* payload, Stream rs) {
+  const std::size_t per = (block + 1) / 2;
+  for (std::size_t t = first_index(); t < bytes; t += grid_stride()) {
+    const std::size_t b = block_of(t, per), j = t - b * per;
+    const std::size_t i = b * block + 2 * j, end = b * block + block < n ? b * block + block : n;
+    std::byte* head = payload + b * (4 + per);
+    const float s = load_header(head);
+    std::uint32_t code = int4_of<Stochastic>(g[i], s, rs, i);
+    if (i + 1 < end) code |= int4_of<Stochastic>(g[i + 1], s, rs, i + 1) << 4;
+    reinterpret_cast<std::uint8_t*>(head + 4)[j] = static_cast<std::uint8_t>(code);
+  }
+}
+
+template <Out M>
+__global__ void int4_decode_kernel(const std::byte* payload, std::size_t n, std::size_t block, float* out) {
+  const std::size_t per = (block + 1) / 2;
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    const std::size_t b = block_of(i, block), k = i - b * block;
+    const std::byte* head = payload + b * (4 + per);
+    const std::uint32_t byte = reinterpret_cast<const std::uint8_t*>(head + 4)[k / 2];
+    put<M>(out, i, detail::int4_value(byte >> (4 * (k % 2)), load_header(head)));
+  }
+}
+
+__global__ void fp8_encode_kernel(const float* g, std::size_t n, std::size_t block, std::byte* payload) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    const std::size_t b = block_of(i, block);
+    std::byte* head = payload + b * (4 + block);
+    reinterpret_cast<std::uint8_t*>(head + 4)[i - b * block] =
+        detail::fp8_e4m3(detail::safe_ratio(g[i], load_header(head)));
+  }
+}
+
+template <Out M>
+__global__ void fp8_decode_kernel(const std::byte* payload, std::size_t n, std::size_t block, float* out) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    const std::size_t b = block_of(i, block);
+    const std::byte* head = payload + b * (4 + block);
+    const std::uint32_t code = reinterpret_cast<const std::uint8_t*>(head + 4)[i - b * block];
+    put<M>(out, i, detail::fp8_e4m3_value(code) * load_header(head));
+  }
+}
+
 // ---- header scalars ----
 
 template <HeaderStat S>
@@ -361,6 +434,50 @@ void int8_decode(const std::int8_t* in, std::size_t n, std::size_t block, const 
   if (n == 0) return;
   HOPWISE_LAUNCH_OUT(int8_decode_kernel, mode, grid_for(n, kThreads), s, in, n, block, scales, q, out);
   check(cudaGetLastError(), "int8 decode kernel");
+}
+
+namespace {
+
+template <bool Fp8>
+void block_scales(const float* g, std::size_t n, std::size_t block, std::size_t stride, std::byte* payload,
+                  cudaStream_t s) {
+  const std::size_t blocks = (n + block - 1) / block;
+  const unsigned grid = static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
+  block_scale_kernel<Fp8><<<grid, kThreads, 0, s>>>(g, n, block, blocks, stride, payload);
+  check(cudaGetLastError(), Fp8 ? "fp8 scales kernel" : "int4 scales kernel");
+}
+
+}  // namespace
+
+void int4_encode(const float* g, std::size_t n, std::size_t block, bool stochastic, Stream rs, std::byte* payload,
+                 cudaStream_t s) {
+  if (n == 0) return;
+  const std::size_t per = (block + 1) / 2, bytes = n / block * per + (n % block + 1) / 2;
+  block_scales<false>(g, n, block, 4 + per, payload, s);
+  if (stochastic)
+    int4_encode_kernel<true><<<grid_for(bytes, kThreads), kThreads, 0, s>>>(g, n, block, bytes, payload, rs);
+  else
+    int4_encode_kernel<false><<<grid_for(bytes, kThreads), kThreads, 0, s>>>(g, n, block, bytes, payload, rs);
+  check(cudaGetLastError(), "int4 encode kernel");
+}
+
+void int4_decode(const std::byte* payload, std::size_t n, std::size_t block, float* out, Out mode, cudaStream_t s) {
+  if (n == 0) return;
+  HOPWISE_LAUNCH_OUT(int4_decode_kernel, mode, grid_for(n, kThreads), s, payload, n, block, out);
+  check(cudaGetLastError(), "int4 decode kernel");
+}
+
+void fp8_encode(const float* g, std::size_t n, std::size_t block, std::byte* payload, cudaStream_t s) {
+  if (n == 0) return;
+  block_scales<true>(g, n, block, 4 + block, payload, s);
+  fp8_encode_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(g, n, block, payload);
+  check(cudaGetLastError(), "fp8 encode kernel");
+}
+
+void fp8_decode(const std::byte* payload, std::size_t n, std::size_t block, float* out, Out mode, cudaStream_t s) {
+  if (n == 0) return;
+  HOPWISE_LAUNCH_OUT(fp8_decode_kernel, mode, grid_for(n, kThreads), s, payload, n, block, out);
+  check(cudaGetLastError(), "fp8 decode kernel");
 }
 
 void write_header(HeaderStat stat, const float* g, std::size_t n, std::byte* header, double* partials, cudaStream_t s) {

@@ -36,6 +36,15 @@ void int8_encode(const float* g, std::size_t n, std::size_t block, const float* 
 void int8_decode(const std::int8_t* in, std::size_t n, std::size_t block, const float* scales, int q, float* out,
                  Out mode, cudaStream_t s);
 
+// int4 and fp8: per block of `block` elements, [float32 scale][the block's codes] (int4: ceil(m / 2) bytes of
+// nibbles; fp8: m e4m3 bytes); encode writes each block's scale (int4: max |x|, fp8: fp8_scale(max |x|)) and then
+// the codes, which read it back.
+void int4_encode(const float* g, std::size_t n, std::size_t block, bool stochastic, detail::Stream rs,
+                 std::byte* payload, cudaStream_t s);
+void int4_decode(const std::byte* payload, std::size_t n, std::size_t block, float* out, Out mode, cudaStream_t s);
+void fp8_encode(const float* g, std::size_t n, std::size_t block, std::byte* payload, cudaStream_t s);
+void fp8_decode(const std::byte* payload, std::size_t n, std::size_t block, float* out, Out mode, cudaStream_t s);
+
 // Header scalars of the gather codecs, written to header[0..4): sqrt(sum x^2) (qsgd), max |x| (terngrad),
 // sum |x| / n (sign); sums in double as on the CPU. `partials` holds kReducePartials doubles.
 constexpr unsigned kReducePartials = 1024;

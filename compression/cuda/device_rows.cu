@@ -63,6 +63,23 @@ void int8_decode(const Call& c, const std::byte* p, float* out, Out mode, bool) 
                  detail::int8_levels(c.codec.name(), c.state.host.world_size), out, mode, c.stream);
 }
 
+// ---- int4, fp8: each rank's own scale at the head of every block of the payload, then the block's codes
+void int4_configure(const detail::ParamValues& v, Params& p) {
+  p.block = static_cast<std::size_t>(v.integer("block"));
+  p.stochastic = v.choice("round") == "stochastic";
+}
+void int4_encode(const Call& c, const float* x, std::byte* p) {
+  k::int4_encode(x, c.n, c.params.block, c.params.stochastic, rank_stream(c), p, c.stream);
+}
+void int4_decode(const Call& c, const std::byte* p, float* out, Out mode, bool) {
+  k::int4_decode(p, c.n, c.params.block, out, mode, c.stream);
+}
+void fp8_configure(const detail::ParamValues& v, Params& p) { p.block = static_cast<std::size_t>(v.integer("block")); }
+void fp8_encode(const Call& c, const float* x, std::byte* p) { k::fp8_encode(x, c.n, c.params.block, p, c.stream); }
+void fp8_decode(const Call& c, const std::byte* p, float* out, Out mode, bool) {
+  k::fp8_decode(p, c.n, c.params.block, out, mode, c.stream);
+}
+
 // ---- qsgd, terngrad, sign: a header statistic, then the elements
 void qsgd_configure(const detail::ParamValues& v, Params& p) { p.levels = static_cast<int>(v.integer("levels")); }
 void qsgd_encode(const Call& c, const float* x, std::byte* p) {
@@ -129,6 +146,8 @@ const Row kRows[] = {
     {"fp16", no_params, half_encode<false>, half_decode<false>},
     {"bf16", no_params, half_encode<true>, half_decode<true>},
     {"int8", int8_configure, int8_encode, int8_decode},
+    {"int4", int4_configure, int4_encode, int4_decode},
+    {"fp8", fp8_configure, fp8_encode, fp8_decode},
     {"qsgd", qsgd_configure, qsgd_encode, qsgd_decode},
     {"terngrad", no_params, terngrad_encode, terngrad_decode},
     {"sign", no_params, sign_encode, sign_decode},

@@ -18,8 +18,8 @@ namespace hopwise::compression::device {
 
 // What a row read from its parameters when the codec was made.
 struct Params {
-  std::size_t block = 256;  // int8: elements per scale
-  bool stochastic = false;  // int8: round=stochastic
+  std::size_t block = 256;  // int8, int4, fp8: elements per scale
+  bool stochastic = false;  // int8, int4: round=stochastic
   int levels = 16;          // qsgd
 };
 
