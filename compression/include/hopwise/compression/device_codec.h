@@ -3,11 +3,12 @@
 // (cudaStream_t as void*, nullptr = the legacy default stream) except where said.
 //
 // Agreement with the CPU codecs (tests/test_cuda_codecs.cpp checks each on random data of awkward sizes):
-//   none, fp16, bf16, sign (bits), int8, int4, fp8, topk, randomk: payloads equal byte for byte (NaN inputs aside: the
-//   GPU's half conversions may give another NaN bit pattern); qsgd and sign's header (an L2 norm / mean |x| summed in
-//   double in another order): equal within 1e-6 relative, and qsgd's levels then differ by at most one at a few
-//   elements; int8 and int4 stochastic, qsgd and terngrad draw from the same counter-based streams (seed, rank, step,
-//   index) as the CPU codecs, so their payloads are equal wherever the scale agrees.
+//   none, fp16, bf16, sign (bits), int8, int4, fp8, topk, randomk: payloads equal byte for byte (NaN inputs aside:
+//   the GPU's half conversions may give another NaN bit pattern);
+//   qsgd and sign's header (an L2 norm / mean |x| summed in double in another order): equal within 1e-6
+//   relative, and qsgd's levels then differ by at most one at a few elements;
+//   int8 and int4 stochastic, qsgd and terngrad draw from the same counter-based streams (seed, rank, step, index) as
+//   the CPU codecs, so their payloads are equal wherever the scale agrees.
 // Error feedback (ef=1) keeps the residual in device memory in the DeviceCodecState.
 #pragma once
 
