@@ -57,10 +57,11 @@ for s in interval=10s interval=500ms,every=4,alert_after=2 interval=2m every=1 0
   printf '%s' "$s" >"$seeds/monitor/seed$((i++))"
 done
 
-# train_mnist checkpoint headers as save_checkpoint writes them, the first one with some of the parameters after it.
-printf '%b' 'hopwise-train_mnist-checkpoint 2\n20 2 128 13577422701659836820 1863690\nhopwise-averaging 1 sync 20\n\x00\x00\x80\x3f' \
+# train_mnist checkpoint headers as save_checkpoint writes them, the first one with some of the parameters after it,
+# the second with every count at its bound.
+printf '%b' 'hopwise-train_mnist-checkpoint 3\n20 2 128 13577422701659836820 1863690 30\n\x00\x00\x80\x3f' \
   >"$seeds/checkpoint/seed0"
-printf '%b' 'hopwise-train_mnist-checkpoint 2\n1073741824 1048576 2147483647 0 68719476736\nhopwise-averaging 1 local:period=3 7\n' \
+printf '%b' 'hopwise-train_mnist-checkpoint 3\n1073741824 1048576 2147483647 0 68719476736 2199024304128\n' \
   >"$seeds/checkpoint/seed1"
 
 # Elastic store values: a member list (first byte even) and ticket 1's admission (first byte odd).

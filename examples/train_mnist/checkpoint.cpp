@@ -27,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kMagic = "hopwise-train_mnist-checkpoint";
-constexpr int kVersion = 2;
+constexpr int kVersion = 3;          // 2: the averaging state as the header's third line
 constexpr std::size_t kKept = 2;     // files each rank keeps: the newest step and the one before
 constexpr std::size_t kOffered = 4;  // newest whole steps each rank offers when the ranks agree on one
 
@@ -132,8 +132,9 @@ std::optional<CheckpointHeader> read_header(int fd, std::string& why) {
   auto h = parse_checkpoint_header(head);
   if (!h) {
     why = fmt::format(
-        "not a train_mnist checkpoint: no version {} header with steps 0..{}, ranks 1..{}, parameters 1..{}", kVersion,
-        kMaxCheckpointSteps, kMaxCheckpointRanks, kMaxCheckpointCount);
+        "not a train_mnist checkpoint: no version {} header with steps 0..{}, ranks 1..{}, parameters 1..{} and "
+        "at most 32 B per parameter + 1 MiB of averaging state",
+        kVersion, kMaxCheckpointSteps, kMaxCheckpointRanks, kMaxCheckpointCount);
     return std::nullopt;
   }
   if (static_cast<std::uint64_t>(st.st_size) != h->file_size()) {
@@ -226,9 +227,9 @@ void remove_older_saves(const std::string& base, int rank, std::uint64_t run) {
 
 }  // namespace
 
-std::string checkpoint_header_text(const Checkpoint& c, std::size_t count) {
-  return fmt::format("{} {}\n{} {} {} {} {}\n{}\n", kMagic, kVersion, c.steps_done, c.ranks, c.batch, c.run, count,
-                     c.averaging);
+std::string checkpoint_header_text(const Checkpoint& c, std::size_t count, std::uint64_t averaging_bytes) {
+  return fmt::format("{} {}\n{} {} {} {} {} {}\n", kMagic, kVersion, c.steps_done, c.ranks, c.batch, c.run, count,
+                     averaging_bytes);
 }
 
 std::optional<CheckpointHeader> parse_checkpoint_header(std::string_view bytes) {
@@ -242,12 +243,12 @@ std::optional<CheckpointHeader> parse_checkpoint_header(std::string_view bytes) 
       !take_number(bytes, at, ' ', 1, kMaxCheckpointRanks, h.c.ranks) ||
       !take_number(bytes, at, ' ', 1, std::numeric_limits<int>::max(), h.c.batch) ||
       !take_number(bytes, at, ' ', std::uint64_t{0}, kAnyRun, h.c.run) ||
-      !take_number(bytes, at, '\n', std::size_t{1}, kMaxCheckpointCount, h.count))
+      !take_number(bytes, at, ' ', std::size_t{1}, kMaxCheckpointCount, h.count))
     return std::nullopt;
-  const std::size_t eol = bytes.find('\n', at);
-  if (eol == std::string_view::npos) return std::nullopt;
-  h.c.averaging = std::string(bytes.substr(at, eol - at));
-  h.length = eol + 1;
+  // Bounded by the model: a resume allocates what this says.
+  if (!take_number(bytes, at, '\n', std::uint64_t{0}, max_averaging_bytes(h.count), h.averaging_bytes))
+    return std::nullopt;
+  h.length = at;
   return h;
 }
 
@@ -268,10 +269,13 @@ void save_checkpoint(comm::Communicator& comm, const std::string& base, const Ch
   const std::string path = checkpoint_path(base, c.steps_done, comm.rank()), tmp = path + ".tmp";
   std::string failure;
   try {
-    const std::string head = checkpoint_header_text(c, count);
-    if (head.size() > kMaxCheckpointHeader)
-      throw Error(fmt::format("checkpoint {}: the averaging state is {} bytes, longer than a header can hold", path,
-                              c.averaging.size()));
+    // Never a file that a resume would refuse.
+    if (c.averaging.size() > max_averaging_bytes(count))
+      throw Error(
+          fmt::format("checkpoint {}: the averaging state is {} bytes, more than the {} a model of {} "
+                      "parameters may keep",
+                      path, c.averaging.size(), max_averaging_bytes(count), count));
+    const std::string head = checkpoint_header_text(c, count, c.averaging.size());
     // A fresh file, never one a killed attempt left nor what a planted name leads to (a FIFO, a symlink).
     ::unlink(tmp.c_str());
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -280,6 +284,7 @@ void save_checkpoint(comm::Communicator& comm, const std::string& base, const Ch
       write_all(fd, head.data(), head.size(), tmp);
       write_all(fd, params, count * sizeof(float), tmp);
       write_all(fd, velocity, count * sizeof(float), tmp);
+      write_all(fd, c.averaging.data(), c.averaging.size(), tmp);
       if (::fsync(fd) != 0) throw Error(fmt::format("syncing the checkpoint {} failed: {}", tmp, std::strerror(errno)));
     } catch (...) {
       ::close(fd);
@@ -378,9 +383,11 @@ std::optional<Checkpoint> load_newest_checkpoint(comm::Communicator& comm, const
           fmt::format("checkpoint {} holds {} parameters, this model has {}; resume with the same --hidden", path,
                       h->count, count));
     const std::uint64_t bytes = count * sizeof(float);
-    if (!read_at(in.fd, params, bytes, h->length) || !read_at(in.fd, velocity, bytes, h->length + bytes))
-      throw InvalidArgument(fmt::format("checkpoint {} is cut short", path));
     c = h->c;
+    c.averaging.resize(h->averaging_bytes);  // at most max_averaging_bytes(count): the header parser's bound
+    if (!read_at(in.fd, params, bytes, h->length) || !read_at(in.fd, velocity, bytes, h->length + bytes) ||
+        !read_at(in.fd, c.averaging.data(), c.averaging.size(), h->length + 2 * bytes))
+      throw InvalidArgument(fmt::format("checkpoint {} is cut short", path));
   } catch (const std::exception& e) {
     failure = e.what();
   }

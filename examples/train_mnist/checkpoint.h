@@ -7,6 +7,13 @@
 // A file is trusted only when it is a regular file (not a FIFO, a device or a symlink) whose header parses with every
 // count in range and whose size is exactly what the header says; any other file is named in a warning and skipped,
 // never counted as a save nor deleted.
+//
+// A file (version 3) is a two-line text header, then the data in the machine's byte order:
+//   hopwise-train_mnist-checkpoint 3\n
+//   STEPS RANKS BATCH RUN COUNT AVERAGING_BYTES\n
+//   COUNT float32 parameters, COUNT float32 momentum values, AVERAGING_BYTES of ModelAverager::save()
+// The averaging state is binary (diloco's synced model, momentum, residuals, a fragment in flight: megabytes, with
+// newlines and NULs), so it follows the arrays rather than sitting in the header (version 2 held it as a third line).
 #pragma once
 
 #include <cstddef>
@@ -24,15 +31,16 @@ struct Checkpoint {
   int ranks = 0;
   int batch = 0;          // the global batch, which fixes what a step is
   std::uint64_t run = 0;  // the run's id (new_run_id at a fresh start)
-  std::string averaging;  // ModelAverager::save()
+  std::string averaging;  // ModelAverager::save(): binary, after the momentum in the file
 };
 
 // A checkpoint file's header as read back: what the file says it holds, and where its data starts.
 struct CheckpointHeader {
-  Checkpoint c;
-  std::size_t count = 0;   // parameters, then as many momentum values, after the header
-  std::size_t length = 0;  // the header's bytes: where the parameters start
-  std::uint64_t file_size() const { return length + 2 * std::uint64_t{count} * sizeof(float); }
+  Checkpoint c;                       // c.averaging empty: the state is read from after the momentum
+  std::size_t count = 0;              // parameters, then as many momentum values, after the header
+  std::uint64_t averaging_bytes = 0;  // the averaging state's bytes, after the momentum
+  std::size_t length = 0;             // the header's bytes: where the parameters start
+  std::uint64_t file_size() const { return length + 2 * std::uint64_t{count} * sizeof(float) + averaging_bytes; }
 };
 
 // Past these a header is not one of ours. 2^30 steps is more than any run of this example takes, and keeps the
@@ -41,12 +49,20 @@ struct CheckpointHeader {
 inline constexpr std::int64_t kMaxCheckpointSteps = std::int64_t{1} << 30;
 inline constexpr int kMaxCheckpointRanks = 1 << 20;
 inline constexpr std::size_t kMaxCheckpointCount = std::size_t{1} << 36;
-inline constexpr std::size_t kMaxCheckpointHeader = 4096;  // bytes read for a header: three short lines
+inline constexpr std::size_t kMaxCheckpointHeader = 4096;  // bytes read for a header: two short lines
+// The averaging state a model of `count` parameters may come with: every method keeps at most five copies of the
+// model beside it (diloco: the synced model, momentum, the codec's residuals, a fragment's send and receive
+// buffers), and a little text. A header asking for more is not ours: what it says is allocated on a resume.
+constexpr std::uint64_t max_averaging_bytes(std::size_t count) {
+  return 8 * std::uint64_t{count} * sizeof(float) + (std::uint64_t{1} << 20);
+}
 
-// The header's text as save_checkpoint writes it.
-std::string checkpoint_header_text(const Checkpoint& c, std::size_t count);
+// The header's text as save_checkpoint writes it, for an averaging state of `averaging_bytes` (c.averaging itself
+// is not written here: it follows the momentum).
+std::string checkpoint_header_text(const Checkpoint& c, std::size_t count, std::uint64_t averaging_bytes);
 // The header at the start of `bytes` (a file's first bytes; what follows the header is not looked at), or nullopt
-// where it is not a header of this version, a count is out of range or it does not end within kMaxCheckpointHeader.
+// where it is not a header of this version, a count is out of range (the averaging state's bytes above
+// max_averaging_bytes(count) among them) or it does not end within kMaxCheckpointHeader.
 // Pure: libFuzzer calls it (tests/fuzz/fuzz_checkpoint_header.cpp).
 std::optional<CheckpointHeader> parse_checkpoint_header(std::string_view bytes);
 
@@ -58,9 +74,10 @@ std::uint64_t new_run_id(comm::Communicator& comm);
 // naming the ranks that failed, when some rank could not write (the last checkpoint stands). Collective.
 void save_checkpoint(comm::Communicator& comm, const std::string& base, const Checkpoint& c, const float* params,
                      const float* velocity, std::size_t count);
-// Loads the newest step every rank holds whole, of one run. When no rank holds a file: nullopt (a fresh start).
-// InvalidArgument on every rank, naming ranks, steps and files, when some rank holds files but no step is common,
-// when the common step's files are of different runs, or when a file does not fit this model. Collective.
+// Loads the newest step every rank holds whole, of one run, its averaging state into Checkpoint::averaging. When no
+// rank holds a file: nullopt (a fresh start). InvalidArgument on every rank, naming ranks, steps and files, when some
+// rank holds files but no step is common, when the common step's files are of different runs, or when a file does not
+// fit this model. Collective.
 std::optional<Checkpoint> load_newest_checkpoint(comm::Communicator& comm, const std::string& base, float* params,
                                                  float* velocity, std::size_t count);
 
