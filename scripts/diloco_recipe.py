@@ -23,7 +23,8 @@ the clock and scores the synced model (the outer parameters every rank holds ali
 synchronizes the steps since the last synchronization (unless the target stopped the run first: then the final
 model is the synced one that reached it). bytes_per_step is what a rank
 hands to the collective per synchronization, spread over the period; wire_bytes_per_step is 0 as in train.py
-on gloo (gloo keeps no count)."""
+on gloo (gloo keeps no count). As train.py --diloco, "diloco" is the spec (hopwise's form) and "diloco_stats" has
+syncs, bytes, bytes_per_sync, comm_ms (the syncs' time on rank 0; hidden_ms 0: every sync blocks)."""
 import argparse
 import json
 import os
@@ -73,6 +74,7 @@ class DiLoCo:
             off += s.numel()
         self.world = dist.get_world_size()
         self.since = 0  # inner steps since the last sync
+        self.syncs, self.sync_s = 0, 0.0  # syncs so far, and their time on this rank
 
     def payload_bytes(self):
         """What a rank hands to the collective at one sync."""
@@ -105,6 +107,7 @@ class DiLoCo:
 
     @torch.no_grad()
     def sync(self):
+        t0 = time.perf_counter()
         off = 0
         for s, p in zip(self.synced, self.params):  # pseudo-gradient: synced copy - current parameters
             n = p.numel()
@@ -115,6 +118,8 @@ class DiLoCo:
         for s, p in zip(self.synced, self.params):
             p.copy_(s)
         self.since = 0
+        self.syncs += 1
+        self.sync_s += time.perf_counter() - t0
 
     def state(self):
         """The outer parameters (what evaluation scores)."""
@@ -226,9 +231,9 @@ def main():
     local = args.batch // world
     steps = int(args.epochs * (x.shape[0] // args.batch))
     params = diloco.numel
-    spec = (f"diloco:period={args.period},inner={args.inner},outer_lr={args.outer_lr},"
-            f"outer_momentum={args.outer_momentum}" + (f",quantize=int8,row={args.quant_row}"
-                                                       if args.quantize == "int8" else ""))
+    spec = (f"diloco:period={args.period},outer_lr={args.outer_lr},momentum={args.outer_momentum}"
+            + (f",codec=int8,row={args.quant_row}" if args.quantize == "int8" else "")
+            + (",inner=adamw" if args.inner == "adamw" else ""))  # hopwise's spec form, as train.py --diloco
     if lead:
         print(f"diloco_recipe.py: {world} ranks, gloo, {spec}, model {args.model} ({params} parameters, "
               f"{diloco.payload_bytes() / 2**20:.1f} MiB per sync), global batch {args.batch}, inner lr {lr}, "
@@ -266,6 +271,7 @@ def main():
     else:
         dist.all_reduce(warm)
     dist.barrier()
+    diloco.syncs, diloco.sync_s = 0, 0.0
     t0 = time.perf_counter()
     compute_s, loss_sum, losses, syncs = 0.0, 0.0, 0, 0
     paused = 0.0  # seconds spent on evaluation, taken off the training time
@@ -305,7 +311,7 @@ def main():
     step_ms = train_s / max(1, steps) * 1e3
     compute_ms = compute_s / max(1, steps) * 1e3
     result = {
-        "backend": "gloo", "hook": "none", "averaging": spec, "method": "diloco-recipe", "period": args.period,
+        "backend": "gloo", "hook": "none", "averaging": "diloco-recipe", "diloco": spec, "period": args.period,
         "inner": args.inner, "inner_lr": lr, "outer_lr": args.outer_lr, "outer_momentum": args.outer_momentum,
         "quantize": args.quantize, "quant_row": args.quant_row if args.quantize == "int8" else None,
         "model": args.model, "ranks": world, "steps": steps, "syncs": syncs,
@@ -315,9 +321,13 @@ def main():
         "accuracy_trace": trace, "images_per_s": steps * args.batch / train_s, "resumed_at": 0,
         "train_s": train_s, "gradient_bytes_per_step": params * 4,
         "bytes_per_step": diloco.payload_bytes() * syncs / max(1, steps), "wire_bytes_per_step": 0,
+        "diloco_stats": {"syncs": syncs, "bytes": diloco.payload_bytes() * syncs, "bytes_per_sync":
+                         diloco.payload_bytes(), "comm_ms": diloco.sync_s * 1e3, "sync_ms": diloco.sync_s * 1e3 /
+                         max(1, syncs), "hidden_ms": 0.0, "hidden_fraction": 0.0},  # blocking: nothing hidden
     }
     if lead:
-        print(f"diloco_recipe.py: {steps} steps, {syncs} syncs in {train_s:.1f} s: step {step_ms:.1f} ms, compute "
+        print(f"diloco_recipe.py: {steps} steps, {syncs} syncs ({diloco.sync_s * 1e3 / max(1, syncs):.1f} ms each) in "
+              f"{train_s:.1f} s: step {step_ms:.1f} ms, compute "
               f"{compute_ms:.1f} ms (utilization {result['utilization']:.0%}), {result['images_per_s']:.0f} images/s, "
               f"test accuracy {test_accuracy:.4f}")
         if args.target_accuracy:
