@@ -57,19 +57,35 @@ void write_json(const std::string& path, const Summary& s) {
       "\"exposed_comm_ms\": {:.3f}, \"averaging_ms\": {:.3f}, \"overlap_pct\": {:.1f}, \"forward_ms\": {:.3f}, "
       "\"backward_ms\": {:.3f}, \"optimizer_ms\": {:.3f}, \"first_bucket_ms\": {:.3f}, "
       "\"bytes_per_step\": {:.0f}, \"gradient_bytes_per_step\": {:.0f}, \"averaging_bytes_per_step\": {:.0f}, "
+      "\"averaging_syncs\": {}, \"averaging_comm_ms\": {:.3f}, \"averaging_hidden_ms\": {:.3f}, "
+      "\"averaging_state_bytes\": {}, "
       "\"compression\": \"{}\", \"averaging\": \"{}\", \"overlap\": {}, \"batch\": {}, \"steps\": {}, "
       "\"target_accuracy\": {}, \"seconds_to_target\": {}, \"epochs_to_target\": {}, \"steps_to_target\": {}, "
       "\"epoch_accuracy\": [{:.4f}], \"elastic_events\": {}, \"steps_redone\": {}, \"stood_still_s\": {:.3f}, "
       "\"step_tuning\": {}, \"step_tuning_reverts\": {}}}\n",
       s.ranks, s.epochs, s.test_accuracy, s.images_per_s, s.train_s, s.step_ms, s.compute_ms, s.compute_utilization,
       s.comm_ms, s.exposed_comm_ms, s.averaging_ms, s.overlap_pct, s.forward_ms, s.backward_ms, s.optimizer_ms,
-      s.first_bucket_ms, s.bytes_per_step, s.gradient_bytes_per_step, s.averaging_bytes_per_step, s.compression,
-      s.averaging, s.overlap ? "true" : "false", s.batch, s.steps,
+      s.first_bucket_ms, s.bytes_per_step, s.gradient_bytes_per_step, s.averaging_bytes_per_step, s.averaging_syncs,
+      s.averaging_comm_ms, s.averaging_hidden_ms, s.averaging_state_bytes, s.compression, s.averaging,
+      s.overlap ? "true" : "false", s.batch, s.steps,
       s.target_accuracy > 0 ? fmt::format("{:.4f}", s.target_accuracy) : std::string("null"),
       or_null(s.seconds_to_target, "{:.3f}"), or_null(s.epochs_to_target, "{:.4f}"),
       s.steps_to_target ? std::to_string(s.steps_to_target) : std::string("null"), fmt::join(s.epoch_accuracy, ", "),
       s.elastic_events, s.steps_redone, s.stood_still_s, s.step_tuning_json, s.step_tuning_reverts);
   std::fclose(j);
+}
+
+std::string describe_averaging(const std::string& spec, const comm::AveragingStats& st, double steps,
+                               double wait_ms_per_step) {
+  steps = std::max(1.0, steps);
+  std::string line = fmt::format(
+      "averaging {}: {} averagings, {:.2f} MB of parameters per step, {:.2f} ms a step "
+      "waiting on them",
+      spec, st.averages, static_cast<double>(st.bytes) / steps / 1e6, wait_ms_per_step);
+  if (st.syncs > 0)
+    line += fmt::format("; {} syncs, their all-reduces {:.2f} ms a step, {:.2f} ms of it hidden behind compute",
+                        st.syncs, st.comm_ms / steps, st.hidden_ms / steps);
+  return line + fmt::format("; {:.2f} MB of state beside the model", static_cast<double>(st.state_bytes) / 1e6);
 }
 
 std::string describe_tuned(const std::vector<comm::TuningEntry>& entries) {

@@ -7,6 +7,7 @@
 
 #include "hopwise/comm/communicator.h"
 #include "hopwise/comm/tuning.h"
+#include "hopwise/training/averaging.h"
 #include "hopwise/training/reducer.h"
 
 namespace hopwise::examples {
@@ -34,6 +35,11 @@ struct Summary {
   double compute_utilization = 0;
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, first_bucket_ms = 0;  // see Trainer::Totals
   double bytes_per_step = 0, gradient_bytes_per_step = 0, averaging_bytes_per_step = 0;
+  // The averager's (AveragingStats): outer syncs (one per fragment all-reduce) over the run; per step, the time
+  // their background all-reduces took and, of it, what compute went on beside (hidden); the memory the method keeps
+  // beside the model (synced copy, momentum, residuals, a fragment's buffers).
+  std::uint64_t averaging_syncs = 0, averaging_state_bytes = 0;
+  double averaging_comm_ms = 0, averaging_hidden_ms = 0;
   std::string compression, averaging;
   bool overlap = true;
   double target_accuracy = 0;                            // 0: none asked
@@ -50,6 +56,12 @@ struct Summary {
 };
 
 void write_json(const std::string& path, const Summary& s);
+
+// The end-of-run line of an averaging method (not sync): its averagings, bytes and waiting per step over `steps`
+// steps, then its syncs (where it made any) with their all-reduces' time per step and the part hidden behind
+// compute, and the state it keeps.
+std::string describe_averaging(const std::string& spec, const comm::AveragingStats& st, double steps,
+                               double wait_ms_per_step);
 
 // The tuner's choices for the gradient buckets' size classes (from 512 B up: not the job's small bookkeeping
 // calls), smallest class first, as the summary's "tuned" line lists them: "65536 B one_shot, 1048576 B ring".

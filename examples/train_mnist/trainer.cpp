@@ -240,7 +240,20 @@ void Trainer::train() {
     ++losses;
     probe_target(epoch, s);
     progress(epoch, s, loss_sum, losses);
+    say_choice();
   }
+}
+
+// The library logs the choice at INFO only (HOPWISE_DEBUG); the trainer shows it always, on a line of its own: an
+// open progress bar's line is ended first, as for the monitor's lines, and the bar goes on below.
+void Trainer::say_choice() {
+  if (rank_ != 0 || choice_said_ || !averager_->spec().pick) return;
+  const std::string why = averager_->choice();
+  if (why.empty()) return;
+  choice_said_ = true;
+  hopwise::log::end_console_line();
+  fmt::print("{}\n", why);
+  std::fflush(stdout);
 }
 
 int Trainer::epoch_of(std::int64_t steps) const {
@@ -427,8 +440,8 @@ void Trainer::report() {
       t.gradient_exposed_ms / n_steps, overlap_pct, t.averaging_ms / n_steps,
       (static_cast<double>(t.gradient_bytes) / n_steps + avg_bytes) / 1e6);
   if (averager.spec().method != "sync")
-    fmt::print("averaging {}: {} averagings, {:.2f} MB of parameters per step, {:.2f} ms a step waiting on them\n",
-               averager.spec().to_string(), averager.stats().averages, avg_bytes / 1e6, t.averaging_ms / n_steps);
+    fmt::print("{}\n",
+               describe_averaging(averager.spec().to_string(), averager.stats(), n_steps, t.averaging_ms / n_steps));
   if (sum_.elastic_events)
     fmt::print(
         "elastic: {} membership change(s) survived, {} step(s) done again, {:.1f} s stood still; {} rank(s) "
@@ -484,6 +497,10 @@ void Trainer::report() {
   sum.overlap_pct = overlap_pct;
   sum.gradient_bytes_per_step = static_cast<double>(t.gradient_bytes) / n_steps;
   sum.averaging_bytes_per_step = avg_bytes;
+  sum.averaging_syncs = averager.stats().syncs;
+  sum.averaging_comm_ms = averager.stats().comm_ms / n_steps;
+  sum.averaging_hidden_ms = averager.stats().hidden_ms / n_steps;
+  sum.averaging_state_bytes = averager.stats().state_bytes;
   sum.bytes_per_step = sum.gradient_bytes_per_step + avg_bytes;
   sum.compression = f_.compression;
   sum.averaging = averager.spec().to_string();

@@ -70,6 +70,7 @@ class Trainer {
   void step(std::size_t s, double& loss_sum);
   void probe_target(int epoch, std::size_t s);
   void progress(int epoch, std::size_t s, double loss_sum, std::size_t losses) const;
+  void say_choice();          // rank 0, once: what diloco:auto chose and why, when it has
   void checkpoint();          // a full average, then every rank's file of this step
   void end_epoch(int epoch);  // may be done again after a shrink: its accuracy is then replaced
   double evaluate();          // the test accuracy of the model as it is on every rank. Collective.
@@ -96,6 +97,7 @@ class Trainer {
   std::string resumed_from_;            // the checkpoint's path; empty: a fresh run
   std::uint64_t run_ = 0;               // the run's id, carried in its checkpoints
   bool just_joined_ = false;            // a newcomer before its first step
+  bool choice_said_ = false;            // say_choice() printed the averager's choice
   Trace trace_;
   bool tty_;
   int local_ = 0, first_ = 0;  // this rank's share of the global batch, and where it starts
