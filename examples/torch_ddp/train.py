@@ -14,6 +14,7 @@ each rank its replica with the inner optimizer (SGD, momentum 0.9), hopwise.torc
 Prints the plan, a progress bar, then one line per epoch; --json FILE writes step_ms, compute_ms (a step with
 DDP's communication off, no_sync), utilization (compute / step), test_accuracy, images_per_s, bytes_per_step (and
 under --diloco its stats: syncs, bytes_per_sync, comm_ms, hidden_ms, ...).
+Denormal floats are flushed to zero (torch.set_flush_denormal; --keep-denormals leaves them).
 Needs PYTHONPATH=build/python for hopwise (scripts/setup.sh and scripts/build.sh make it)."""
 import argparse
 import contextlib
@@ -119,7 +120,13 @@ def main():
     ap.add_argument("--resume", default="", choices=["", "auto"],
                     help="auto: start from the newest step every rank holds of --checkpoint's files, if any (for "
                          "torchrun --max-restarts)")
+    ap.add_argument("--keep-denormals", action="store_true",
+                    help="leave denormal floats on (by default they are flushed to zero)")
     args = ap.parse_args()
+    # A run slowed 2x after ~900 steps, as values decayed into denormals, until they were flushed to zero. Set on
+    # this thread before any other starts (the backend's progress thread, torch's pools), which inherit it.
+    if not args.keep_denormals:
+        torch.set_flush_denormal(True)
     if (args.checkpoint_every or args.resume) and not args.checkpoint:
         sys.exit("train.py: --checkpoint-every and --resume auto need --checkpoint PATH")
     if args.checkpoint and args.backend != "hopwise":

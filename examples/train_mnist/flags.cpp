@@ -31,9 +31,13 @@ constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
   --no-overlap      all-reduce only after backward finished (the baseline)
   --algo A          auto, or a row of the algorithm table: ring | hd | tree | one_shot | two_shot | hier | native
   --averaging S     sync (default; HOPWISE_AVERAGING) | local:period=H[,warmup=W] | hier:period=H[,warmup=W] |
-                    gossip[:peers=K][,codec=fp16|bf16|int8] | async:period=H[,warmup=W][,delay=D][,codec=C]
-                    (fewer synchronization points;
-                    every epoch ends with one full average and a test evaluation)
+                    gossip[:peers=K][,codec=fp16|bf16|int8] | async:period=H[,warmup=W][,delay=D][,codec=C] |
+                    diloco:period=H[,outer_lr=0.7][,momentum=0.9][,nesterov=1][,fragments=F][,delay=D][,alpha=A]
+                    [,codec=C] (DiLoCo: H local steps, then an outer Nesterov SGD on the averaged pseudo-gradient;
+                    F fragments synced in turn, each behind D steps of compute, any codec) |
+                    diloco:auto[,target=0.95][,inner=sgd] (period, fragments, delay and codec measured in the first
+                    steps to keep the compute utilization at the target; it prints what it chose and why)
+                    (fewer synchronization points; every epoch ends with one full average and a test evaluation)
   --target-accuracy X  evaluate the ranks' mean model every --eval-every steps (off the clock, the ranks' models
                     untouched) until the test accuracy reaches X (e.g. 0.85); report the seconds and epochs to it
   --eval-every N    steps between those evaluations (default 20)
@@ -56,6 +60,8 @@ constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
   --seed N          initialization and shuffling seed (default 1)
   --json FILE       write the summary as JSON
   --limit N         train on the first N images only
+  --keep-denormals  leave denormal floats on (by default they are flushed to zero on the threads that compute:
+                    a torch run slowed 2x after ~900 steps until they were)
 )";
 
 }  // namespace
@@ -110,6 +116,8 @@ Flags parse_flags(int argc, char** argv) {
       f.limit = static_cast<std::size_t>(num(val()));
     else if (a == "--averaging")
       f.averaging = val();
+    else if (a == "--keep-denormals")
+      f.keep_denormals = true;  // main() acts on it before any thread starts
     else if (a == "--target-accuracy") {
       f.target = num(val());
       if (f.target > 1) throw hopwise::InvalidArgument("--target-accuracy is a fraction of the test set, e.g. 0.85");

@@ -31,6 +31,7 @@ struct Flags {
   comm::MonitorOptions monitor = comm::MonitorOptions::from_env();
   int straggler = -1;  // --straggle RANK:MS: this rank sleeps MS in every step's compute
   double straggle_ms = 0;
+  bool keep_denormals = false;  // --keep-denormals: main() leaves FTZ/DAZ off
 };
 
 // Parses argv; prints the usage and exits 0 for --help; throws InvalidArgument naming the bad flag or spec.
