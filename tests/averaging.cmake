@@ -39,6 +39,16 @@ foreach(method local:period=3 async:period=3 gossip:peers=1)
   set_tests_properties(train_mnist_resume_${tag} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
                        PASS_REGULAR_EXPRESSION "resume matches")
 endforeach()
+# Resumed mid-period: checkpoints every 12 steps under period 8, the run resumed from step 12 (diloco: the outer
+# momentum, a fragment's all-reduce in flight, the codec's residuals) ends bit-identical to the straight one.
+foreach(method diloco:period=8 diloco:period=8,fragments=2,delay=1,codec=int8)
+  string(REGEX REPLACE "[:=,]" "_" tag ${method})
+  add_test(NAME train_mnist_resume_midperiod_${tag}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/resume_check.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_mnist>
+                   ${CMAKE_BINARY_DIR}/resume_midperiod_${tag} ${method} every=12)
+  set_tests_properties(train_mnist_resume_midperiod_${tag} PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                       PASS_REGULAR_EXPRESSION "resume matches")
+endforeach()
 add_test(NAME train_mnist_rejects_bad_averaging
          COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 2 $<TARGET_FILE:train_mnist>
                  --averaging local:period=0)

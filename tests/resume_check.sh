@@ -6,7 +6,13 @@
 #    run with the same flags does;
 #  - refused on every rank, naming what is wrong: another method's state, files of two runs mixed, a --resume PATH
 #    with no files; --resume auto with no files starts afresh.
-#   resume_check.sh MPIEXEC TRAIN_MNIST WORKDIR AVERAGING [mid]   (mid: the mid-epoch part and the refusals too)
+#  - every=N instead (N < 20 and not a multiple of the method's period): mid-period. Checkpoints every N steps; the
+#    first epoch's run loses its step-20 files (both ranks, as if killed before the epoch's end), so the resumed run
+#    starts from step N, in the middle of a period (diloco: a fragment's all-reduce in flight there, the outer
+#    momentum and the codec's residuals in the averaging state). It must end bit-identical to the run that went
+#    straight through with the same checkpoints: the same test accuracy, and the step-40 files' parameters, momentum
+#    and averaging state byte for byte. Then the refusal of another method's state.
+#   resume_check.sh MPIEXEC TRAIN_MNIST WORKDIR AVERAGING [mid|every=N]   (mid: the mid-epoch part and the refusals)
 set -euo pipefail
 mpiexec=$1 train=$2 dir=$3 averaging=$4 mid=${5:-}
 rm -rf "$dir"
@@ -16,6 +22,41 @@ accuracy() { /usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv
 expect_refused() {  # LOG PATTERN: the run failed and both ranks said PATTERN
   [ "$(grep -c -- "$2" "$1")" -ge 2 ] || { cat "$1"; echo "not every rank said: $2"; exit 1; }
 }
+same_data() {  # A B: two checkpoint files hold the same step, counts and data (their runs' ids differ)
+  /usr/bin/python3 - "$1" "$2" << 'PY'
+import sys
+a, b = (open(p, "rb").read().split(b"\n", 2) for p in sys.argv[1:])
+counts = lambda h: h[1].split(b" ")
+if a[0] != b[0] or counts(a)[:3] + counts(a)[4:] != counts(b)[:3] + counts(b)[4:]:
+    sys.exit(f"{sys.argv[1]} and {sys.argv[2]}: headers differ: {a[:2]} {b[:2]}")
+if a[2] != b[2]:
+    at = next(i for i, (x, y) in enumerate(zip(a[2], b[2])) if x != y) if len(a[2]) == len(b[2]) else -1
+    sys.exit(f"{sys.argv[1]} and {sys.argv[2]}: the data differ (first at byte {at} after the header)")
+PY
+}
+
+if [[ $mid == every=* ]]; then
+  n=${mid#every=}
+  run --epochs 2 --checkpoint "$dir/straight" --checkpoint-every "$n" --json "$dir/straight.json" > "$dir/straight.log"
+  run --epochs 1 --checkpoint "$dir/ckpt" --checkpoint-every "$n" > "$dir/first.log"
+  rm "$dir/ckpt.step20.rank0" "$dir/ckpt.step20.rank1"
+  run --epochs 2 --checkpoint "$dir/ckpt" --checkpoint-every "$n" --resume auto --json "$dir/resumed.json" \
+    > "$dir/resumed.log"
+  grep -q "resumed at step $n (epoch 1, step $n of it)" "$dir/resumed.log" ||
+    { cat "$dir/resumed.log"; echo "not resumed at step $n"; exit 1; }
+  a=$(accuracy "$dir/straight.json") b=$(accuracy "$dir/resumed.json")
+  echo "every $n steps straight: test accuracy $a after 2 epochs; resumed at step $n: $b ($averaging)"
+  [ "$a" = "$b" ] || { echo "the run resumed mid-period ended elsewhere"; exit 1; }
+  for r in 0 1; do same_data "$dir/straight.step40.rank$r" "$dir/ckpt.step40.rank$r"; done
+  echo "step 40: parameters, momentum and averaging state bit-identical on both ranks"
+  if run --epochs 2 --resume "$dir/ckpt" --averaging hier:period=5 > "$dir/wrong.log" 2>&1; then
+    echo "resuming under another method was accepted"; exit 1
+  fi
+  grep -q "the state was saved by '${averaging%%:*}:" "$dir/wrong.log" || { cat "$dir/wrong.log"; exit 1; }
+  ls "$dir"/*.tmp 2> /dev/null && { echo "a save left its temporary file"; exit 1; }
+  echo "resume matches"
+  exit 0
+fi
 
 run --epochs 2 --checkpoint "$dir/two" --json "$dir/straight.json" > "$dir/straight.log"
 run --epochs 1 --checkpoint "$dir/ckpt" > "$dir/first.log"
