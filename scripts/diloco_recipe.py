@@ -193,6 +193,8 @@ def main():
                     help="check the test accuracy every --eval-every steps (off the clock) and record it")
     ap.add_argument("--json", default="")
     ap.add_argument("--data", default=os.environ.get("HOPWISE_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
+    ap.add_argument("--keep-denormals", action="store_true",
+                    help="leave denormal floats on (by default flushed to zero, as train.py does)")
     ap.add_argument("--check", action="store_true", help="check the outer step against a hand computation, then exit")
     args = ap.parse_args()
     if args.period < 1:
@@ -202,6 +204,8 @@ def main():
         os.environ.setdefault("RANK", os.environ["OMPI_COMM_WORLD_RANK"])
         os.environ.setdefault("WORLD_SIZE", os.environ["OMPI_COMM_WORLD_SIZE"])
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if not args.keep_denormals:  # as train.py (a run slowed 2x once values decayed into denormals)
+        torch.set_flush_denormal(True)
     dist.init_process_group("gloo")
     if args.check:
         check(args)
