@@ -29,6 +29,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = str(ROOT / "scripts" / "local-cluster.sh")
 DEFAULT = ["sync", "local:period=8", "hier:period=8", "gossip", "gossip:codec=int8", "async:period=8",
            "async:period=4,codec=int8"]
+# --set diloco: the outer optimizer's rows beside the methods it grew from (docs/results/averaging.md#diloco)
+DILOCO = ["sync", "local:period=8", "async:period=8,delay=1,codec=int8"] + [
+    f"diloco:period={h}{c}" for h in (8, 32, 128) for c in ("", ",codec=int8", ",codec=int4", ",codec=topk")] + [
+    "diloco:period=8,outer_lr=1,momentum=0,delay=1,codec=int8", "diloco:period=32,fragments=4,delay=1,codec=int8",
+    "diloco:auto"]
+SETS = {"default": DEFAULT, "diloco": DILOCO}
 
 
 def ddp_gloo(args, out):
@@ -73,10 +79,11 @@ def main():
     ap.add_argument("--target", type=float, default=0.85)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--method", action="append", default=None)
+    ap.add_argument("--set", choices=sorted(SETS), default="default", help="the rows when no --method is given")
     ap.add_argument("--no-ddp", action="store_true", help="skip the DDP on gloo baseline")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
-    methods = args.method or DEFAULT
+    methods = args.method or SETS[args.set]
     rows = (["ddp-gloo"] if not args.no_ddp else []) + methods
     runs = {r: [] for r in rows}
     with tempfile.TemporaryDirectory() as tmp:

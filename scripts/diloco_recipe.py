@@ -64,7 +64,8 @@ class DiLoCo:
     def __init__(self, model, period, outer_lr=0.7, outer_momentum=0.9, quantize="none", quant_row=1024):
         self.params = [p for p in model.parameters()]
         self.synced = [nn.Parameter(p.detach().clone()) for p in self.params]  # the global copy, alike everywhere
-        self.outer = torch.optim.SGD(self.synced, lr=outer_lr, momentum=outer_momentum, nesterov=True)
+        # torch refuses Nesterov without momentum (outer lr 1, momentum 0: plain averaging)
+        self.outer = torch.optim.SGD(self.synced, lr=outer_lr, momentum=outer_momentum, nesterov=outer_momentum > 0)
         self.period, self.quantize, self.quant_row = period, quantize, quant_row
         self.numel = sum(p.numel() for p in self.params)
         self.flat = torch.empty(self.numel)

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""DiLoCo through PyTorch, measured: examples/torch_ddp/train.py --diloco SPEC (hopwise's outer path) beside the same
+recipe in plain PyTorch over gloo (scripts/diloco_recipe.py, no hopwise) and DDP on gloo, on the emulated cluster as
+it is (scripts/local-cluster.sh up/shape), runs interleaved over rounds, medians quoted.
+
+    scripts/local-cluster.sh up 2 --slots 1 && scripts/local-cluster.sh shape 1gbit
+    scripts/bench-diloco.py [--ranks-per-host 1] [--epochs 5] [--target 0.85] [--rounds 3] [--json FILE]
+                            [--row hopwise:SPEC | recipe:H[:int8][:OUTER_LR:MOMENTUM] ...]
+
+Every run traces its test accuracy every 20 steps off the clock (the ranks' mean model for hopwise, the synced one
+for the recipe), so "s to 85%" is training seconds until the trace first reached the target and "accuracy" is the
+final model's after the epochs. Utilization is one figure for every row: the step's forward and backward alone
+(train.py measures it apart before training; the median over the round's hopwise and DDP runs, the same model and
+batch for all) over the row's measured step time."""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from cluster_torchrun import run_torchrun
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = ["ddp", "hopwise:diloco:period=8", "recipe:8", "hopwise:diloco:period=32", "recipe:32",
+           "hopwise:diloco:period=32,codec=int8", "recipe:32:int8", "hopwise:diloco:period=32,codec=int4",
+           "hopwise:diloco:period=8,outer_lr=1,momentum=0,delay=1,codec=int8", "recipe:8:none:1:0",
+           "hopwise:diloco:period=32,fragments=4,delay=1,codec=int8", "hopwise:diloco:auto"]
+
+
+def command(row, args, out):
+    common = ["--epochs", str(args.epochs), "--trace-accuracy", "--eval-every", "20", "--json", out]
+    if row == "ddp":
+        return [str(ROOT / "examples" / "torch_ddp" / "train.py"), "--backend", "gloo"] + common
+    kind, _, spec = row.partition(":")
+    if kind == "hopwise":
+        return [str(ROOT / "examples" / "torch_ddp" / "train.py"), "--backend", "hopwise", "--diloco", spec] + common
+    parts = spec.split(":")
+    cmd = [str(ROOT / "scripts" / "diloco_recipe.py"), "--period", parts[0]] + common
+    if len(parts) > 1 and parts[1] != "none":
+        cmd += ["--quantize", parts[1]]
+    if len(parts) > 3:
+        cmd += ["--outer-lr", parts[2], "--outer-momentum", parts[3]]
+    return cmd
+
+
+def run(row, args, out):
+    env = {"PYTHONPATH": str(ROOT / "build" / "python")}
+    d = run_torchrun(args.hosts, args.ranks_per_host, command(row, args, out), out, env)
+    hit = next(((s, t) for s, t, a in d["accuracy_trace"] if a >= args.target), None)
+    return {"step_ms": d["step_ms"], "compute_ms": d["compute_ms"], "bytes_per_step": d["bytes_per_step"],
+            "seconds_to_target": hit[1] if hit else None, "accuracy": d["test_accuracy"],
+            "own_utilization": d["utilization"]}
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--ranks-per-host", type=int, default=1)
+    ap.add_argument("--epochs", type=float, default=5)
+    ap.add_argument("--target", type=float, default=0.85)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--row", action="append", default=None)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    rows = args.row or DEFAULT
+    runs = {r: [] for r in rows}
+    compute = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for rnd in range(args.rounds):
+            for r in rows if rnd % 2 == 0 else rows[::-1]:
+                out = os.path.join(tmp, f"{rnd}-{abs(hash(r))}.json")
+                m = run(r, args, out)
+                runs[r].append(m)
+                if not r.startswith("recipe"):
+                    compute.append(m["compute_ms"])
+                print(f"round {rnd + 1}: {r}: {m['step_ms']:.1f} ms/step, to {args.target:.0%}: "
+                      f"{m['seconds_to_target']} s, accuracy {m['accuracy']:.4f}", file=sys.stderr, flush=True)
+    ref = median(compute)
+    keys = ["step_ms", "bytes_per_step", "seconds_to_target", "accuracy", "own_utilization"]
+    med = {r: {k: median([x[k] for x in rs]) for k in keys} for r, rs in runs.items()}
+    ddp = med.get("ddp")
+    print(f"{args.hosts} emulated hosts x {args.ranks_per_host} rank(s), {args.epochs:g} epochs, target "
+          f"{args.target:.0%}, median of {args.rounds} round(s); a step's forward and backward: {ref:.1f} ms")
+    print(f"| row | MB/step | step ms | utilization | s to {args.target:.0%} | accuracy after {args.epochs:g} | "
+          f"vs DDP | DDP's time to {args.target:.0%} / this |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r, m in med.items():
+        name = {"ddp": "PyTorch DDP, gloo"}.get(r, r.replace("hopwise:", "hopwise ").replace("recipe:", "plain-PyTorch recipe H="))
+        to = "not reached" if m["seconds_to_target"] is None else f"{m['seconds_to_target']:.1f}"
+        delta = "-" if not ddp or r == "ddp" else f"{100 * (m['accuracy'] - ddp['accuracy']):+.2f}"
+        speed = ("-" if not ddp or r == "ddp" or not ddp["seconds_to_target"] or not m["seconds_to_target"]
+                 else f"{ddp['seconds_to_target'] / m['seconds_to_target']:.2f}x")
+        print(f"| {name} | {m['bytes_per_step'] / 1e6:.2f} | {m['step_ms']:.1f} | {min(1.0, ref / m['step_ms']):.0%} | "
+              f"{to} | {100 * m['accuracy']:.2f}% | {delta} | {speed} |")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"medians": med, "runs": runs, "compute_ms": ref, "args": vars(args)}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
