@@ -11,7 +11,8 @@ repo=$(pwd)
 secs=${1:-300}
 shift || true
 all_targets=(fuzz_hwloc_xml fuzz_nccl_xml fuzz_nvidia_smi fuzz_json fuzz_topology fuzz_codec_spec fuzz_tuning_file
-             fuzz_averaging_spec fuzz_monitor_spec fuzz_store_server fuzz_checkpoint_header fuzz_elastic_values)
+             fuzz_averaging_spec fuzz_monitor_spec fuzz_store_server fuzz_checkpoint_header fuzz_elastic_values
+             fuzz_outer_state)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 shared=${HOPWISE_SHARED_TOPOLOGIES:-$repo/../shared/topologies}
@@ -29,7 +30,7 @@ cmake --build "$out" -j"$jobs" --target hopwise_fuzzers hopwise-topo
 # ---- seeds: the shared files are read where they lie; JSON seeds are them converted by hopwise-topo ----
 seeds=$out/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{json,codec,tuning,averaging,monitor,store,checkpoint,elastic,empty}
+mkdir -p "$seeds"/{json,codec,tuning,averaging,monitor,store,checkpoint,elastic,outer,empty}
 if [ -d "$shared" ]; then
   for f in "$shared"/*/*.xml "$shared"/*/*.txt; do
     [ -f "$f" ] || continue
@@ -68,6 +69,10 @@ printf '%b' 'hopwise-train_mnist-checkpoint 3\n1073741824 1048576 2147483647 0 6
 printf '%b' '\x000,1,3,7' >"$seeds/elastic/seed0"
 printf '%b' '\x012 4 1 5' >"$seeds/elastic/seed1"
 
+# The outer path's saved state (training/src/averaging/outer_state.h): settings, a choice text, a synced model of 2,
+# no momentum, one codec part and a fragment in flight.
+printf '%b' 'hopwise-outer 1\n8 0 0.7 0.9 1 2 1 0 int8 0\n\x02\x00\x00\x00\x00\x00\x00\x00hi\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x80\x3f\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' >"$seeds/outer/seed0"
+
 # Store server scripts (tests/fuzz/fuzz_store_server.cpp): a byte of flags, then steps of [client | step << 2][length]
 # [bytes]: a client that introduces itself, sets, gets, adds and reads; a stranger's 1 GiB length; an HTTP probe.
 printf '%b' '\x00\x00\x00\x08\x00\x08\x06\x00\x01k1v1\x08\x04\x01\x00kk\x08\x04\x03\x7fkk\x0c\x00' >"$seeds/store/seed0"
@@ -102,6 +107,7 @@ seed_dirs() {
     fuzz_store_server) echo "$seeds/store" ;;
     fuzz_checkpoint_header) echo "$seeds/checkpoint" ;;
     fuzz_elastic_values) echo "$seeds/elastic" ;;
+    fuzz_outer_state) echo "$seeds/outer" ;;
     *) echo "fuzz.sh: unknown target '$1'; use one of: ${all_targets[*]}" >&2; exit 2 ;;
   esac
 }
@@ -121,6 +127,7 @@ for t in "${targets[@]}"; do
   dict=()
   [ "$t" = fuzz_codec_spec ] || [ "$t" = fuzz_tuning_file ] || [ "$t" = fuzz_averaging_spec ] || [ "$t" = fuzz_monitor_spec ] ||
     [ "$t" = fuzz_store_server ] || [ "$t" = fuzz_checkpoint_header ] || [ "$t" = fuzz_elastic_values ] ||
+    [ "$t" = fuzz_outer_state ] ||
     dict=(-dict=tests/fuzz/topology.dict)
   echo "== $t: ${secs}s (log: $log)"
   start=$(date +%s)
