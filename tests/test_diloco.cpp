@@ -234,3 +234,31 @@ TEST(DilocoSpec, ParsesAndNamesWhatIsWrong) {
             std::string::npos);
   EXPECT_NE(error_of("diloco:auto,").find("ends with ','"), std::string::npos);
 }
+
+// A saved state is taken whole or refused naming why: a model of another size, another spec's settings, bytes cut.
+TEST(Diloco, ALoadRefusesAStateThatDoesNotFit) {
+  hwtest::Group g(2, hwtest::test_options());
+  ASSERT_EQ(g.run([](int, hc::Communicator& comm) {
+    std::vector<float> x(200, 1.0f);
+    const auto spec = hc::AveragingSpec::parse("diloco:period=4,codec=int8");
+    hc::ModelAverager small(comm, spec, x.data(), 100);
+    for (int t = 0; t < 6; ++t) small.after_step();
+    const std::string saved = small.save();
+    const auto refusal = [&](const std::string& state, const std::string& spec_text, std::size_t n) {
+      hc::ModelAverager big(comm, hc::AveragingSpec::parse(spec_text), x.data(), n);
+      try {
+        big.load(state);
+      } catch (const hopwise::InvalidArgument& e) {
+        return std::string(e.what());
+      }
+      return std::string("(accepted)");
+    };
+    if (refusal(saved, "diloco:period=4,codec=int8", 200).find("does not fit") == std::string::npos)
+      throw std::runtime_error("a state of 100 parameters loaded into 200");
+    if (refusal(saved.substr(0, saved.size() - 3), "diloco:period=4,codec=int8", 100).find("not a saved") ==
+        std::string::npos)
+      throw std::runtime_error("a cut state loaded");
+    if (refusal(saved, "diloco:period=4,codec=int8", 100) != "(accepted)") throw std::runtime_error("refused its own");
+  }),
+            "");
+}

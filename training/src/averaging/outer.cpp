@@ -100,8 +100,10 @@ class Outer final : public AveragingMethodBase {
 
   bool saves_in_flight() const override { return true; }
   std::string save_state() override {
-    if (flight_.on && !flight_.done) {
+    if (flight_.on && !flight_.done) {  // awaited and kept: its apply() finds it done
+      const auto w0 = Clock::now();
       flight_.work.wait();
+      count_comm(flight_.work, ms_between(w0, Clock::now()));
       flight_.done = true;
     }
     OuterState st;
@@ -123,22 +125,37 @@ class Outer final : public AveragingMethodBase {
   void load_state(const std::string& blob) override {
     drain();
     OuterState st = read_outer_state(blob, ctx_.spec, ctx_.count);
+    // A spec fixes the settings; only diloco:auto takes them from the state (what it chose).
+    if (!ctx_.spec.pick && (st.settings.to_string() != s_.to_string() || st.settings.warmup != s_.warmup))
+      throw InvalidArgument(
+          fmt::format("ModelAverager::load: the outer optimizer's state was saved with {}, this "
+                      "averager runs {}",
+                      st.settings.to_string(), s_.to_string()));
     s_ = st.settings;
     picking_ = st.picking;
     probe_ = ProbeState{};  // a probe cut short by the restart starts again
     choice_ = st.why;
     configure();
-    if (!synced_.empty()) {
-      if (st.synced.size() != synced_.size())
-        throw InvalidArgument("ModelAverager::load: the saved state has no synced model for this method");
-      synced_ = std::move(st.synced);
+    // Every array exactly as this method keeps it, or none of it is taken.
+    const auto fits = [](const std::vector<float>& saved, const std::vector<float>& kept) {
+      return saved.size() == kept.size();
+    };
+    bool ok = fits(st.synced, synced_) && fits(st.momentum, momentum_) && st.codecs.size() == codec_states_.size();
+    for (std::size_t f = 0; ok && f < st.codecs.size(); ++f) {
+      const auto [b, e] = range(static_cast<int>(f));
+      ok = st.codecs[f].residual.empty() || st.codecs[f].residual.size() == e - b;
     }
-    if (!momentum_.empty() && st.momentum.size() == momentum_.size()) momentum_ = std::move(st.momentum);
-    if (st.codecs.size() == codec_states_.size())
-      for (std::size_t f = 0; f < codec_states_.size(); ++f) {
-        codec_states_[f].step = st.codecs[f].step;
-        codec_states_[f].residual = std::move(st.codecs[f].residual);
-      }
+    if (!ok)
+      throw InvalidArgument(fmt::format(
+          "ModelAverager::load: the outer optimizer's saved state does not fit {} on {} parameters (its synced "
+          "model, momentum or residuals are of other sizes)",
+          s_.to_string(), ctx_.count));
+    synced_ = std::move(st.synced);
+    momentum_ = std::move(st.momentum);
+    for (std::size_t f = 0; f < codec_states_.size(); ++f) {
+      codec_states_[f].step = st.codecs[f].step;
+      codec_states_[f].residual = std::move(st.codecs[f].residual);
+    }
     if (st.flight) {
       const auto [b, e] = range(st.flight->fragment);
       if (st.flight->fragment >= s_.fragments || st.flight->sent.size() != e - b || st.flight->averaged.size() != e - b)
@@ -229,6 +246,13 @@ class Outer final : public AveragingMethodBase {
     }
   }
 
+  // A background all-reduce's time, and the part of it the caller did not wait for.
+  void count_comm(Work& work, double waited_ms) {
+    const double took = ms_between(work.started(), work.finished());
+    ctx_.stats.comm_ms += took;
+    ctx_.stats.hidden_ms += std::max(0.0, took - waited_ms);
+  }
+
   // The fragment in flight's average applied (see the head comment). everyone_equal: x becomes the synced model
   // whatever alpha and the delay say (a full average).
   void apply(bool everyone_equal = false) {
@@ -237,10 +261,7 @@ class Outer final : public AveragingMethodBase {
     if (!fl.done) {
       const auto w0 = Clock::now();
       fl.work.wait();
-      const double waited = ms_between(w0, Clock::now());
-      const double took = ms_between(fl.work.started(), fl.work.finished());
-      ctx_.stats.comm_ms += took;
-      ctx_.stats.hidden_ms += std::max(0.0, took - waited);
+      count_comm(fl.work, ms_between(w0, Clock::now()));
     }
     const auto [b, e] = range(fl.fragment);
     const std::size_t m = e - b;

@@ -21,7 +21,7 @@ void put_u64(std::string& out, std::uint64_t v) { out.append(reinterpret_cast<co
 
 void put_floats(std::string& out, const std::vector<float>& v) {
   put_u64(out, v.size());
-  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  if (!v.empty()) out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
 }
 
 [[noreturn]] void refuse(const std::string& why) {
@@ -43,7 +43,7 @@ class Reader {
     if (n > count_) refuse(fmt::format("holds an array of {} values, more than the model's {}", n, count_));
     if ((blob_.size() - at_) / sizeof(float) < n) refuse("is cut short");
     std::vector<float> v(n);
-    std::memcpy(v.data(), blob_.data() + at_, n * sizeof(float));
+    if (n > 0) std::memcpy(v.data(), blob_.data() + at_, n * sizeof(float));
     at_ += n * sizeof(float);
     return v;
   }
@@ -118,7 +118,7 @@ OuterState read_outer_state(const std::string& blob, const AveragingSpec& spec, 
   const auto codecs = compression::known_codecs();
   const bool ok = o.period >= 1 && o.warmup >= 0 && o.lr > 0 && o.lr <= 10 && o.momentum >= 0 && o.momentum < 1 &&
                   o.fragments >= 1 && o.fragments <= 1024 && o.period % o.fragments == 0 && o.delay >= 0 &&
-                  o.delay <= o.period && o.alpha >= 0 && o.alpha <= 1 &&
+                  o.delay <= o.period / o.fragments && o.alpha >= 0 && o.alpha <= 1 &&
                   std::find(codecs.begin(), codecs.end(), o.codec) != codecs.end();
   if (!ok) refuse(fmt::format("has settings out of range ({})", o.to_string()));
   if (!spec.pick && (o.period != spec.period || o.fragments != spec.fragments || o.codec != spec.codec))
