@@ -9,9 +9,10 @@ it is (scripts/local-cluster.sh up/shape), runs interleaved over rounds, medians
 
 Every run traces its test accuracy every 20 steps off the clock (the ranks' mean model for hopwise, the synced one
 for the recipe), so "s to 85%" is training seconds until the trace first reached the target and "accuracy" is the
-final model's after the epochs. Utilization is one figure for every row: the step's forward and backward alone
-(train.py measures it apart before training; the median over the round's hopwise and DDP runs, the same model and
-batch for all) over the row's measured step time."""
+final model's after the epochs. Utilization is one figure for every row: the step's forward, backward and optimizer
+step alone (train.py measures it apart before training; the median over the rounds' hopwise and DDP runs, the same
+model and batch for all) over the row's measured step time. MB/step: what a rank hands its syncs (DDP: its
+gradients)."""
 import argparse
 import json
 import os
@@ -49,7 +50,9 @@ def run(row, args, out):
     env = {"PYTHONPATH": str(ROOT / "build" / "python")}
     d = run_torchrun(args.hosts, args.ranks_per_host, command(row, args, out), out, env)
     hit = next(((s, t) for s, t, a in d["accuracy_trace"] if a >= args.target), None)
-    return {"step_ms": d["step_ms"], "compute_ms": d["compute_ms"], "bytes_per_step": d["bytes_per_step"],
+    # a hopwise row's bytes are its syncs' (hopwise.torch.stats() also counts the evaluation probes' averages)
+    sent = d["diloco_stats"]["bytes"] / max(1, d["steps"]) if d.get("diloco_stats") else d["bytes_per_step"]
+    return {"step_ms": d["step_ms"], "compute_ms": d["compute_ms"], "bytes_per_step": sent,
             "seconds_to_target": hit[1] if hit else None, "accuracy": d["test_accuracy"],
             "own_utilization": d["utilization"]}
 

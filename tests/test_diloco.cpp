@@ -175,7 +175,7 @@ TEST(DilocoAuto, PicksTheShortestPeriodThatReachesTheTarget) {
             const double util = h * 10.0 / (h * 10.0 + f * exposed + std::max(0.0, f * per - h * 10.0));
             EXPECT_LT(util, 0.9) << "period " << h << " would do: " << c.why;
           }
-    EXPECT_EQ(c.settings.lr, 1.0) << "inner sgd: plain averaging";
+    EXPECT_EQ(c.settings.lr, c.settings.period >= 128 ? 0.7 : 1.0) << "inner sgd: plain averaging below 128";
   }
   hd::LinkProbe none_reach{10, 1e9, 4 << 20, {{"none", 1.0, 0.0}}};
   const hd::AutoChoice c = hd::pick_outer(none_reach, hc::AveragingSpec::parse("diloco:auto,inner=adam"), 2);
@@ -202,6 +202,37 @@ TEST(DilocoAuto, MeasuresInTheFirstStepsAndEveryRankTakesTheSameChoice) {
             "");
   EXPECT_NE(choices[0].find("diloco:auto chose period="), std::string::npos) << choices[0];
   EXPECT_EQ(choices[0], choices[1]);
+}
+
+// After its choice auto times the steps that follow and keeps it or lengthens the period; every rank decides alike.
+TEST(DilocoAuto, ChecksItsChoiceOnTheStepsThatFollow) {
+  hwtest::Group g(2, hwtest::test_options());
+  std::vector<std::string> said(2);
+  Models x(2);
+  ASSERT_EQ(g.run([&](int r, hc::Communicator& comm) {
+    std::vector<float> v(kDim, 0.0f), grad(kDim);
+    std::string last;
+    auto& p = x[static_cast<std::size_t>(r)];
+    p.assign(kDim, 0.0f);
+    hc::ModelAverager a(comm, hc::AveragingSpec::parse("diloco:auto,target=0.99"), p.data(), kDim);
+    for (std::int64_t t = 1; t <= 400; ++t) {
+      gradient(r, t, p.data(), grad.data());
+      sgd(p.data(), v.data(), grad.data());
+      a.after_step();
+      if (std::string c = a.choice(); c != last && !c.empty()) {
+        said[static_cast<std::size_t>(r)] += c + "\n";
+        last = std::move(c);
+      }
+    }
+    a.full_average();
+  }),
+            "");
+  EXPECT_EQ(said[0], said[1]);  // the same decisions at the same steps (their figures are agreed)
+  EXPECT_NE(said[0].find("diloco:auto chose"), std::string::npos) << said[0];
+  const bool checked = said[0].find("diloco:auto keeps") != std::string::npos ||
+                       said[0].find("diloco:auto lengthens the period") != std::string::npos;
+  EXPECT_TRUE(checked) << said[0];
+  EXPECT_EQ(std::memcmp(x[0].data(), x[1].data(), kDim * sizeof(float)), 0);
 }
 
 TEST(DilocoSpec, ParsesAndNamesWhatIsWrong) {

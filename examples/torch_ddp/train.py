@@ -12,12 +12,13 @@ powersgd:rank=4, ...; backend hopwise only), or torch's own: torch-fp16, torch-p
 --diloco SPEC (e.g. diloco:period=32,outer_lr=0.7,momentum=0.9,codec=int8, or diloco:auto) trains without DDP:
 each rank its replica with the inner optimizer (SGD, momentum 0.9), hopwise.torch.DiLoCo syncing every H steps.
 Prints the plan, a progress bar, then one line per epoch; --json FILE writes step_ms, compute_ms (a step with
-DDP's communication off, no_sync), utilization (compute / step), test_accuracy, images_per_s, bytes_per_step (and
-under --diloco its stats: syncs, bytes_per_sync, comm_ms, hidden_ms, ...).
+DDP's communication off, no_sync, its optimizer step included), utilization (compute / step), test_accuracy,
+images_per_s, bytes_per_step (and under --diloco its stats: syncs, bytes_per_sync, comm_ms, hidden_ms, ...).
 Denormal floats are flushed to zero (torch.set_flush_denormal; --keep-denormals leaves them).
 Needs PYTHONPATH=build/python for hopwise (scripts/setup.sh and scripts/build.sh make it)."""
 import argparse
 import contextlib
+import copy
 import gzip
 import json
 import os
@@ -213,14 +214,21 @@ def main():
         return x[lo:lo + local], y[lo:lo + local]
 
     def compute_only(n):
-        """Forward, backward and step without DDP's communication: the compute a step cannot do without."""
+        """Forward, backward and the optimizer step without DDP's communication: the compute a step cannot do
+        without (as train_mnist counts it). The model and optimizer are put back as they were afterwards."""
+        kept = copy.deepcopy((model.state_dict(), opt.state_dict()))
         t0 = time.perf_counter()
         for i in range(n):
             xb, yb = batch(i)
             opt.zero_grad()
             with ddp.no_sync() if not diloco else contextlib.nullcontext():
                 loss_fn(ddp(xb), yb).backward()
-        return (time.perf_counter() - t0) / n * 1e3
+            opt.step()
+        took = (time.perf_counter() - t0) / n * 1e3
+        with torch.no_grad():
+            model.load_state_dict(kept[0])
+        opt.load_state_dict(kept[1])
+        return took
 
     def stats():
         return hopwise.torch.stats() if args.backend == "hopwise" else {"bytes": 0, "wire_bytes": 0}

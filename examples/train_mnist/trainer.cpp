@@ -247,12 +247,13 @@ void Trainer::train() {
 // The library logs the choice at INFO only (HOPWISE_DEBUG); the trainer shows it always, on a line of its own: an
 // open progress bar's line is ended first, as for the monitor's lines, and the bar goes on below.
 void Trainer::say_choice() {
-  if (rank_ != 0 || choice_said_ || !averager_->spec().pick) return;
-  const std::string why = averager_->choice();
-  if (why.empty()) return;
-  choice_said_ = true;
+  if (rank_ != 0 || !averager_->spec().pick) return;
+  std::string why = averager_->choice();
+  if (why.empty() || why == said_) return;  // each new decision once (the choice, then its checks)
+  said_ = std::move(why);
+  const std::string& line = said_;
   hopwise::log::end_console_line();
-  fmt::print("{}\n", why);
+  fmt::print("{}\n", line);
   std::fflush(stdout);
 }
 

@@ -97,7 +97,7 @@ class Trainer {
   std::string resumed_from_;            // the checkpoint's path; empty: a fresh run
   std::uint64_t run_ = 0;               // the run's id, carried in its checkpoints
   bool just_joined_ = false;            // a newcomer before its first step
-  bool choice_said_ = false;            // say_choice() printed the averager's choice
+  std::string said_;                    // the averager's choice say_choice() printed last
   Trace trace_;
   bool tty_;
   int local_ = 0, first_ = 0;  // this rank's share of the global batch, and where it starts

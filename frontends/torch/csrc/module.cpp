@@ -300,7 +300,7 @@ PYBIND11_MODULE(_C, m) {
       .def("load", [](TorchAverager& a, const py::object& saved) {
         TORCH_CHECK_VALUE(py::isinstance<py::bytes>(saved) || py::isinstance<py::str>(saved),
                           "hopwise: ModelAverager.load takes the bytes save() returned, not ",
-                          std::string(py::str(saved.get_type().attr("__name__"))));
+                          std::string(py::str(py::type::handle_of(saved).attr("__name__"))));
         const std::string s =
             py::isinstance<py::bytes>(saved) ? std::string(saved.cast<py::bytes>()) : saved.cast<std::string>();
         py::gil_scoped_release release;

@@ -67,6 +67,7 @@ class Outer final : public AveragingMethodBase {
       return;
     }
     if (flight_.on && t >= flight_.launched_at + s_.delay) apply();
+    if (checking_) check_choice(t, t0);  // between an apply and a launch: where nothing may be in flight
     if (const int f = due(t); f >= 0) {
       launch(f, t);
       if (s_.delay == 0) apply();
@@ -313,8 +314,48 @@ class Outer final : public AveragingMethodBase {
     picking_ = false;
     choice_ = c.why;
     configure();
+    checking_ = true;
+    check_ = Check{link.step_ms, {}, Clock::now()};
     if (ctx_.comm.rank() == 0) log::info("{}", choice_);
     ctx_.stats.wait_ms += ms_between(now, Clock::now());
+  }
+
+  // diloco:auto, after its choice: the prediction leaves out what the syncs take from compute where they share its
+  // cores (a 2-core host, a CPU trainer). So the steps are timed over a window (two periods, 16 steps at least)
+  // and where the slowest rank's median step keeps compute below the target, the period doubles (up to 512) and
+  // the next window checks again. Decided where no fragment is in flight, so every rank decides at the same step.
+  struct Check {
+    double compute_ms = 0;  // a local step's time in the probe (the slowest rank's)
+    std::vector<double> step_ms;
+    Clock::time_point last;
+  };
+  void check_choice(std::int64_t t, Clock::time_point now) {
+    check_.step_ms.push_back(ms_between(check_.last, now));
+    check_.last = now;
+    const std::size_t window = static_cast<std::size_t>(std::max(16, 2 * s_.period));
+    if (check_.step_ms.size() < window || flight_.on) return;
+    double step = median(check_.step_ms);
+    ctx_.comm.allreduce(&step, &step, 1, DataType::kFloat64, ReduceOp::kMax);
+    const double utilization = check_.compute_ms / std::max(step, 1e-9);
+    if (utilization >= ctx_.spec.target || s_.period >= 512) {
+      checking_ = false;
+      choice_ = fmt::format(
+          "diloco:auto keeps {}: measured {:.2f} ms a step against {:.2f} ms of compute ({:.0f}% "
+          "compute utilization{})",
+          s_.to_string(), step, check_.compute_ms, 100 * utilization,
+          s_.period >= 512 && utilization < ctx_.spec.target ? "; period 512 is the longest" : "");
+    } else {
+      const int was = s_.period;
+      s_.period *= 2;
+      s_.warmup = static_cast<int>(t);  // the new schedule counts from here; each fragment keeps its own synced part
+      choice_ = fmt::format(
+          "diloco:auto lengthens the period {} -> {}: measured {:.2f} ms a step against {:.2f} ms "
+          "of compute ({:.0f}% < the target {:.0f}%: the syncs take more than predicted)",
+          was, s_.period, step, check_.compute_ms, 100 * utilization, 100 * ctx_.spec.target);
+      check_.step_ms.clear();
+    }
+    check_.last = Clock::now();
+    if (ctx_.comm.rank() == 0) log::info("{}", choice_);
   }
 
   AveragingContext& ctx_;
@@ -326,6 +367,8 @@ class Outer final : public AveragingMethodBase {
   Flight flight_;
   bool picking_ = false;
   ProbeState probe_;
+  bool checking_ = false;  // diloco:auto checking its choice (not restored by a load: the saved choice stands)
+  Check check_;
   std::string choice_;
   std::int64_t last_step_ = 0;
 };

@@ -116,7 +116,8 @@ class ModelAverager {
 
   std::int64_t steps() const;  // after_step() calls so far (restored by load())
   const AveragingStats& stats() const;
-  // What the method chose and why (diloco:auto, once it has measured), else empty.
+  // What the method decided last and why (diloco:auto: its choice once it has measured, then whether its check of
+  // the steps that followed kept it or lengthened the period), else empty.
   std::string choice() const;
 
   // The method's state for a checkpoint: the spec, the step count (which places the next averaging and gossip
