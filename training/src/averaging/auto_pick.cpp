@@ -31,8 +31,8 @@ constexpr const char* kCandidates[] = {"none", "int8", "fp8", "int4"};
 
 // The outer settings per inner optimizer family and period (the first row that fits). The papers' Nesterov step
 // (0.7, 0.9) is tuned for AdamW inner steps; after SGD with momentum, on the MLP over 5 epochs
-// (docs/results/averaging.md#diloco), it lost 5.8 points at H = 8 and 1.9-2.3 at H = 32, where plain averaging
-// did not, and it was the best row at H = 128 (+0.44 against DDP).
+// (docs/results/averaging.md#diloco), it lost 5.8 points against synchronous training at H = 8 and 1.9-2.3 at
+// H = 32, where plain averaging did not, and it was the best row at H = 128 (+0.44 against DDP).
 struct OuterRule {
   const char* inner;
   int from_period;  // the rule holds from this period on
