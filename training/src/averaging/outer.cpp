@@ -132,12 +132,10 @@ class Outer final : public AveragingMethodBase {
           fmt::format("ModelAverager::load: the outer optimizer's state was saved with {}, this "
                       "averager runs {}",
                       st.settings.to_string(), s_.to_string()));
+    const OuterSettings was = s_;
     s_ = st.settings;
-    picking_ = st.picking;
-    probe_ = ProbeState{};  // a probe cut short by the restart starts again
-    choice_ = st.why;
-    configure();
-    // Every array exactly as this method keeps it, or none of it is taken.
+    configure();  // the buffers the saved settings need, to size the saved arrays against
+    // Every array exactly as these settings keep it, or none of it is taken and the averager stays as it was.
     const auto fits = [](const std::vector<float>& saved, const std::vector<float>& kept) {
       return saved.size() == kept.size();
     };
@@ -146,11 +144,22 @@ class Outer final : public AveragingMethodBase {
       const auto [b, e] = range(static_cast<int>(f));
       ok = st.codecs[f].residual.empty() || st.codecs[f].residual.size() == e - b;
     }
-    if (!ok)
+    if (ok && st.flight) {
+      const auto [b, e] = range(st.flight->fragment);
+      ok = st.flight->sent.size() == e - b && st.flight->averaged.size() == e - b;
+    }
+    if (!ok) {
+      const std::string wanted = s_.to_string();
+      s_ = was;
+      configure();
       throw InvalidArgument(fmt::format(
           "ModelAverager::load: the outer optimizer's saved state does not fit {} on {} parameters (its synced "
-          "model, momentum or residuals are of other sizes)",
-          s_.to_string(), ctx_.count));
+          "model, momentum, residuals or fragment in flight are of other sizes)",
+          wanted, ctx_.count));
+    }
+    picking_ = st.picking;
+    probe_ = ProbeState{};  // a probe cut short by the restart starts again
+    choice_ = st.why;
     synced_ = std::move(st.synced);
     momentum_ = std::move(st.momentum);
     for (std::size_t f = 0; f < codec_states_.size(); ++f) {
@@ -158,9 +167,6 @@ class Outer final : public AveragingMethodBase {
       codec_states_[f].residual = std::move(st.codecs[f].residual);
     }
     if (st.flight) {
-      const auto [b, e] = range(st.flight->fragment);
-      if (st.flight->fragment >= s_.fragments || st.flight->sent.size() != e - b || st.flight->averaged.size() != e - b)
-        throw InvalidArgument("ModelAverager::load: the saved fragment in flight does not fit this model");
       std::copy(st.flight->sent.begin(), st.flight->sent.end(), send_.begin());
       std::copy(st.flight->averaged.begin(), st.flight->averaged.end(), recv_.begin());
       flight_ = {true, true, st.flight->fragment, st.flight->launched_at, Work(), {}};
