@@ -297,6 +297,27 @@ TEST(CodecRoundTrip, Int8ErrorPerBlockIsHalfAStep) {
   }
 }
 
+// Blocks whose largest value is tiny (below about 1e-36, denormals included): the scaled codecs send zeros or the
+// values themselves, never NaN or a value larger than the block's scale.
+TEST(CodecRoundTrip, TinyBlocksDecodeToNoMoreThanTheirScale) {
+  const std::vector<float> x = {0.0f, 1e-45f, -3e-39f, 1e-38f, -2e-37f, 5e-37f, 0.0f, -1e-36f, 7e-36f};
+  for (const std::string spec :
+       {"int8:block=4", "int8:block=4,round=stochastic", "int4:block=4", "fp8:block=4", "terngrad", "qsgd:levels=16"}) {
+    auto c = hc::make_codec(spec);
+    CodecState st(1, 0, 1);
+    const auto r = round_trip(*c, x, st);
+    float largest = 0.0f;
+    for (float v : x) largest = std::max(largest, std::fabs(v));
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(r.out[i])) << spec << " i " << i;
+      ASSERT_LE(std::fabs(r.out[i]), 2.0f * largest) << spec << " i " << i;
+      if (x[i] == 0.0f && spec.rfind("int", 0) == 0) {
+        EXPECT_EQ(r.out[i], 0.0f) << spec << " i " << i;
+      }
+    }
+  }
+}
+
 TEST(CodecRoundTrip, Int8NeedsAgreedScalesAndAtMost127Ranks) {
   auto c = hc::make_codec("int8");
   std::vector<float> x(10, 1.0f);

@@ -77,9 +77,13 @@ inline int min_int(int a, int b) { return std::min(a, b); }
 inline float abs_float(float v) { return std::fabs(v); }
 #endif
 
-// 1 / scale-style factors: 0 when the scale is 0, infinite or NaN (the codec then sends zeros).
+// 1 / scale-style factors: 0 when the scale is 0, infinite or NaN, or so small that the ratio overflows (a block
+// whose largest value is below about 1e-36 for int8), so the codec sends zeros there: such values are far below any
+// that matter, and error feedback keeps them. An infinite factor would turn zeros into NaN levels.
 HOPWISE_HD float safe_ratio(float num, float scale) {
-  return scale > 0.0f && scale <= 3.402823466e38f ? num / scale : 0.0f;
+  if (!(scale > 0.0f && scale <= 3.402823466e38f)) return 0.0f;
+  const float r = num / scale;
+  return r >= -3.402823466e38f && r <= 3.402823466e38f ? r : 0.0f;
 }
 
 // int8: one value quantized to [-q, q] with inv = q / scale (nearest, or stochastic with u uniform in [0, 1)).
