@@ -2,7 +2,8 @@
 """PyTorch DDP (gloo) on the same model, data, global batch and ranks as train_mnist: the peer row for the
 reducer. Launch like the trainer:  mpirun -np 2 $(scripts/venv.sh --path)/bin/python scripts/ddp_peer.py --steps 200
 Needs the torch environment scripts/setup.sh makes. Prints DDP's step time, its step time without
-communication (no_sync), and the difference: the communication DDP left exposed."""
+communication (no_sync), and the difference: the communication DDP left exposed. Denormals are flushed to zero,
+as in the trainers (--keep-denormals leaves them)."""
 import argparse
 import gzip
 import json
@@ -40,7 +41,11 @@ def main():
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--bucket-mb", type=float, default=25)
     ap.add_argument("--json", default="")
+    ap.add_argument("--keep-denormals", action="store_true",
+                    help="leave denormal floats on (by default flushed to zero, as train_mnist and train.py do)")
     args = ap.parse_args()
+    if not args.keep_denormals:  # the trainers it is compared with flush them too
+        torch.set_flush_denormal(True)
 
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", "0")))
     world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
