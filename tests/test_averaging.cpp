@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <set>
 
-#include "averaging_problem.h"
+#include "averaging_inproc.h"
 #include "hopwise/common/error.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/topology/cluster.h"
@@ -20,7 +20,6 @@
 #include "hopwise/training/averaging_method.h"
 #include "hopwise/training/reducer.h"
 #include "hosts_file.h"
-#include "inproc_group.h"
 
 namespace hc = hopwise::comm;
 namespace ht = hopwise::topology;
@@ -29,15 +28,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using namespace hwtest::averaging;
-
-// The run on in-process ranks. Returns every rank's final parameters.
-Models train(hwtest::Group& g, const Run& run) {
-  Models out(static_cast<std::size_t>(g.size()));
-  const std::string err =
-      g.run([&](int r, hc::Communicator& comm) { out[static_cast<std::size_t>(r)] = train_rank(r, comm, run); });
-  EXPECT_EQ(err, "") << run.spec;
-  return out;
-}
 
 void expect_matches(const Models& got, const Models& want, const std::string& what) {
   for (std::size_t r = 0; r < got.size(); ++r) {

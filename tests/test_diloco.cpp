@@ -8,10 +8,9 @@
 #include <cstring>
 
 #include "../training/src/averaging/auto_pick.h"
-#include "averaging_problem.h"
+#include "averaging_inproc.h"
 #include "hopwise/common/error.h"
 #include "hopwise/training/averaging.h"
-#include "inproc_group.h"
 
 namespace hc = hopwise::comm;
 namespace hd = hopwise::comm::detail;
@@ -19,14 +18,6 @@ namespace hd = hopwise::comm::detail;
 namespace {
 
 using namespace hwtest::averaging;
-
-Models train(hwtest::Group& g, const Run& run) {
-  Models out(static_cast<std::size_t>(g.size()));
-  const std::string err =
-      g.run([&](int r, hc::Communicator& comm) { out[static_cast<std::size_t>(r)] = train_rank(r, comm, run); });
-  EXPECT_EQ(err, "") << run.spec;
-  return out;
-}
 
 bool same_bits(const Models& a, const Models& b) {
   if (a.size() != b.size()) return false;
