@@ -17,12 +17,12 @@ from hopwise's synchronous run, and DDP's time to the target over the row's."""
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from bench_rounds import each, interleaved, medians, speedup
 from cluster_torchrun import run_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,10 +39,11 @@ SETS = {"default": DEFAULT, "diloco": DILOCO}
 
 def ddp_gloo(args, out):
     """DDP on gloo, its whole curve traced (every 20 steps, off the clock) for the time to the target."""
+    epochs = args.ddp_epochs or args.epochs
     d = run_torchrun(args.hosts, args.ranks_per_host,
                      [str(ROOT / "examples" / "torch_ddp" / "train.py"), "--backend", "gloo", "--epochs",
-                      str(args.epochs), "--trace-accuracy", "--eval-every", "20", "--json", out], out)
-    steps_per_epoch = d["steps"] / args.epochs  # train.py's own count (its batch, the training set)
+                      str(epochs), "--trace-accuracy", "--eval-every", "20", "--json", out], out)
+    steps_per_epoch = d["steps"] / epochs  # train.py's own count (its batch, the training set)
     hit = next(((s, t) for s, t, a in d["accuracy_trace"] if a >= args.target), None)
     return {"bytes_per_step": d["gradient_bytes_per_step"], "step_ms": d["step_ms"],
             "utilization": d["utilization"], "seconds_to_target": hit[1] if hit else None,
@@ -66,11 +67,6 @@ def hopwise(args, method, out):
             "accuracy": d["test_accuracy"]}
 
 
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, default=2)
@@ -81,38 +77,38 @@ def main():
     ap.add_argument("--method", action="append", default=None)
     ap.add_argument("--set", choices=sorted(SETS), default="default", help="the rows when no --method is given")
     ap.add_argument("--no-ddp", action="store_true", help="skip the DDP on gloo baseline")
+    ap.add_argument("--ddp-epochs", type=int, default=0,
+                    help="DDP's epochs where they differ (on a slow link: enough to reach the target)")
     ap.add_argument("--json", default="")
+    ap.add_argument("--partial", default="", help="JSON file rewritten with every run's figures as each run ends")
     args = ap.parse_args()
     methods = args.method or SETS[args.set]
     rows = (["ddp-gloo"] if not args.no_ddp else []) + methods
-    runs = {r: [] for r in rows}
+
+    def run_one(r, rnd):
+        out = os.path.join(tmp, f"{rnd}-{abs(hash(r))}.json")
+        return ddp_gloo(args, out) if r == "ddp-gloo" else hopwise(args, r, out)
+
     with tempfile.TemporaryDirectory() as tmp:
-        for rnd in range(args.rounds):
-            order = rows if rnd % 2 == 0 else rows[::-1]
-            for r in order:
-                out = os.path.join(tmp, f"{rnd}-{abs(hash(r))}.json")
-                runs[r].append(ddp_gloo(args, out) if r == "ddp-gloo" else hopwise(args, r, out))
-                m = runs[r][-1]
-                print(f"round {rnd + 1}: {r}: {m['step_ms']:.1f} ms/step, to {args.target:.0%}: "
-                      f"{m['seconds_to_target']} s, accuracy {m['accuracy']:.4f}", file=sys.stderr, flush=True)
-    keys = ["bytes_per_step", "step_ms", "utilization", "seconds_to_target", "epochs_to_target", "accuracy"]
-    med = {r: {k: median([x[k] for x in rs]) for k in keys} for r, rs in runs.items()}
+        runs = interleaved(rows, args.rounds, run_one, args.target, args.partial)
+    med = medians(runs, ["bytes_per_step", "step_ms", "utilization", "seconds_to_target", "epochs_to_target",
+                         "accuracy"])
     sync, ddp = med.get("sync"), med.get("ddp-gloo")
     print(f"{args.hosts} emulated hosts x {args.ranks_per_host} rank(s), {args.epochs} epochs, target "
           f"{args.target:.0%}, median of {args.rounds} round(s)")
-    print(f"| method | MB/step | step ms | utilization | s to {args.target:.0%} | epochs to {args.target:.0%} | "
-          f"accuracy after {args.epochs} | vs sync | DDP's time to {args.target:.0%} / this |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"| method | runs | MB/step | step ms | utilization | s to {args.target:.0%} (median) | each run | "
+          f"epochs to {args.target:.0%} | accuracy after {args.epochs} | vs sync | "
+          f"DDP's time to {args.target:.0%} / this |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     for r, m in med.items():
         def f(v, fmt):
             return "not reached" if v is None else format(v, fmt)
         delta = "-" if not sync or r == "ddp-gloo" else f"{100 * (m['accuracy'] - sync['accuracy']):+.2f}"
-        speed = ("-" if not ddp or r == "ddp-gloo" or not ddp["seconds_to_target"] or not m["seconds_to_target"]
-                 else f"{ddp['seconds_to_target'] / m['seconds_to_target']:.2f}x")
+        speed = "-" if r == "ddp-gloo" else speedup(ddp, m)
         name = "PyTorch DDP, gloo" if r == "ddp-gloo" else f"hopwise {r}"
-        print(f"| {name} | {m['bytes_per_step'] / 1e6:.2f} | {m['step_ms']:.1f} | {m['utilization']:.0%} | "
-              f"{f(m['seconds_to_target'], '.1f')} | {f(m['epochs_to_target'], '.2f')} | {100 * m['accuracy']:.2f}% | "
-              f"{delta} | {speed} |")
+        print(f"| {name} | {len(runs[r])} | {m['bytes_per_step'] / 1e6:.2f} | {m['step_ms']:.1f} | "
+              f"{m['utilization']:.0%} | {f(m['seconds_to_target'], '.1f')} | {each(runs[r], 'seconds_to_target')} | "
+              f"{f(m['epochs_to_target'], '.2f')} | {100 * m['accuracy']:.2f}% | {delta} | {speed} |")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"medians": med, "runs": runs, "args": vars(args)}, fh, indent=1)

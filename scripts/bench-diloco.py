@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_rounds import each, interleaved, medians, speedup
 from cluster_torchrun import run_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +32,8 @@ DEFAULT = ["ddp", "hopwise:diloco:period=8", "recipe:8", "hopwise:diloco:period=
 
 
 def command(row, args, out):
-    common = ["--epochs", str(args.epochs), "--trace-accuracy", "--eval-every", "20", "--json", out]
+    epochs = args.ddp_epochs if row == "ddp" and args.ddp_epochs else args.epochs
+    common = ["--epochs", str(epochs), "--trace-accuracy", "--eval-every", "20", "--json", out]
     if row == "ddp":
         return [str(ROOT / "examples" / "torch_ddp" / "train.py"), "--backend", "gloo"] + common
     kind, _, spec = row.partition(":")
@@ -57,11 +59,6 @@ def run(row, args, out):
             "own_utilization": d["utilization"]}
 
 
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, default=2)
@@ -70,38 +67,34 @@ def main():
     ap.add_argument("--target", type=float, default=0.85)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--row", action="append", default=None)
+    ap.add_argument("--ddp-epochs", type=float, default=0,
+                    help="DDP's epochs where they differ (on a slow link: enough to reach the target)")
     ap.add_argument("--json", default="")
+    ap.add_argument("--partial", default="", help="JSON file rewritten with every run's figures as each run ends")
     args = ap.parse_args()
     rows = args.row or DEFAULT
-    runs = {r: [] for r in rows}
-    compute = []
     with tempfile.TemporaryDirectory() as tmp:
-        for rnd in range(args.rounds):
-            for r in rows if rnd % 2 == 0 else rows[::-1]:
-                out = os.path.join(tmp, f"{rnd}-{abs(hash(r))}.json")
-                m = run(r, args, out)
-                runs[r].append(m)
-                if not r.startswith("recipe"):
-                    compute.append(m["compute_ms"])
-                print(f"round {rnd + 1}: {r}: {m['step_ms']:.1f} ms/step, to {args.target:.0%}: "
-                      f"{m['seconds_to_target']} s, accuracy {m['accuracy']:.4f}", file=sys.stderr, flush=True)
-    ref = median(compute)
-    keys = ["step_ms", "bytes_per_step", "seconds_to_target", "accuracy", "own_utilization"]
-    med = {r: {k: median([x[k] for x in rs]) for k in keys} for r, rs in runs.items()}
+        def run_one(r, rnd):
+            return run(r, args, os.path.join(tmp, f"{rnd}-{abs(hash(r))}.json"))
+        runs = interleaved(rows, args.rounds, run_one, args.target, args.partial)
+    compute = [m["compute_ms"] for r, rs in runs.items() if not r.startswith("recipe") for m in rs]
+    ref = statistics.median(compute) if compute else 0.0
+    med = medians(runs, ["step_ms", "bytes_per_step", "seconds_to_target", "accuracy", "own_utilization"])
     ddp = med.get("ddp")
     print(f"{args.hosts} emulated hosts x {args.ranks_per_host} rank(s), {args.epochs:g} epochs, target "
-          f"{args.target:.0%}, median of {args.rounds} round(s); a step's forward and backward: {ref:.1f} ms")
-    print(f"| row | MB/step | step ms | utilization | s to {args.target:.0%} | accuracy after {args.epochs:g} | "
-          f"vs DDP | DDP's time to {args.target:.0%} / this |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          f"{args.target:.0%}, median of {args.rounds} round(s); a step's forward, backward and optimizer step alone: {ref:.1f} ms")
+    print(f"| row | runs | MB/step | step ms | utilization | s to {args.target:.0%} (median) | each run | "
+          f"accuracy after {args.epochs:g} | vs DDP | DDP's time to {args.target:.0%} / this |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     for r, m in med.items():
-        name = {"ddp": "PyTorch DDP, gloo"}.get(r, r.replace("hopwise:", "hopwise ").replace("recipe:", "plain-PyTorch recipe H="))
+        name = {"ddp": "PyTorch DDP, gloo"}.get(
+            r, r.replace("hopwise:", "hopwise ").replace("recipe:", "plain-PyTorch recipe H="))
         to = "not reached" if m["seconds_to_target"] is None else f"{m['seconds_to_target']:.1f}"
         delta = "-" if not ddp or r == "ddp" else f"{100 * (m['accuracy'] - ddp['accuracy']):+.2f}"
-        speed = ("-" if not ddp or r == "ddp" or not ddp["seconds_to_target"] or not m["seconds_to_target"]
-                 else f"{ddp['seconds_to_target'] / m['seconds_to_target']:.2f}x")
-        print(f"| {name} | {m['bytes_per_step'] / 1e6:.2f} | {m['step_ms']:.1f} | {min(1.0, ref / m['step_ms']):.0%} | "
-              f"{to} | {100 * m['accuracy']:.2f}% | {delta} | {speed} |")
+        speed = "-" if r == "ddp" else speedup(ddp, m)
+        print(f"| {name} | {len(runs[r])} | {m['bytes_per_step'] / 1e6:.2f} | {m['step_ms']:.1f} | "
+              f"{min(1.0, ref / m['step_ms']):.0%} | {to} | {each(runs[r], 'seconds_to_target')} | "
+              f"{100 * m['accuracy']:.2f}% | {delta} | {speed} |")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"medians": med, "runs": runs, "compute_ms": ref, "args": vars(args)}, fh, indent=1)
