@@ -5,7 +5,11 @@ it is (scripts/local-cluster.sh up/shape), runs interleaved over rounds, medians
 
     scripts/local-cluster.sh up 2 --slots 1 && scripts/local-cluster.sh shape 1gbit
     scripts/bench-diloco.py [--ranks-per-host 1] [--epochs 5] [--target 0.85] [--rounds 3] [--json FILE]
-                            [--row hopwise:SPEC | recipe:H[:int8][:OUTER_LR:MOMENTUM] ...]
+                            [--row hopwise:SPEC | recipe:H[:int8][:OUTER_LR:MOMENTUM] | torchft:H ...]
+                            [--torchft-python PYTHON]
+
+torchft:H runs torchft's DiLoCo (scripts/diloco_torchft.py) with the interpreter of an environment that has this
+torch and torchft (pip install torchft; not part of hopwise's setup), given by --torchft-python.
 
 Every run traces its test accuracy every 20 steps off the clock (the ranks' mean model for hopwise, the synced one
 for the recipe), so "s to 85%" is training seconds until the trace first reached the target and "accuracy" is the
@@ -40,6 +44,8 @@ def command(row, args, out):
     if kind == "hopwise":
         return [str(ROOT / "examples" / "torch_ddp" / "train.py"), "--backend", "hopwise", "--diloco", spec] + common
     parts = spec.split(":")
+    if kind == "torchft":
+        return [str(ROOT / "scripts" / "diloco_torchft.py"), "--period", parts[0]] + common
     cmd = [str(ROOT / "scripts" / "diloco_recipe.py"), "--period", parts[0]] + common
     if len(parts) > 1 and parts[1] != "none":
         cmd += ["--quantize", parts[1]]
@@ -50,7 +56,12 @@ def command(row, args, out):
 
 def run(row, args, out):
     env = {"PYTHONPATH": str(ROOT / "build" / "python")}
-    d = run_torchrun(args.hosts, args.ranks_per_host, command(row, args, out), out, env)
+    python = None
+    if row.startswith("torchft:"):
+        if not args.torchft_python:
+            sys.exit("bench-diloco.py: a torchft row needs --torchft-python (an environment with torch and torchft)")
+        python = args.torchft_python
+    d = run_torchrun(args.hosts, args.ranks_per_host, command(row, args, out), out, env, python=python)
     hit = next(((s, t) for s, t, a in d["accuracy_trace"] if a >= args.target), None)
     # a hopwise row's bytes are its syncs' (hopwise.torch.stats() also counts the evaluation probes' averages)
     sent = d["diloco_stats"]["bytes"] / max(1, d["steps"]) if d.get("diloco_stats") else d["bytes_per_step"]
@@ -69,6 +80,7 @@ def main():
     ap.add_argument("--row", action="append", default=None)
     ap.add_argument("--ddp-epochs", type=float, default=0,
                     help="DDP's epochs where they differ (on a slow link: enough to reach the target)")
+    ap.add_argument("--torchft-python", default="", help="the interpreter for torchft rows")
     ap.add_argument("--json", default="")
     ap.add_argument("--partial", default="", help="JSON file rewritten with every run's figures as each run ends")
     args = ap.parse_args()
@@ -77,7 +89,7 @@ def main():
         def run_one(r, rnd):
             return run(r, args, os.path.join(tmp, f"{rnd}-{abs(hash(r))}.json"))
         runs = interleaved(rows, args.rounds, run_one, args.target, args.partial)
-    compute = [m["compute_ms"] for r, rs in runs.items() if not r.startswith("recipe") for m in rs]
+    compute = [m["compute_ms"] for r, rs in runs.items() if r == "ddp" or r.startswith("hopwise") for m in rs]
     ref = statistics.median(compute) if compute else 0.0
     med = medians(runs, ["step_ms", "bytes_per_step", "seconds_to_target", "accuracy", "own_utilization"])
     ddp = med.get("ddp")
@@ -88,7 +100,8 @@ def main():
     print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     for r, m in med.items():
         name = {"ddp": "PyTorch DDP, gloo"}.get(
-            r, r.replace("hopwise:", "hopwise ").replace("recipe:", "plain-PyTorch recipe H="))
+            r, r.replace("hopwise:", "hopwise ").replace("recipe:", "plain-PyTorch recipe H=")
+            .replace("torchft:", "torchft DiLoCo H="))
         to = "not reached" if m["seconds_to_target"] is None else f"{m['seconds_to_target']:.1f}"
         delta = "-" if not ddp or r == "ddp" else f"{100 * (m['accuracy'] - ddp['accuracy']):+.2f}"
         speed = "-" if r == "ddp" else speedup(ddp, m)

@@ -11,11 +11,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_torchrun(hosts, per_host, program_args, out, env=None, limit_s=3600):
-    """Runs `python PROGRAM_ARGS...` (this interpreter: the torch environment's) on `hosts` x `per_host` ranks;
-    returns the JSON it wrote to `out`."""
+def run_torchrun(hosts, per_host, program_args, out, env=None, limit_s=3600, python=None):
+    """Runs `python PROGRAM_ARGS...` (by default this interpreter: the torch environment's) on `hosts` x `per_host`
+    ranks; returns the JSON it wrote to `out`."""
     cmd = [str(ROOT / "scripts" / "local-cluster.sh"), "torchrun", "--nnodes", str(hosts), "--nproc_per_node",
-           str(per_host), sys.executable, *program_args]
+           str(per_host), python or sys.executable, *program_args]
     e = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     p = subprocess.Popen(cmd, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + limit_s
