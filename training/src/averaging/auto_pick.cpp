@@ -58,6 +58,16 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+double mean_without_slowest(std::vector<double> v, double share) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto keep =
+      std::max<std::size_t>(1, v.size() - static_cast<std::size_t>(share * static_cast<double>(v.size())));
+  double sum = 0;
+  for (std::size_t i = 0; i < keep; ++i) sum += v[i];
+  return sum / static_cast<double>(keep);
+}
+
 OuterSettings probe_settings(const AveragingSpec& spec) {
   OuterSettings o;
   o.warmup = spec.warmup;

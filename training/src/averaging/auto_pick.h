@@ -40,6 +40,10 @@ struct AutoChoice {
 };
 
 double median(std::vector<double> v);
+// The mean of all but the slowest `share` of the values: a window's time per step where the syncs land on some steps
+// (a median would miss them when they land on fewer than half), without the pauses a trainer takes between steps
+// (an evaluation every 20 steps).
+double mean_without_slowest(std::vector<double> v, double share);
 // The probe's settings: plain local steps, nothing synced until the choice.
 OuterSettings probe_settings(const AveragingSpec& spec);
 // Averages the model (timed: the link), times each candidate codec on it, and agrees on the slowest rank's figures.
