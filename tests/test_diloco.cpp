@@ -284,3 +284,17 @@ TEST(Diloco, ALoadRefusesAStateThatDoesNotFit) {
   }),
             "");
 }
+
+// auto's check reads a window's time per step as the mean without the slowest tenth: syncs that slow every other
+// step count (a median of such a window reads the fast steps alone), an evaluation pause does not.
+TEST(DilocoAuto, CheckSeesSyncsThatSlowEveryOtherStep) {
+  std::vector<double> two_in_five;  // 16 of 40 steps wait on a sync: fewer than half, so the median misses them
+  for (int i = 0; i < 40; ++i) two_in_five.push_back(i % 5 < 2 ? 28.0 : 10.0);
+  EXPECT_EQ(hd::median(two_in_five), 10.0);
+  EXPECT_NEAR(hd::mean_without_slowest(two_in_five, 0.1), (24 * 10.0 + 12 * 28.0) / 36, 1e-9);
+  std::vector<double> with_pause(19, 10.0);
+  with_pause.push_back(900.0);  // an evaluation between two steps
+  EXPECT_DOUBLE_EQ(hd::mean_without_slowest(with_pause, 0.1), 10.0);
+  EXPECT_EQ(hd::mean_without_slowest({}, 0.1), 0.0);
+  EXPECT_DOUBLE_EQ(hd::mean_without_slowest({7.0}, 0.1), 7.0);
+}
