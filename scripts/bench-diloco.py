@@ -94,7 +94,8 @@ def main():
     med = medians(runs, ["step_ms", "bytes_per_step", "seconds_to_target", "accuracy", "own_utilization"])
     ddp = med.get("ddp")
     print(f"{args.hosts} emulated hosts x {args.ranks_per_host} rank(s), {args.epochs:g} epochs, target "
-          f"{args.target:.0%}, median of {args.rounds} round(s); a step's forward, backward and optimizer step alone: {ref:.1f} ms")
+          f"{args.target:.0%}, median of {args.rounds} round(s); a step's forward, backward and optimizer step "
+          f"alone: {ref:.1f} ms")
     print(f"| row | runs | MB/step | step ms | utilization | s to {args.target:.0%} (median) | each run | "
           f"accuracy after {args.epochs:g} | vs DDP | DDP's time to {args.target:.0%} / this |")
     print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
