@@ -285,16 +285,32 @@ TEST(Diloco, ALoadRefusesAStateThatDoesNotFit) {
             "");
 }
 
-// auto's check reads a window's time per step as the mean without the slowest tenth: syncs that slow every other
-// step count (a median of such a window reads the fast steps alone), an evaluation pause does not.
-TEST(DilocoAuto, CheckSeesSyncsThatSlowEveryOtherStep) {
-  std::vector<double> two_in_five;  // 16 of 40 steps wait on a sync: fewer than half, so the median misses them
-  for (int i = 0; i < 40; ++i) two_in_five.push_back(i % 5 < 2 ? 28.0 : 10.0);
-  EXPECT_EQ(hd::median(two_in_five), 10.0);
-  EXPECT_NEAR(hd::mean_without_slowest(two_in_five, 0.1), (24 * 10.0 + 12 * 28.0) / 36, 1e-9);
-  std::vector<double> with_pause(19, 10.0);
-  with_pause.push_back(900.0);  // an evaluation between two steps
-  EXPECT_DOUBLE_EQ(hd::mean_without_slowest(with_pause, 0.1), 10.0);
-  EXPECT_EQ(hd::mean_without_slowest({}, 0.1), 0.0);
-  EXPECT_DOUBLE_EQ(hd::mean_without_slowest({7.0}, 0.1), 7.0);
+// auto's check reads compute from the same window's quiet steps: syncs that slow some steps count, the trainer's
+// pauses (an evaluation's average, a stray slow step) do not, and a VM that slowed since the probe is not taken for
+// the syncs' cost.
+TEST(DilocoAuto, CheckReadsComputeFromTheWindowsQuietSteps) {
+  std::vector<hd::CheckedStep> w;
+  for (int i = 0; i < 40; ++i) w.push_back({i % 5 < 2 ? 28.0 : 12.0, i % 5 < 2, false});  // 16 of 40 wait on a sync
+  w.push_back({900.0, false, true});   // an evaluation between two steps
+  w.push_back({200.0, false, false});  // a stall of the trainer's own (above 3x the quiet median)
+  const hd::WindowReading r = hd::read_window(w, /*probe_ms=*/10.0);
+  EXPECT_EQ(r.quiet, 24);
+  EXPECT_DOUBLE_EQ(r.compute_ms, 12.0);  // the window's own, not the probe's 10 ms
+  EXPECT_NEAR(r.step_ms, (24 * 12.0 + 16 * 28.0) / 40, 1e-9);
+  // A fragment at work on every step: no quiet step to read, so the probe's figure stands.
+  std::vector<hd::CheckedStep> busy(32, {14.0, true, false});
+  const hd::WindowReading b = hd::read_window(busy, 10.0);
+  EXPECT_EQ(b.quiet, 0);
+  EXPECT_DOUBLE_EQ(b.compute_ms, 10.0);
+  EXPECT_DOUBLE_EQ(b.step_ms, 14.0);
+  EXPECT_EQ(hd::read_window({}, 10.0).step_ms, 0.0);
+}
+
+// The next period brings the syncs' time per step within the target in one move where the measurement says how far.
+TEST(DilocoAuto, LengthensByWhatTheWindowMeasured) {
+  // 5 ms a step of syncs at period 4 against 8 ms of compute; 95% leaves them 0.42 ms: 4 * 5 / 0.42 = 47.5 -> 64.
+  EXPECT_EQ(hd::lengthened_period(4, {13.0, 8.0, 10}, 0.95), 64);
+  EXPECT_EQ(hd::lengthened_period(32, {8.5, 8.0, 10}, 0.95), 64);     // a little over: doubled
+  EXPECT_EQ(hd::lengthened_period(256, {80.0, 8.0, 10}, 0.95), 512);  // the longest
+  EXPECT_EQ(hd::lengthened_period(8, {9.0, 9.0, 0}, 0.95), 16);       // nothing over (a noisy window): doubled
 }

@@ -58,14 +58,37 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-double mean_without_slowest(std::vector<double> v, double share) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto keep =
-      std::max<std::size_t>(1, v.size() - static_cast<std::size_t>(share * static_cast<double>(v.size())));
-  double sum = 0;
-  for (std::size_t i = 0; i < keep; ++i) sum += v[i];
-  return sum / static_cast<double>(keep);
+WindowReading read_window(const std::vector<CheckedStep>& steps, double probe_ms) {
+  std::vector<double> quiet;
+  for (const CheckedStep& s : steps)
+    if (!s.paused && !s.syncing) quiet.push_back(s.ms);
+  const double pause_above = quiet.empty() ? 1e300 : 3 * median(quiet);
+  WindowReading w;
+  double all = 0, still = 0;
+  int counted = 0;
+  for (const CheckedStep& s : steps) {
+    if (s.paused || (!s.syncing && s.ms > pause_above)) continue;
+    all += s.ms;
+    ++counted;
+    if (!s.syncing) {
+      still += s.ms;
+      ++w.quiet;
+    }
+  }
+  w.step_ms = counted > 0 ? all / counted : 0;
+  // A schedule with a fragment at work on almost every step leaves too few quiet steps to read compute from.
+  const bool enough = w.quiet >= std::max<int>(4, static_cast<int>(steps.size() / 8));
+  w.compute_ms = enough ? still / w.quiet : probe_ms;
+  if (!enough) w.quiet = 0;
+  return w;
+}
+
+int lengthened_period(int period, const WindowReading& w, double target) {
+  const double over = std::max(0.0, w.step_ms - w.compute_ms);             // the syncs' time per step now
+  const double allowed = std::max(1e-9, w.compute_ms * (1 / target - 1));  // what the target leaves them
+  int next = period * 2;
+  while (next < 512 && over * period / next > allowed) next *= 2;
+  return std::min(next, 512);
 }
 
 OuterSettings probe_settings(const AveragingSpec& spec) {

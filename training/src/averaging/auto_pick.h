@@ -40,10 +40,27 @@ struct AutoChoice {
 };
 
 double median(std::vector<double> v);
-// The mean of all but the slowest `share` of the values: a window's time per step where the syncs land on some steps
-// (a median would miss them when they land on fewer than half), without the pauses a trainer takes between steps
-// (an evaluation every 20 steps).
-double mean_without_slowest(std::vector<double> v, double share);
+
+// One step in diloco:auto's check: its time from one after_step to the next, whether a sync was at work in it
+// (launched, in flight or applied: the syncs' cost lands on these steps) and whether the trainer left the loop in
+// it (an average for an evaluation, a checkpoint: not the syncs' cost).
+struct CheckedStep {
+  double ms = 0;
+  bool syncing = false;
+  bool paused = false;
+};
+struct WindowReading {
+  double step_ms = 0;     // the mean step, paused steps left out
+  double compute_ms = 0;  // the mean quiet step (no sync at work), or the probe's figure where too few were quiet
+  int quiet = 0;          // the quiet steps it read
+};
+// The window's mean step and what compute alone took in the same window: both read on the same minutes of a VM
+// whose speed swings by 15%, so their ratio is the syncs' share and not the VM's drift since the probe. A quiet step
+// above 3x the quiet median is a pause too (the trainer's own); a syncing step always counts.
+WindowReading read_window(const std::vector<CheckedStep>& steps, double probe_ms);
+// The period to try next where the window read below the target: the syncs' time per step falls with the period,
+// so the period grows by the power of two that brings it within what the target allows (2x at least, 512 at most).
+int lengthened_period(int period, const WindowReading& w, double target);
 // The probe's settings: plain local steps, nothing synced until the choice.
 OuterSettings probe_settings(const AveragingSpec& spec);
 // Averages the model (timed: the link), times each candidate codec on it, and agrees on the slowest rank's figures.

@@ -56,6 +56,7 @@ void ModelAverager::after_step() { impl_->method->after_step(++impl_->steps); }
 void ModelAverager::full_average() {
   Impl& m = *impl_;
   if (m.row->ranks_always_equal) return;
+  ++m.ctx.out_of_loop;
   const auto t0 = std::chrono::steady_clock::now();
   m.method->full_average(m.ctx);
   m.stats.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -63,6 +64,7 @@ void ModelAverager::full_average() {
 
 void ModelAverager::average_into(float* out) {
   Impl& m = *impl_;
+  ++m.ctx.out_of_loop;
   if (m.row->ranks_always_equal) {
     std::memcpy(out, m.ctx.params, m.ctx.count * sizeof(float));
     return;

@@ -66,12 +66,15 @@ class Outer final : public AveragingMethodBase {
       probe(t, t0);
       return;
     }
-    if (flight_.on && t >= flight_.launched_at + s_.delay) apply();
+    const bool applied = flight_.on && t >= flight_.launched_at + s_.delay;
+    if (applied) apply();
     if (checking_) check_choice(t, t0);  // between an apply and a launch: where nothing may be in flight
-    if (const int f = due(t); f >= 0) {
+    const int f = due(t);
+    if (f >= 0) {
       launch(f, t);
       if (s_.delay == 0) apply();
     }
+    check_.syncing = applied || f >= 0 || flight_.on;  // the next step pays for it
     ctx_.stats.wait_ms += ms_between(t0, Clock::now());
   }
 
@@ -321,47 +324,51 @@ class Outer final : public AveragingMethodBase {
     choice_ = c.why;
     configure();
     checking_ = true;
-    check_ = Check{link.step_ms, {}, Clock::now()};
+    check_ = Check{link.step_ms, {}, Clock::now(), false, ctx_.out_of_loop};
     if (ctx_.comm.rank() == 0) log::info("{}", choice_);
     ctx_.stats.wait_ms += ms_between(now, Clock::now());
   }
 
   // diloco:auto, after its choice: the prediction leaves out what the syncs take from compute where they share its
-  // cores (a 2-core host, a CPU trainer). So the steps are timed over a window (two periods, 16 steps at least)
-  // and where the slowest rank's step (the window's mean without its slowest tenth) keeps compute below the target, the
-  // period doubles (up to 512) and the next window checks again. Decided where no fragment is in flight, so every rank
-  // decides at the same step.
+  // cores (a 2-core host, a CPU trainer). So the steps are timed over a window (two periods, 16 steps at least), and
+  // where the slowest rank's mean step keeps its quiet steps' compute below the target, the period grows (up to 512)
+  // and the next window checks again. Decided where no fragment is in flight, so every rank decides at the same step.
   struct Check {
-    double compute_ms = 0;  // a local step's time in the probe (the slowest rank's)
-    std::vector<double> step_ms;
+    double probe_ms = 0;  // a local step's time in the probe (the slowest rank's)
+    std::vector<CheckedStep> steps;
     Clock::time_point last;
+    bool syncing = false;          // a sync at work since the last step's end
+    std::int64_t out_of_loop = 0;  // the trainer's own averages seen so far
   };
   void check_choice(std::int64_t t, Clock::time_point now) {
-    check_.step_ms.push_back(ms_between(check_.last, now));
+    check_.steps.push_back({ms_between(check_.last, now), check_.syncing, ctx_.out_of_loop != check_.out_of_loop});
     check_.last = now;
+    check_.out_of_loop = ctx_.out_of_loop;
     const std::size_t window = static_cast<std::size_t>(std::max(16, 2 * s_.period));
-    if (check_.step_ms.size() < window || flight_.on) return;
-    // Not the median: a fragment every other step that overruns its delay slows half the steps (seen at 100 Mbit/s:
-    // median 10.5 ms, mean 19 ms).
-    double step = mean_without_slowest(check_.step_ms, 0.1);
-    ctx_.comm.allreduce(&step, &step, 1, DataType::kFloat64, ReduceOp::kMax);
-    const double utilization = check_.compute_ms / std::max(step, 1e-9);
+    if (check_.steps.size() < window || flight_.on) return;
+    WindowReading w = read_window(check_.steps, check_.probe_ms);
+    double figures[2] = {w.step_ms, w.compute_ms};  // the slowest rank's
+    ctx_.comm.allreduce(figures, figures, 2, DataType::kFloat64, ReduceOp::kMax);
+    w.step_ms = figures[0];
+    w.compute_ms = figures[1];
+    const double utilization = w.compute_ms / std::max(w.step_ms, 1e-9);
+    const std::string against = w.quiet > 0 ? "its steps without a sync" : "the probe's steps (too few without a sync)";
     if (utilization >= ctx_.spec.target || s_.period >= 512) {
       checking_ = false;
       choice_ = fmt::format(
-          "diloco:auto keeps {}: measured {:.2f} ms a step against {:.2f} ms of compute ({:.0f}% "
-          "compute utilization{})",
-          s_.to_string(), step, check_.compute_ms, 100 * utilization,
+          "diloco:auto keeps {}: measured {:.2f} ms a step against {:.2f} ms of {} ({:.0f}% compute "
+          "utilization{})",
+          s_.to_string(), w.step_ms, w.compute_ms, against, 100 * utilization,
           s_.period >= 512 && utilization < ctx_.spec.target ? "; period 512 is the longest" : "");
     } else {
       const int was = s_.period;
-      s_.period *= 2;
+      s_.period = lengthened_period(was, w, ctx_.spec.target);
       s_.warmup = static_cast<int>(t);  // the new schedule counts from here; each fragment keeps its own synced part
       choice_ = fmt::format(
-          "diloco:auto lengthens the period {} -> {}: measured {:.2f} ms a step against {:.2f} ms "
-          "of compute ({:.0f}% < the target {:.0f}%: the syncs take more than predicted)",
-          was, s_.period, step, check_.compute_ms, 100 * utilization, 100 * ctx_.spec.target);
-      check_.step_ms.clear();
+          "diloco:auto lengthens the period {} -> {}: measured {:.2f} ms a step against {:.2f} ms of {} ({:.0f}% "
+          "< the target {:.0f}%: the syncs take more than predicted)",
+          was, s_.period, w.step_ms, w.compute_ms, against, 100 * utilization, 100 * ctx_.spec.target);
+      check_.steps.clear();
     }
     check_.last = Clock::now();
     if (ctx_.comm.rank() == 0) log::info("{}", choice_);
