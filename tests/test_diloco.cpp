@@ -314,3 +314,23 @@ TEST(DilocoAuto, LengthensByWhatTheWindowMeasured) {
   EXPECT_EQ(hd::lengthened_period(256, {80.0, 8.0, 10}, 0.95), 512);  // the longest
   EXPECT_EQ(hd::lengthened_period(8, {9.0, 9.0, 0}, 0.95), 16);       // nothing over (a noisy window): doubled
 }
+
+// The outer step follows the period auto runs at, also after its check lengthened it: SGD-momentum inner steps get
+// plain averaging below 128 and the papers' Nesterov step from there; Adam-family ones get Nesterov at any period.
+TEST(DilocoAuto, OuterStepFollowsThePeriod) {
+  hd::OuterSettings s;
+  s.period = 64;
+  hd::set_outer_rule(s, "sgd");
+  EXPECT_EQ(s.lr, 1.0);
+  EXPECT_EQ(s.momentum, 0.0);
+  EXPECT_FALSE(s.nesterov);
+  s.period = 128;
+  EXPECT_NE(hd::set_outer_rule(s, "sgd").find("long period"), std::string::npos);
+  EXPECT_EQ(s.lr, 0.7);
+  EXPECT_EQ(s.momentum, 0.9);
+  EXPECT_TRUE(s.nesterov);
+  s.period = 8;
+  hd::set_outer_rule(s, "adam");
+  EXPECT_EQ(s.lr, 0.7);
+  EXPECT_TRUE(s.nesterov);
+}

@@ -91,6 +91,19 @@ int lengthened_period(int period, const WindowReading& w, double target) {
   return std::min(next, 512);
 }
 
+std::string set_outer_rule(OuterSettings& s, const std::string& inner) {
+  const OuterRule* rule = &kOuterRules[1];
+  for (const OuterRule& r : kOuterRules)
+    if (inner == r.inner && s.period >= r.from_period) {
+      rule = &r;
+      break;
+    }
+  s.lr = rule->lr;
+  s.momentum = rule->momentum;
+  s.nesterov = rule->nesterov;
+  return rule->why;
+}
+
 OuterSettings probe_settings(const AveragingSpec& spec) {
   OuterSettings o;
   o.warmup = spec.warmup;
@@ -173,17 +186,9 @@ AutoChoice pick_outer(const LinkProbe& link, const AveragingSpec& spec, int worl
   const Candidate chosen =
       reached ? *std::min_element(fit.begin(), fit.end(), [](const auto& a, const auto& b) { return a.key < b.key; })
               : best_any;
-  const OuterRule* rule = &kOuterRules[1];
-  for (const OuterRule& r : kOuterRules)
-    if (spec.inner == r.inner && chosen.s.period >= r.from_period) {
-      rule = &r;
-      break;
-    }
   AutoChoice out;
   out.settings = chosen.s;
-  out.settings.lr = rule->lr;
-  out.settings.momentum = rule->momentum;
-  out.settings.nesterov = rule->nesterov;
+  const std::string rule_why = set_outer_rule(out.settings, spec.inner);
   out.utilization = chosen.util;
   out.why = fmt::format(
       "diloco:auto chose {} on {} ranks: a step computes in {:.2f} ms and the model's float32 all-reduce ({:.2f} MB) "
@@ -191,7 +196,7 @@ AutoChoice pick_outer(const LinkProbe& link, const AveragingSpec& spec, int worl
       out.settings.to_string(), world, link.step_ms, link.bytes / 1e6, link.full_ms, 100 * chosen.util,
       reached ? "reaching" : "short of", 100 * spec.target,
       reached ? ", with the shortest period that does" : ": the highest any setting up to period 512 reaches",
-      rule->why);
+      rule_why);
   return out;
 }
 

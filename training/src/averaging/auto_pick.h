@@ -61,6 +61,9 @@ WindowReading read_window(const std::vector<CheckedStep>& steps, double probe_ms
 // The period to try next where the window read below the target: the syncs' time per step falls with the period,
 // so the period grows by the power of two that brings it within what the target allows (2x at least, 512 at most).
 int lengthened_period(int period, const WindowReading& w, double target);
+// The outer step (lr, momentum, nesterov) for the inner optimizer's family ("sgd", "adam") at s.period, set in s;
+// returns why.
+std::string set_outer_rule(OuterSettings& s, const std::string& inner);
 // The probe's settings: plain local steps, nothing synced until the choice.
 OuterSettings probe_settings(const AveragingSpec& spec);
 // Averages the model (timed: the link), times each candidate codec on it, and agrees on the slowest rank's figures.

@@ -362,12 +362,19 @@ class Outer final : public AveragingMethodBase {
           s_.period >= 512 && utilization < ctx_.spec.target ? "; period 512 is the longest" : "");
     } else {
       const int was = s_.period;
-      s_.period = lengthened_period(was, w, ctx_.spec.target);
-      s_.warmup = static_cast<int>(t);  // the new schedule counts from here; each fragment keeps its own synced part
+      OuterSettings next = s_;
+      next.period = lengthened_period(was, w, ctx_.spec.target);
+      next.warmup = static_cast<int>(t);  // the new schedule counts from here; each fragment keeps its own synced part
+      const std::string rule_why = set_outer_rule(next, ctx_.spec.inner);
+      const bool new_step = next.lr != s_.lr || next.momentum != s_.momentum || next.nesterov != s_.nesterov;
+      if (new_step) full_average(ctx_);  // the new outer step starts from one synced model (residuals moot)
+      s_ = next;
+      if (new_step) configure();
       choice_ = fmt::format(
           "diloco:auto lengthens the period {} -> {}: measured {:.2f} ms a step against {:.2f} ms of {} ({:.0f}% "
-          "< the target {:.0f}%: the syncs take more than predicted)",
-          was, s_.period, w.step_ms, w.compute_ms, against, 100 * utilization, 100 * ctx_.spec.target);
+          "< the target {:.0f}%: the syncs take more than predicted){}",
+          was, s_.period, w.step_ms, w.compute_ms, against, 100 * utilization, 100 * ctx_.spec.target,
+          new_step ? fmt::format("; now {}: {}", s_.to_string(), rule_why) : "");
       check_.steps.clear();
     }
     check_.last = Clock::now();
