@@ -20,6 +20,15 @@ if(HOPWISE_TORCH_ENABLED)
   endforeach()
 endif()
 
+# ---- examples/torch_lm (the GPT-style language model), small and short: it trains on both backends under torchrun
+# and mpirun with each kind of method, and a run resumed from its checkpoint ends where the straight one ends ----
+if(HOPWISE_TORCH_ENABLED)
+  add_test(NAME torch_lm COMMAND ${HOPWISE_PYTHON} -m pytest -q -p no:cacheprovider
+                                 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_torch_lm.py)
+  set_tests_properties(torch_lm PROPERTIES ENVIRONMENT "HOPWISE_BUILD_DIR=${CMAKE_BINARY_DIR}"
+                                           LABELS "python;torch" TIMEOUT 900 PROCESSORS 2)
+endif()
+
 # ---- CUDA tensors through the backend (one rank: one GPU here at most); skipped (77) where there is no GPU, which
 # gpu-check.sh counts as a failure on its machine (label cuda) ----
 if(HOPWISE_TORCH_ENABLED)
