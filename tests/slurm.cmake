@@ -33,6 +33,13 @@ if(HOPWISE_TORCHRUN AND HOPWISE_PYTHON)
                              -- --epochs 0.25 --hidden 256
                      EXPECT "train.py: 4 ranks, backend hopwise" "on 2 host\\(s\\)" "test accuracy 0\\.[6-9]"
                             "job [0-9]+ ended COMPLETED")
+  # the language model through the same batch script (TRAINER), a short run
+  hopwise_slurm_test(slurm_torch_lm_sbatch MAX_SECONDS 280
+                     COMMAND ${slurm_job} ${PROJECT_SOURCE_DIR}/examples/slurm/torch_ddp.sbatch
+                             --export=ALL,TORCHRUN=${HOPWISE_TORCHRUN},PYTHONPATH=${CMAKE_BINARY_DIR}/python,TRAINER=examples/torch_lm/train.py
+                             -- --layers 2 --width 64 --heads 2 --context 64 --steps 30 --eval-every 0 --sample 0
+                     EXPECT "train.py: 4 ranks, backend hopwise" "on 2 host\\(s\\)" "validation [0-9.]+ bits per byte"
+                            "job [0-9]+ ended COMPLETED")
 endif()
 
 # Faults (tests/slurm_faults.sh): the job cancelled mid-run, one rank killed, a node's slurmd stopped; each time the
