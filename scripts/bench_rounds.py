@@ -5,9 +5,10 @@ import statistics
 import sys
 
 
-def interleaved(rows, rounds, run_one, target, partial=""):
-    """{row: [run's figures, ...]}; run_one(row, round) measures one run. Prints each run as it ends and, with
-    partial, rewrites that JSON file after each (an interrupted sitting keeps what it measured)."""
+def interleaved(rows, rounds, run_one, target, partial="", describe=None):
+    """{row: [run's figures, ...]}; run_one(row, round) measures one run. Prints each run as it ends (describe(m):
+    its figures in words, else its time to the target accuracy) and, with partial, rewrites that JSON file after
+    each (an interrupted sitting keeps what it measured)."""
     runs = {r: [] for r in rows}
     for rnd in range(rounds):
         for r in rows if rnd % 2 == 0 else rows[::-1]:
@@ -16,8 +17,9 @@ def interleaved(rows, rounds, run_one, target, partial=""):
             if partial:
                 with open(partial, "w") as fh:
                     json.dump(runs, fh, indent=1)
-            print(f"round {rnd + 1}: {r}: {m['step_ms']:.1f} ms/step, to {target:.0%}: "
-                  f"{m['seconds_to_target']} s, accuracy {m['accuracy']:.4f}", file=sys.stderr, flush=True)
+            text = describe(m) if describe else (f"{m['step_ms']:.1f} ms/step, to {target:.0%}: "
+                                                 f"{m['seconds_to_target']} s, accuracy {m['accuracy']:.4f}")
+            print(f"round {rnd + 1}: {r}: {text}", file=sys.stderr, flush=True)
     return runs
 
 

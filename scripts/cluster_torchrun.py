@@ -30,5 +30,8 @@ def run_torchrun(hosts, per_host, program_args, out, env=None, limit_s=3600, pyt
     if p.poll() is None:
         subprocess.run(["pkill", "-f", "torchrun --nnodes"], check=False)
         os.killpg(p.pid, 9)
+    if not os.path.exists(out):
+        sys.exit(f"cluster_torchrun: the run wrote no {out} (exit status {p.returncode}); run it by hand to see "
+                 f"why: {' '.join(cmd)}")
     with open(out) as f:
         return json.load(f)

@@ -13,6 +13,10 @@
   a Chrome/Perfetto trace (train_mnist --trace)
       a few steps of every rank: compute and the buckets' communication on their own rows, to see the overlap
 
+  a bench-lm JSON (scripts/bench-lm.py --json)
+      validation loss (bits per byte) against training seconds, a line per row (its run of median length), DDP's
+      thick and black, DDP's loss + 1% dashed; beside it each row's compute utilization as a bar
+
   scripts/plot.py --grid OUT.png [--title TEXT] CSV...
       one panel per CSV (hopwise-bench's or hopwise-sim's), titled by its file name: bus bandwidth against size,
       a line per algorithm, the panels side by side with one y scale (e.g. one fabric at 16 to 4096 ranks)
@@ -23,6 +27,7 @@ import bisect
 import csv
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -265,6 +270,38 @@ def trace_chart(events, title, out, steps=4):
     plt.close(fig)
 
 
+def lm_chart(bench, title, out):
+    """scripts/bench-lm.py's rows: loss against time, and utilization."""
+    runs, labels, ref = bench["runs"], bench["labels"], bench["compute_ms"]
+    fig, (curves, bars) = plt.subplots(1, 2, figsize=(14, 6), gridspec_kw={"width_ratios": [3, 2]})
+    colors = plt.get_cmap("tab20").colors
+    for i, (row, rs) in enumerate(runs.items()):
+        typical = sorted(rs, key=lambda m: m["train_s"])[len(rs) // 2]
+        xs, ys = [s for _, s, _ in typical["trace"]], [b for _, _, b in typical["trace"]]
+        ddp = row == "ddp"
+        curves.plot(xs, ys, color="black" if ddp else colors[i % len(colors)], lw=3 if ddp else 1.5,
+                    label=labels.get(row, row), zorder=3 if ddp else 2)
+    curves.axhline(bench["target_bpb"], color="black", ls="--", lw=1, label="DDP's final loss + 1%")
+    curves.set_xscale("log")
+    curves.set_xlabel("training seconds (log)")
+    curves.set_ylabel("validation loss, bits per byte")
+    curves.set_ylim(top=min(8.5, curves.get_ylim()[1]))
+    curves.grid(alpha=0.3)
+    curves.legend(fontsize=8)
+    names = [labels.get(r, r) for r in runs]
+    util = [min(1.0, ref / statistics.median(m["step_ms"] for m in rs)) for rs in runs.values()]
+    bars.barh(names, [100 * u for u in util], color=["black" if r == "ddp" else "tab:blue" for r in runs])
+    bars.axvline(90, color="tab:red", ls="--", lw=1)
+    bars.invert_yaxis()
+    bars.set_xlim(0, 100)
+    bars.set_xlabel("compute utilization, % (goal: 90, dashed)")
+    bars.tick_params(axis="y", labelsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def read_json_any(path):
     text = Path(path).read_text()
     try:
@@ -285,7 +322,11 @@ def plot(path, util_alert=0.0):
         return out
     records = read_json_any(p)
     first = records[0]
-    if isinstance(first, dict) and "traceEvents" in first:
+    if isinstance(first, dict) and first.get("kind") == "bench-lm":
+        a = first["args"]
+        lm_chart(first, f"{p.name}: the language model on {a['hosts']} x {a['ranks_per_host']} ranks"
+                 f"{', ' + a['link'] if a.get('link') else ''}", out)
+    elif isinstance(first, dict) and "traceEvents" in first:
         trace_chart(first["traceEvents"], p.name, out)
     elif isinstance(first, list):
         trace_chart(first, p.name, out)

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The headline on a language model: examples/torch_lm/train.py under every method on the emulated cluster as it is
+(scripts/local-cluster.sh up/shape), runs interleaved over rounds, medians quoted, a table and a chart.
+
+    scripts/local-cluster.sh up 2 --slots 1 && scripts/local-cluster.sh shape 100mbit
+    scripts/bench-lm.py [--ranks-per-host 1] [--steps 300] [--rounds 3] [--json FILE] [--row ROW ...] [-- FLAGS]
+    /usr/bin/python3 scripts/plot.py FILE          # the chart: validation loss against wall time, utilization
+
+Rows: ddp (DDP on gloo, the reference), ddp-hopwise (DDP on hopwise), hook:SPEC (DDP on hopwise with a codec, e.g.
+hook:int8:ef=1, hook:powersgd:rank=4), averaging:SPEC (local:period=H, async:period=H,delay=1,codec=int8),
+diloco:SPEC (hopwise's DiLoCo, any spec or diloco:auto), recipe:H[:int8] (the plain-PyTorch DiLoCo recipe over gloo,
+no hopwise). FLAGS after -- go to every run (the model's size, --batch, --lr, ...). Every row trains the same model
+from the same seed on the same tokens with the same global batch.
+
+Figures per row: step ms (training time / steps; evaluation is off the clock), utilization (one compute figure for
+every row: the median over all runs of train.py's forward, backward and AdamW step measured apart, over the row's
+step), MB a rank hands its collectives per step, the validation loss (bits per byte) after the same tokens, and
+the training seconds until the validation loss first reached DDP's final loss within 1% (relative; the medians of
+DDP's runs), checked every --eval-every steps."""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from bench_rounds import each, interleaved, median
+from cluster_torchrun import run_torchrun
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = str(ROOT / "examples" / "torch_lm" / "train.py")
+DEFAULT = ["ddp", "ddp-hopwise", "hook:int8:ef=1", "hook:powersgd:rank=4", "averaging:local:period=16",
+           "averaging:async:period=8,delay=1,codec=int8", "diloco:diloco:period=16", "recipe:16",
+           "diloco:diloco:period=64", "recipe:64", "diloco:diloco:period=64,codec=int4",
+           "diloco:diloco:period=64,fragments=4,delay=1,codec=int8", "diloco:diloco:auto"]
+TOLERANCE = 0.01  # "DDP's loss": within 1% of it
+
+
+def command(row, args, out):
+    kind, _, spec = row.partition(":")
+    flags = {"ddp": ["--backend", "gloo"], "ddp-hopwise": ["--backend", "hopwise"],
+             "hook": ["--backend", "hopwise", "--ddp-hook", spec],
+             "averaging": ["--backend", "hopwise", "--averaging", spec],
+             "diloco": ["--backend", "hopwise", "--diloco", spec],
+             "recipe": ["--backend", "gloo", "--recipe", spec]}.get(kind)
+    if flags is None:
+        sys.exit(f"bench-lm.py: row '{row}': ddp, ddp-hopwise, hook:SPEC, averaging:SPEC, diloco:SPEC, recipe:H")
+    return [TRAIN, *flags, "--steps", str(args.steps), "--eval-every", str(args.eval_every), "--sample", "0",
+            "--json", out, *args.flags]
+
+
+def run(row, args, out):
+    env = {"PYTHONPATH": str(ROOT / "build" / "python")}
+    d = run_torchrun(args.hosts, args.ranks_per_host, command(row, args, out), out, env)
+    return {"step_ms": d["step_ms"], "compute_ms": d["compute_ms"], "bytes_per_step": d["bytes_per_step"],
+            "val_bpb": d["val_bpb"], "trace": d["val_trace"], "train_s": d["train_s"], "tokens": d["tokens"],
+            "parameters": d["parameters"], "choice": (d.get("diloco_stats") or {}).get("choice", "")}
+
+
+def seconds_to(trace, target):
+    return next((s for _, s, bpb in trace if bpb <= target), None)
+
+
+def label(row):
+    kind, _, spec = row.partition(":")
+    return {"ddp": "DDP, gloo", "ddp-hopwise": "DDP, hopwise"}.get(kind) or {
+        "hook": f"DDP + hopwise {spec} hook", "averaging": f"hopwise {spec}", "diloco": f"hopwise {spec}",
+        "recipe": f"plain-PyTorch recipe H={spec}"}[kind]
+
+
+def main():
+    argv = sys.argv[1:]
+    flags = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--ranks-per-host", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--eval-every", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--row", action="append", default=None)
+    ap.add_argument("--link", default="", help="the link's rate, for the table and chart (e.g. 100 Mbit/s)")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--partial", default="", help="JSON file rewritten with every run's figures as each run ends")
+    args = ap.parse_args(argv)
+    args.flags = flags
+    rows = args.row or DEFAULT
+    if "ddp" not in rows:
+        sys.exit("bench-lm.py: the rows need ddp (DDP on gloo): its final loss is every row's target")
+    with tempfile.TemporaryDirectory() as tmp:
+        def run_one(r, rnd):
+            return run(r, args, os.path.join(tmp, f"{rnd}-{abs(hash(r))}.json"))
+        runs = interleaved(rows, args.rounds, run_one, 0, args.partial,
+                           describe=lambda m: f"{m['step_ms']:.0f} ms/step, {m['val_bpb']:.4f} bits per byte")
+    ref = statistics.median(m["compute_ms"] for rs in runs.values() for m in rs)
+    target = median([m["val_bpb"] for m in runs["ddp"]]) * (1 + TOLERANCE)
+    for rs in runs.values():
+        for m in rs:
+            m["seconds_to_target"] = seconds_to(m["trace"], target)
+    med = {r: {k: median([m[k] for m in rs]) for k in ("step_ms", "bytes_per_step", "val_bpb", "seconds_to_target")}
+           for r, rs in runs.items()}
+    ddp = med["ddp"]
+    first = runs["ddp"][0]
+    print(f"{args.hosts} emulated hosts x {args.ranks_per_host} rank(s){', ' + args.link if args.link else ''}: GPT "
+          f"of {first['parameters']:,} parameters, {args.steps} steps ({first['tokens']:,} tokens), median of "
+          f"{args.rounds} round(s); a step's forward, backward and AdamW step alone: {ref:.0f} ms; DDP's final "
+          f"loss {ddp['val_bpb']:.4f} bits per byte, the target {target:.4f} (+{TOLERANCE:.0%})")
+    print("| row | runs | MB/step | step ms | utilization | s to DDP's loss (median) | each run | final bpb | "
+          "vs DDP | DDP's time / this |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
+    for r, m in med.items():
+        to = "not reached" if m["seconds_to_target"] is None else f"{m['seconds_to_target']:.0f}"
+        rel = "-" if r == "ddp" else f"{100 * (m['val_bpb'] / ddp['val_bpb'] - 1):+.2f}%"
+        speed = ("-" if r == "ddp" or not m["seconds_to_target"] or not ddp["seconds_to_target"]
+                 else f"{ddp['seconds_to_target'] / m['seconds_to_target']:.2f}x")
+        print(f"| {label(r)} | {len(runs[r])} | {m['bytes_per_step'] / 1e6:.2f} | {m['step_ms']:.0f} | "
+              f"{min(1.0, ref / m['step_ms']):.0%} | {to} | {each(runs[r], 'seconds_to_target', '.0f')} | "
+              f"{m['val_bpb']:.4f} | {rel} | {speed} |")
+    for r, rs in runs.items():
+        for m in rs:
+            if m["choice"]:
+                print(f"{r}: {m['choice']}", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"kind": "bench-lm", "medians": med, "runs": runs, "compute_ms": ref, "target_bpb": target,
+                       "labels": {r: label(r) for r in rows}, "args": vars(args)}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
