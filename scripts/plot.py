@@ -14,8 +14,9 @@
       a few steps of every rank: compute and the buckets' communication on their own rows, to see the overlap
 
   a bench-lm JSON (scripts/bench-lm.py --json)
-      validation loss (bits per byte) against training seconds, a line per row (its run of median length), DDP's
-      thick and black, DDP's loss + 1% dashed; beside it each row's compute utilization as a bar
+      validation loss (bits per byte) against training seconds (log), a line per row (its run of median length)
+      from its first check on, DDP's thick and black, DDP's loss + 1% dashed; beside it each row's compute
+      utilization as a bar
 
   scripts/plot.py --grid OUT.png [--title TEXT] CSV...
       one panel per CSV (hopwise-bench's or hopwise-sim's), titled by its file name: bus bandwidth against size,
@@ -277,7 +278,8 @@ def lm_chart(bench, title, out):
     colors = plt.get_cmap("tab20").colors
     for i, (row, rs) in enumerate(runs.items()):
         typical = sorted(rs, key=lambda m: m["train_s"])[len(rs) // 2]
-        xs, ys = [s for _, s, _ in typical["trace"]], [b for _, _, b in typical["trace"]]
+        points = [(s, b) for _, s, b in typical["trace"] if s > 0]  # the log axis has no 0: from the first check
+        xs, ys = [s for s, _ in points], [b for _, b in points]
         ddp = row == "ddp"
         curves.plot(xs, ys, color="black" if ddp else colors[i % len(colors)], lw=3 if ddp else 1.5,
                     label=labels.get(row, row), zorder=3 if ddp else 2)
