@@ -347,10 +347,12 @@ class Outer final : public AveragingMethodBase {
     const std::size_t window = static_cast<std::size_t>(std::max(16, 2 * s_.period));
     if (check_.steps.size() < window || flight_.on) return;
     WindowReading w = read_window(check_.steps, check_.probe_ms);
-    double figures[2] = {w.step_ms, w.compute_ms};  // the slowest rank's
-    ctx_.comm.allreduce(figures, figures, 2, DataType::kFloat64, ReduceOp::kMax);
+    // the slowest rank's figures, and the fewest quiet steps (0 where any rank read the probe's)
+    double figures[3] = {w.step_ms, w.compute_ms, -static_cast<double>(w.quiet)};
+    ctx_.comm.allreduce(figures, figures, 3, DataType::kFloat64, ReduceOp::kMax);
     w.step_ms = figures[0];
     w.compute_ms = figures[1];
+    w.quiet = static_cast<int>(-figures[2]);
     const double utilization = w.compute_ms / std::max(w.step_ms, 1e-9);
     const std::string against = w.quiet > 0 ? "its steps without a sync" : "the probe's steps (too few without a sync)";
     if (utilization >= ctx_.spec.target || s_.period >= 512) {

@@ -24,8 +24,8 @@ struct AveragingContext {
   float* params;
   std::size_t count;
   AveragingStats& stats;
-  std::int64_t out_of_loop =
-      0;                 // the trainer's own averages between steps (evaluations, checkpoints): pauses, not syncs
+  // The trainer's own averages between steps (evaluations, checkpoints): pauses that diloco:auto's check leaves out.
+  std::int64_t out_of_loop = 0;
   void average_world();  // the parameters replaced by the world's mean (blocking), counted in stats
 };
 
