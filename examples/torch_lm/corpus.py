@@ -60,8 +60,8 @@ class Corpus:
         if not path.exists():
             cls._write(path, root, files)
         with open(path, "rb") as f:
-            header = f.readline().split()
-            if len(header) != 4 or b" ".join(header[:2]) != _MAGIC:
+            header = f.readline(200).split()
+            if len(header) != 4 or b" ".join(header[:2]) != _MAGIC or not (header[2] + header[3]).isdigit():
                 raise RuntimeError(f"corpus: {path} is not a token cache this example wrote; delete it")
             n_train, n_val = int(header[2]), int(header[3])
             data = np.frombuffer(f.read(), dtype=np.uint8)

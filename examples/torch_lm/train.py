@@ -215,7 +215,7 @@ def main():
     def batch(step):
         return corpus.batch(step, args.batch, args.context, rank, world, args.seed)
 
-    def train_step(step, x, y, communicate=True):
+    def train_step(x, y, communicate=True):
         opt.zero_grad()
         with contextlib.nullcontext() if communicate or not isinstance(net, DDP) else net.no_sync():
             loss = F.cross_entropy(net(x).reshape(-1, 256), y.reshape(-1))
@@ -234,7 +234,7 @@ def main():
         kept = copy.deepcopy((model.state_dict(), opt.state_dict()))
         t0 = time.perf_counter()
         for i in range(n):
-            train_step(i, *batch(i), communicate=False)
+            train_step(*batch(i), communicate=False)
         took = (time.perf_counter() - t0) / n * 1e3
         with torch.no_grad():
             model.load_state_dict(kept[0])
@@ -280,7 +280,7 @@ def main():
     loss_sum, losses, paused = 0.0, 0, 0.0
     end = min(args.steps, start + args.stop_after) if args.stop_after else args.steps
     for step in range(start, end):
-        loss = train_step(step, *batch(step))
+        loss = train_step(*batch(step))
         sched.step()
         if avg:
             avg.after_step()
