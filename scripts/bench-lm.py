@@ -8,8 +8,10 @@
 
 Rows: ddp (DDP on gloo, the reference), ddp-hopwise (DDP on hopwise), hook:SPEC (DDP on hopwise with a codec, e.g.
 hook:int8:ef=1, hook:powersgd:rank=4), averaging:SPEC (local:period=H, async:period=H,delay=1,codec=int8),
-diloco:SPEC (hopwise's DiLoCo, any spec or diloco:auto), recipe:H[:int8] (the plain-PyTorch DiLoCo recipe over gloo,
-no hopwise). FLAGS after -- go to every run (the model's size, --batch, --lr, ...). Every row trains the same model
+diloco:SPEC (hopwise's DiLoCo, any spec or diloco:auto), recipe:H[:int8][:LR:MOMENTUM] (the plain-PyTorch DiLoCo
+recipe over gloo, no hopwise; its outer lr and Nesterov momentum, 0.7 and 0.9 unless named), torchft:H[:LR:MOMENTUM]
+(torchft's DiLoCo, with --torchft-python: an environment with this torch and torchft, pip
+install torchft; not part of hopwise's setup). FLAGS after -- go to every run (the model's size, --batch, --lr, ...). Every row trains the same model
 from the same seed on the same tokens with the same global batch.
 
 Figures per row: step ms (training time / steps; evaluation is off the clock), utilization (one compute figure for
@@ -37,22 +39,38 @@ DEFAULT = ["ddp", "ddp-hopwise", "hook:int8:ef=1", "hook:powersgd:rank=4", "aver
 TOLERANCE = 0.01  # "DDP's loss": within 1% of it
 
 
+def peer_flags(kind, spec):
+    """recipe:H[:int8][:LR:MOMENTUM] and torchft:H[:LR:MOMENTUM]: train.py's flags."""
+    parts = spec.split(":")
+    outer = []
+    if len(parts) >= 3:
+        outer = ["--outer-lr", parts[-2], "--outer-momentum", parts[-1]]
+        parts = parts[:-2]
+    if not parts[0].isdigit() or (kind == "torchft" and len(parts) > 1) or len(parts) > 2:
+        sys.exit(f"bench-lm.py: row '{kind}:{spec}': {kind}:H" + ("[:int8]" if kind == "recipe" else "") +
+                 "[:LR:MOMENTUM]")
+    return ["--backend", "gloo", f"--{kind}", ":".join(parts), *outer]
+
+
 def command(row, args, out):
     kind, _, spec = row.partition(":")
     flags = {"ddp": ["--backend", "gloo"], "ddp-hopwise": ["--backend", "hopwise"],
              "hook": ["--backend", "hopwise", "--ddp-hook", spec],
              "averaging": ["--backend", "hopwise", "--averaging", spec],
              "diloco": ["--backend", "hopwise", "--diloco", spec],
-             "recipe": ["--backend", "gloo", "--recipe", spec]}.get(kind)
+             "recipe": peer_flags(kind, spec) if kind == "recipe" else None,
+             "torchft": peer_flags(kind, spec) if kind == "torchft" else None}.get(kind)
     if flags is None:
-        sys.exit(f"bench-lm.py: row '{row}': ddp, ddp-hopwise, hook:SPEC, averaging:SPEC, diloco:SPEC, recipe:H")
+        sys.exit(f"bench-lm.py: row '{row}': ddp, ddp-hopwise, hook:SPEC, averaging:SPEC, diloco:SPEC, recipe:H, "
+                 "torchft:H")
     return [TRAIN, *flags, "--steps", str(args.steps), "--eval-every", str(args.eval_every), "--sample", "0",
             "--json", out, *args.flags]
 
 
 def run(row, args, out):
     env = {"PYTHONPATH": str(ROOT / "build" / "python")}
-    d = run_torchrun(args.hosts, args.ranks_per_host, command(row, args, out), out, env)
+    python = args.torchft_python if row.startswith("torchft:") else None
+    d = run_torchrun(args.hosts, args.ranks_per_host, command(row, args, out), out, env, python=python)
     return {"step_ms": d["step_ms"], "compute_ms": d["compute_ms"], "bytes_per_step": d["bytes_per_step"],
             "val_bpb": d["val_bpb"], "trace": d["val_trace"], "train_s": d["train_s"], "tokens": d["tokens"],
             "parameters": d["parameters"], "choice": (d.get("diloco_stats") or {}).get("choice", "")}
@@ -66,7 +84,14 @@ def label(row):
     kind, _, spec = row.partition(":")
     return {"ddp": "DDP, gloo", "ddp-hopwise": "DDP, hopwise"}.get(kind) or {
         "hook": f"DDP + hopwise {spec} hook", "averaging": f"hopwise {spec}", "diloco": f"hopwise {spec}",
-        "recipe": f"plain-PyTorch recipe H={spec}"}[kind]
+        "recipe": f"plain-PyTorch recipe {peer_words(spec)}", "torchft": f"torchft DiLoCo {peer_words(spec)}"}[kind]
+
+
+def peer_words(spec):
+    """4:int8:1:0 -> 'H=4 int8, outer lr 1 momentum 0'."""
+    parts = spec.split(":")
+    outer = f", outer lr {parts[-2]} momentum {parts[-1]}" if len(parts) >= 3 else ""
+    return f"H={' '.join(parts[:-2] if outer else parts)}{outer}"
 
 
 def main():
@@ -82,10 +107,13 @@ def main():
     ap.add_argument("--row", action="append", default=None)
     ap.add_argument("--link", default="", help="the link's rate, for the table and chart (e.g. 100 Mbit/s)")
     ap.add_argument("--json", default="")
+    ap.add_argument("--torchft-python", default="", help="the interpreter for torchft rows")
     ap.add_argument("--partial", default="", help="JSON file rewritten with every run's figures as each run ends")
     args = ap.parse_args(argv)
     args.flags = flags
     rows = args.row or DEFAULT
+    if any(r.startswith("torchft:") for r in rows) and not args.torchft_python:
+        sys.exit("bench-lm.py: a torchft row needs --torchft-python (an environment with this torch and torchft)")
     if "ddp" not in rows:
         sys.exit("bench-lm.py: the rows need ddp (DDP on gloo): its final loss is every row's target")
     with tempfile.TemporaryDirectory() as tmp:

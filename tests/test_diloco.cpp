@@ -171,8 +171,8 @@ TEST(DilocoAuto, PicksTheShortestPeriodThatReachesTheTarget) {
   hd::LinkProbe none_reach{10, 1e9, 4 << 20, {{"none", 1.0, 0.0}}};
   const hd::AutoChoice c = hd::pick_outer(none_reach, hc::AveragingSpec::parse("diloco:auto,inner=adam"), 2);
   EXPECT_NE(c.why.find("short of the target"), std::string::npos) << c.why;
-  EXPECT_EQ(c.settings.lr, 0.7);
-  EXPECT_EQ(c.settings.momentum, 0.9);
+  EXPECT_EQ(c.settings.lr, 1.0) << "inner adam: plain averaging";
+  EXPECT_EQ(c.settings.momentum, 0.0);
 }
 
 TEST(DilocoAuto, MeasuresInTheFirstStepsAndEveryRankTakesTheSameChoice) {
@@ -315,8 +315,19 @@ TEST(DilocoAuto, LengthensByWhatTheWindowMeasured) {
   EXPECT_EQ(hd::lengthened_period(8, {9.0, 9.0, 0}, 0.95), 16);       // nothing over (a noisy window): doubled
 }
 
+// Before a longer period, a codec with fewer bits where its share of the measured cost fits what the target allows.
+TEST(DilocoAuto, SwapsToFewerBitsBeforeALongerPeriod) {
+  const std::vector<hd::CodecCost> codecs{{"none", 1.0, 0}, {"int8", 0.25, 1}, {"int4", 0.125, 1}};
+  // 88 ms a step against 80 of compute: 8 ms of syncs at int8; 95% leaves 4.2 ms; int4 (half) makes 4 -> int4
+  EXPECT_EQ(hd::lighter_codec("int8", codecs, {88.0, 80.0, 0}, 0.95), "int4");
+  EXPECT_EQ(hd::lighter_codec("int8", codecs, {100.0, 80.0, 0}, 0.95), "");     // 10 ms at int4: the period grows
+  EXPECT_EQ(hd::lighter_codec("none", codecs, {84.0, 80.0, 0}, 0.95), "int8");  // the most bits that fit
+  EXPECT_EQ(hd::lighter_codec("int4", codecs, {84.0, 80.0, 0}, 0.95), "");      // none lighter
+  EXPECT_EQ(hd::lighter_codec("fp8", codecs, {84.0, 80.0, 0}, 0.95), "");       // not among the probe's
+}
+
 // The outer step follows the period auto runs at, also after its check lengthened it: SGD-momentum inner steps get
-// plain averaging below 128 and the papers' Nesterov step from there; Adam-family ones get Nesterov at any period.
+// plain averaging below 128 and the papers' Nesterov step from there; Adam-family ones plain averaging at any period.
 TEST(DilocoAuto, OuterStepFollowsThePeriod) {
   hd::OuterSettings s;
   s.period = 64;
@@ -329,8 +340,11 @@ TEST(DilocoAuto, OuterStepFollowsThePeriod) {
   EXPECT_EQ(s.lr, 0.7);
   EXPECT_EQ(s.momentum, 0.9);
   EXPECT_TRUE(s.nesterov);
-  s.period = 8;
-  hd::set_outer_rule(s, "adam");
-  EXPECT_EQ(s.lr, 0.7);
-  EXPECT_TRUE(s.nesterov);
+  for (const int period : {8, 512}) {
+    s.period = period;
+    hd::set_outer_rule(s, "adam");
+    EXPECT_EQ(s.lr, 1.0) << "inner adam at " << period << ": plain averaging";
+    EXPECT_EQ(s.momentum, 0.0);
+    EXPECT_FALSE(s.nesterov);
+  }
 }

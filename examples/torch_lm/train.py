@@ -12,8 +12,9 @@ averaging method, hopwise's DiLoCo, or the plain-PyTorch DiLoCo recipe over gloo
 Methods (one at a time): --ddp-hook SPEC (DDP with a hopwise codec, e.g. int8:ef=1 or powersgd:rank=4, backend
 hopwise; or torch-fp16, torch-powersgd:rank=4), --averaging SPEC (local:period=H, async:period=H,delay=1,codec=int8,
 ...: hopwise.torch.ModelAverager around DDP), --diloco SPEC (no DDP: hopwise.torch.DiLoCo around each rank's AdamW),
---recipe H[:int8] (no DDP, no hopwise: scripts/diloco_recipe.py's outer loop over gloo, the peer). The batch of each
-step is drawn from the step and --seed alone, so every method sees the same tokens.
+--recipe H[:int8] (no DDP, no hopwise: scripts/diloco_recipe.py's outer loop over gloo, the peer), --torchft H
+(torchft's DiLoCo, torchft_peer.py: run with an interpreter that has torchft). The batch of each step is drawn from
+the step and --seed alone, so every method sees the same tokens.
 
 Prints the model and plan, a progress bar, the validation loss in bits per byte every --eval-every steps (off the
 clock: the ranks' mean model under averaging and DiLoCo, the synced one under the recipe) and, at the end, a few
@@ -60,8 +61,9 @@ def arguments():
     ap.add_argument("--averaging", default="sync", help="a hopwise.torch.ModelAverager spec (backend hopwise)")
     ap.add_argument("--diloco", default="", help="a diloco spec: no DDP, hopwise.torch.DiLoCo (backend hopwise)")
     ap.add_argument("--recipe", default="", help="H[:int8]: the plain-PyTorch DiLoCo recipe (backend gloo)")
-    ap.add_argument("--outer-lr", type=float, default=0.7, help="the recipe's outer learning rate")
-    ap.add_argument("--outer-momentum", type=float, default=0.9, help="the recipe's outer Nesterov momentum")
+    ap.add_argument("--torchft", type=int, default=0, help="H: torchft's DiLoCo (backend gloo; torchft installed)")
+    ap.add_argument("--outer-lr", type=float, default=0.7, help="the recipe's and torchft's outer learning rate")
+    ap.add_argument("--outer-momentum", type=float, default=0.9, help="their outer Nesterov momentum")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--heads", type=int, default=4)
@@ -85,14 +87,18 @@ def arguments():
                     help="auto: start from the newest step every rank holds of --checkpoint's files, if any")
     ap.add_argument("--stop-after", type=int, default=0, help="leave after this many steps (a run cut short)")
     args = ap.parse_args()
-    methods = [m for m in (args.ddp_hook != "none", args.averaging != "sync", bool(args.diloco), bool(args.recipe))
-               if m]
+    methods = [m for m in (args.ddp_hook != "none", args.averaging != "sync", bool(args.diloco), bool(args.recipe),
+                           bool(args.torchft)) if m]
     if len(methods) > 1:
-        sys.exit("train.py: one of --ddp-hook, --averaging, --diloco, --recipe at a time")
+        sys.exit("train.py: one of --ddp-hook, --averaging, --diloco, --recipe, --torchft at a time")
     if (args.averaging != "sync" or args.diloco) and args.backend != "hopwise":
         sys.exit("train.py: --averaging and --diloco run over hopwise: --backend hopwise")
-    if args.recipe and args.backend != "gloo":
-        sys.exit("train.py: --recipe is the plain-PyTorch peer: --backend gloo")
+    if (args.recipe or args.torchft) and args.backend != "gloo":
+        sys.exit("train.py: --recipe and --torchft are the peers, over gloo: --backend gloo")
+    if args.torchft and (args.checkpoint or args.monitor):
+        sys.exit("train.py: --torchft runs without --checkpoint and --monitor (torchft keeps its own state)")
+    if args.torchft < 0:
+        sys.exit(f"train.py: --torchft {args.torchft}: the period H is a count of steps, 1 or more")
     if (args.checkpoint_every or args.resume) and not args.checkpoint:
         sys.exit("train.py: --checkpoint-every and --resume auto need --checkpoint PATH")
     if args.tokens:
@@ -139,18 +145,24 @@ def main():
     model = GPT(args.layers, args.width, args.heads, args.context, seed=args.seed)
     opt_of = lambda m: torch.optim.AdamW(parameter_groups(m, args.weight_decay), lr=args.lr,  # noqa: E731
                                          betas=(0.9, 0.95))
-    avg = diloco = recipe = hook_state = None
+    avg = diloco = recipe = hook_state = tft = None
     if args.diloco:  # no DDP: each rank its replica
         net, opt = model, opt_of(model)
         diloco = hw.DiLoCo(model, opt, args.diloco)
-    elif args.recipe:
+    elif args.recipe or args.torchft:
         with torch.no_grad():  # every rank starts from rank 0's model, as DDP would make it
             for p in model.parameters():
                 dist.broadcast(p, 0)
         net, opt = model, opt_of(model)
-        peer = load_file("diloco_recipe", HERE.parents[1] / "scripts" / "diloco_recipe.py")
-        h, _, q = args.recipe.partition(":")
-        recipe = peer.DiLoCo(model, int(h), args.outer_lr, args.outer_momentum, q or "none")
+        if args.torchft:
+            import torchft_peer
+            if torchft_peer.available():
+                sys.exit(f"train.py: --torchft: {torchft_peer.available()}")
+            tft = torchft_peer.TorchftDiLoCo(model, opt, args.torchft, args.outer_lr, args.outer_momentum)
+        else:
+            peer = load_file("diloco_recipe", HERE.parents[1] / "scripts" / "diloco_recipe.py")
+            h, _, q = args.recipe.partition(":")
+            recipe = peer.DiLoCo(model, int(h), args.outer_lr, args.outer_momentum, q or "none")
     else:
         if args.averaging != "sync":
             avg = hw.ModelAverager(args.averaging, model)  # before DDP: the parameters move to one buffer
@@ -199,8 +211,8 @@ def main():
         if args.monitor:
             os.environ["HOPWISE_MONITOR"] = args.monitor
         monitor = hw.Monitor(job="torch_lm")
-    method = (f"ddp hook {args.ddp_hook}" if not (avg or diloco or recipe) else
-              f"averaging {args.averaging}" if avg else f"diloco {diloco.spec}" if diloco else f"recipe {args.recipe}")
+    method = (f"averaging {args.averaging}" if avg else f"diloco {diloco.spec}" if diloco else
+              f"recipe {args.recipe}" if recipe else tft.spec if tft else f"ddp hook {args.ddp_hook}")
     if lead:
         print(f"train.py: {world} ranks, backend {args.backend}, {method}; GPT {args.layers} layers x {args.width} "
               f"wide, {args.heads} heads, context {args.context}: {params:,} parameters ({params * 4 / 2**20:.1f} MiB "
@@ -247,8 +259,8 @@ def main():
     @contextlib.contextmanager
     def scored_model():
         """The model evaluation scores: the ranks' mean under averaging and DiLoCo, the recipe's synced copy."""
-        if avg or diloco:
-            with (avg or diloco).mean_model():
+        if avg or diloco or tft:
+            with (avg or diloco or tft).mean_model():
                 yield
         elif recipe:
             own = [p.detach().clone() for p in model.parameters()]
@@ -262,13 +274,18 @@ def main():
         else:
             yield
 
+    evaluation_bytes = [0]  # what scoring the mean model hands the collectives: not the method's traffic
+
     def validation_bpb():
+        sent = hw.stats()["bytes"] if args.backend == "hopwise" else 0
         with scored_model(), torch.no_grad():
             model.eval()
             loss = F.cross_entropy(model(vx[mine]).reshape(-1, 256), vy[mine].reshape(-1), reduction="sum")
             model.train()
         total = torch.tensor([loss.item(), float(vy[mine].numel())], dtype=torch.float64)
         dist.all_reduce(total)
+        if args.backend == "hopwise":
+            evaluation_bytes[0] += hw.stats()["bytes"] - sent
         return total[0].item() / total[1].item() / math.log(2)
 
     compute_only(3)  # warms up
@@ -276,6 +293,9 @@ def main():
     trace = [(0, 0.0, validation_bpb())] if start == 0 and args.eval_every else []  # where every row starts
     dist.barrier()
     before = hw.stats() if args.backend == "hopwise" else None
+    evaluation_bytes[0] = 0
+    if tft:
+        tft.__enter__()  # after compute_only: from here torchft syncs inside opt.step()
     t0 = time.perf_counter()
     loss_sum, losses, paused = 0.0, 0, 0.0
     end = min(args.steps, start + args.stop_after) if args.stop_after else args.steps
@@ -288,6 +308,8 @@ def main():
             diloco.step()
         if recipe:
             recipe.after_inner_step()
+        if tft:
+            tft.after_inner_step(step + 1)
         if monitor:
             monitor.step()
         loss_sum, losses = loss_sum + loss.item(), losses + 1
@@ -312,6 +334,8 @@ def main():
         (avg or diloco).full_average()  # every rank the same model, as the final evaluation scores it
     if recipe and recipe.since:
         recipe.sync()  # the steps since the last sync
+    if tft:
+        tft.__exit__(None, None, None)  # steps past the last whole period stay unsynced: scored as the ranks' mean
     if monitor:
         monitor.finish()
     dist.barrier()
@@ -330,18 +354,18 @@ def main():
             print("train.py: the model writes, after 'def ':\n" + sample)
     per_step = params * 4
     if before is not None:
-        per_step = (after["bytes"] - before["bytes"]) / max(1, ran)
+        per_step = (after["bytes"] - before["bytes"] - evaluation_bytes[0]) / max(1, ran)
     if diloco:
         per_step = diloco.stats()["bytes"] / max(1, args.steps)
-    if recipe:
-        per_step = recipe.payload_bytes() * recipe.syncs / max(1, ran)
+    if recipe or tft:
+        per_step = (recipe or tft).payload_bytes() * (recipe or tft).syncs / max(1, ran)
     result = {
         "backend": args.backend, "method": method, "ranks": world, "parameters": params, "steps": args.steps,
         "tokens": args.steps * args.batch * args.context, "step_ms": step_ms, "compute_ms": compute_ms,
         "utilization": min(1.0, compute_ms / step_ms), "val_bpb": val_bpb, "val_trace": trace,
         "tokens_per_s": ran * args.batch * args.context / train_s, "bytes_per_step": per_step, "train_s": train_s,
         "resumed_at": start, "corpus": corpus.name, "diloco_stats": diloco.stats() if diloco else None,
-        "sample": sample,
+        "sample": sample, "torchft_errored": tft.close() if tft else None,
     }
     if lead and args.json:
         with open(args.json, "w") as f:

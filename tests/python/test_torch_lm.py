@@ -55,4 +55,16 @@ def test_lm_resumes_where_the_straight_run_ends(tmp_path, cache, flags):
 def test_lm_refuses_two_methods(tmp_path, cache):
     rc, text = launch("torchrun", 1, TRAIN, *SMALL, "--backend", "hopwise", "--diloco", "diloco:period=8",
                       "--averaging", "local:period=4", env=cache, timeout=120)
-    assert rc != 0 and "one of --ddp-hook, --averaging, --diloco, --recipe at a time" in text, text[-3000:]
+    assert rc != 0 and "one of --ddp-hook, --averaging, --diloco, --recipe, --torchft at a time" in text, text[-3000:]
+
+
+def test_lm_names_a_missing_torchft(tmp_path, cache):
+    """The project's environment has no torchft (the peer runs from an environment of its own): a clear error."""
+    pytest.importorskip("torch")
+    try:
+        import torchft  # noqa: F401
+        pytest.skip("torchft is installed here")
+    except ImportError:
+        pass
+    rc, text = launch("torchrun", 2, TRAIN, *SMALL, "--backend", "gloo", "--torchft", "8", env=cache, timeout=120)
+    assert rc != 0 and "--torchft: torchft is not installed" in text and "pip install torchft" in text, text[-3000:]

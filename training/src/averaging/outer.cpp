@@ -324,7 +324,7 @@ class Outer final : public AveragingMethodBase {
     choice_ = c.why;
     configure();
     checking_ = true;
-    check_ = Check{link.step_ms, {}, Clock::now(), false, ctx_.out_of_loop};
+    check_ = Check{link.step_ms, {}, Clock::now(), false, ctx_.out_of_loop, link.codecs};
     if (ctx_.comm.rank() == 0) log::info("{}", choice_);
     ctx_.stats.wait_ms += ms_between(now, Clock::now());
   }
@@ -337,8 +337,9 @@ class Outer final : public AveragingMethodBase {
     double probe_ms = 0;  // a local step's time in the probe (the slowest rank's)
     std::vector<CheckedStep> steps;
     Clock::time_point last;
-    bool syncing = false;          // a sync at work since the last step's end
-    std::int64_t out_of_loop = 0;  // the trainer's own averages seen so far
+    bool syncing = false;           // a sync at work since the last step's end
+    std::int64_t out_of_loop = 0;   // the trainer's own averages seen so far
+    std::vector<CodecCost> codecs;  // the probe's, for a lighter codec before a longer period
   };
   void check_choice(std::int64_t t, Clock::time_point now) {
     check_.steps.push_back({ms_between(check_.last, now), check_.syncing, ctx_.out_of_loop != check_.out_of_loop});
@@ -362,6 +363,18 @@ class Outer final : public AveragingMethodBase {
           "utilization{})",
           s_.to_string(), w.step_ms, w.compute_ms, against, 100 * utilization,
           s_.period >= 512 && utilization < ctx_.spec.target ? "; period 512 is the longest" : "");
+    } else if (const std::string lighter = lighter_codec(s_.codec, check_.codecs, w, ctx_.spec.target);
+               !lighter.empty()) {
+      const std::string was = s_.codec;
+      full_average(ctx_);  // one synced model: the old codec's residuals are moot, the new one starts from zero
+      s_.codec = lighter;
+      s_.warmup = static_cast<int>(t);
+      configure();
+      choice_ = fmt::format(
+          "diloco:auto swaps the codec {} -> {}: measured {:.2f} ms a step against {:.2f} ms of {} ({:.0f}% < the "
+          "target {:.0f}%); fewer bits cost less loss than a longer period",
+          was, lighter, w.step_ms, w.compute_ms, against, 100 * utilization, 100 * ctx_.spec.target);
+      check_.steps.clear();
     } else {
       const int was = s_.period;
       OuterSettings next = s_;
