@@ -109,6 +109,7 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--torchft-python", default="", help="the interpreter for torchft rows")
     ap.add_argument("--partial", default="", help="JSON file rewritten with every run's figures as each run ends")
+    ap.add_argument("--resume", default="", help="an interrupted sitting's --partial file: its runs are kept")
     args = ap.parse_args(argv)
     args.flags = flags
     rows = args.row or DEFAULT
@@ -119,7 +120,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         def run_one(r, rnd):
             return run(r, args, os.path.join(tmp, f"{rnd}-{abs(hash(r))}.json"))
-        runs = interleaved(rows, args.rounds, run_one, 0, args.partial,
+        done = json.load(open(args.resume)) if args.resume else None
+        runs = interleaved(rows, args.rounds, run_one, 0, args.partial, done=done,
                            describe=lambda m: f"{m['step_ms']:.0f} ms/step, {m['val_bpb']:.4f} bits per byte")
     ref = statistics.median(m["compute_ms"] for rs in runs.values() for m in rs)
     target = median([m["val_bpb"] for m in runs["ddp"]]) * (1 + TOLERANCE)

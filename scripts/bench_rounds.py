@@ -5,13 +5,16 @@ import statistics
 import sys
 
 
-def interleaved(rows, rounds, run_one, target, partial="", describe=None):
+def interleaved(rows, rounds, run_one, target, partial="", describe=None, done=None):
     """{row: [run's figures, ...]}; run_one(row, round) measures one run. Prints each run as it ends (describe(m):
     its figures in words, else its time to the target accuracy) and, with partial, rewrites that JSON file after
-    each (an interrupted sitting keeps what it measured)."""
-    runs = {r: [] for r in rows}
+    each (an interrupted sitting keeps what it measured). done: such a file's runs, {row: [...]}; the runs it holds
+    are kept, not run again (an interrupted sitting goes on)."""
+    runs = {r: list((done or {}).get(r, [])) for r in rows}
     for rnd in range(rounds):
         for r in rows if rnd % 2 == 0 else rows[::-1]:
+            if len(runs[r]) > rnd:
+                continue
             m = run_one(r, rnd)
             runs[r].append(m)
             if partial:

@@ -49,7 +49,8 @@ class TorchftDiLoCo:
         where = [f"http://{me}:{self.lighthouse.address().rsplit(':', 1)[1]}" if self.lighthouse else None]
         dist.broadcast_object_list(where, 0)
         self.model, self.period, self.syncs = model, period, 0
-        self.outer = torch.optim.SGD(model.parameters(), lr=outer_lr, momentum=outer_momentum, nesterov=True)
+        self.outer = torch.optim.SGD(model.parameters(), lr=outer_lr, momentum=outer_momentum,
+                                     nesterov=outer_momentum > 0)  # torch refuses Nesterov without momentum
         self.store = dist.TCPStore(me, 0, is_master=True, wait_for_workers=False)  # this replica group's own
         t = timedelta(seconds=timeout_s)
         self.manager = Manager(pg=ProcessGroupGloo(timeout=t), min_replica_size=world, use_async_quorum=False,
