@@ -14,9 +14,9 @@
       a few steps of every rank: compute and the buckets' communication on their own rows, to see the overlap
 
   a bench-lm JSON (scripts/bench-lm.py --json)
-      validation loss (bits per byte) against training seconds (log), a line per row (its run of median length)
-      from its first check on, DDP's thick and black, DDP's loss + 1% dashed; beside it each row's compute
-      utilization as a bar
+      validation loss (bits per byte, up to 1.5x the target) against training seconds (log), a line per row (its
+      run of median length) from its first check on, DDP's thick and black, DDP's loss + 1% dashed; beside it each
+      row's compute utilization as a bar
 
   scripts/plot.py --grid OUT.png [--title TEXT] CSV...
       one panel per CSV (hopwise-bench's or hopwise-sim's), titled by its file name: bus bandwidth against size,
@@ -274,7 +274,7 @@ def trace_chart(events, title, out, steps=4):
 def lm_chart(bench, title, out):
     """scripts/bench-lm.py's rows: loss against time, and utilization."""
     runs, labels, ref = bench["runs"], bench["labels"], bench["compute_ms"]
-    fig, (curves, bars) = plt.subplots(1, 2, figsize=(14, 6), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (curves, bars) = plt.subplots(1, 2, figsize=(15, 8), gridspec_kw={"width_ratios": [3, 2]})
     colors = plt.get_cmap("tab20").colors
     for i, (row, rs) in enumerate(runs.items()):
         typical = sorted(rs, key=lambda m: m["train_s"])[len(rs) // 2]
@@ -287,9 +287,9 @@ def lm_chart(bench, title, out):
     curves.set_xscale("log")
     curves.set_xlabel("training seconds (log)")
     curves.set_ylabel("validation loss, bits per byte")
-    curves.set_ylim(top=min(8.5, curves.get_ylim()[1]))
+    curves.set_ylim(top=min(8.5, curves.get_ylim()[1], max(5.0, 1.5 * bench["target_bpb"])))  # where rows part
     curves.grid(alpha=0.3)
-    curves.legend(fontsize=8)
+    fig.legend(*curves.get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=8)  # below: off the curves
     names = [labels.get(r, r) for r in runs]
     util = [min(1.0, ref / statistics.median(m["step_ms"] for m in rs)) for rs in runs.values()]
     bars.barh(names, [100 * u for u in util], color=["black" if r == "ddp" else "tab:blue" for r in runs])
@@ -299,7 +299,7 @@ def lm_chart(bench, title, out):
     bars.set_xlabel("compute utilization, % (goal: 90, dashed)")
     bars.tick_params(axis="y", labelsize=8)
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
     fig.savefig(out, dpi=110)
     plt.close(fig)
 
