@@ -293,6 +293,7 @@ def main():
     trace = [(0, 0.0, validation_bpb())] if start == 0 and args.eval_every else []  # where every row starts
     dist.barrier()
     before = hw.stats() if args.backend == "hopwise" else None
+    averaged_before = avg.stats()["bytes"] if avg else 0
     evaluation_bytes[0] = 0
     if tft:
         tft.__enter__()  # after compute_only: from here torchft syncs inside opt.step()
@@ -355,6 +356,8 @@ def main():
     per_step = params * 4
     if before is not None:
         per_step = (after["bytes"] - before["bytes"] - evaluation_bytes[0]) / max(1, ran)
+    if avg:  # its own count: the backend's counts a codec's float32 buffer beside its payload
+        per_step = (avg.stats()["bytes"] - averaged_before) / max(1, ran)
     if diloco:
         per_step = diloco.stats()["bytes"] / max(1, args.steps)
     if recipe or tft:
