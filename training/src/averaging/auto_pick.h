@@ -64,7 +64,7 @@ int lengthened_period(int period, const WindowReading& w, double target);
 // The codec to swap to, before the period grows, where the window read below the target: the one with the most bits
 // whose wire share, scaled from the current codec's measured cost, brings the syncs within what the target allows
 // (on the language model a longer period cost more loss than fewer bits: 3.48 -> 3.61 bits per byte from H = 4 to 8,
-// int4 with error feedback within 0.1% of uncompressed plain averaging); "" where none would.
+// int4 with error feedback within 0.3% of uncompressed plain averaging); "" where none would.
 std::string lighter_codec(const std::string& codec, const std::vector<CodecCost>& codecs, const WindowReading& w,
                           double target);
 // The outer step (lr, momentum, nesterov) for the inner optimizer's family ("sgd", "adam") at s.period, set in s;
