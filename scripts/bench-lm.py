@@ -10,9 +10,9 @@ Rows: ddp (DDP on gloo, the reference), ddp-hopwise (DDP on hopwise), hook:SPEC 
 hook:int8:ef=1, hook:powersgd:rank=4), averaging:SPEC (local:period=H, async:period=H,delay=1,codec=int8),
 diloco:SPEC (hopwise's DiLoCo, any spec or diloco:auto), recipe:H[:int8][:LR:MOMENTUM] (the plain-PyTorch DiLoCo
 recipe over gloo, no hopwise; its outer lr and Nesterov momentum, 0.7 and 0.9 unless named), torchft:H[:LR:MOMENTUM]
-(torchft's DiLoCo, with --torchft-python: an environment with this torch and torchft, pip
-install torchft; not part of hopwise's setup). FLAGS after -- go to every run (the model's size, --batch, --lr, ...). Every row trains the same model
-from the same seed on the same tokens with the same global batch.
+(torchft's DiLoCo, with --torchft-python: an environment with this torch and torchft, pip install torchft; not part
+of hopwise's setup). FLAGS after -- go to every run (the model's size, --batch, --lr, ...). Every row trains the
+same model from the same seed on the same tokens with the same global batch.
 
 Figures per row: step ms (training time / steps; evaluation is off the clock), utilization (one compute figure for
 every row: the median over all runs of train.py's forward, backward and AdamW step measured apart, over the row's
@@ -54,12 +54,11 @@ def peer_flags(kind, spec):
 
 def command(row, args, out):
     kind, _, spec = row.partition(":")
-    flags = {"ddp": ["--backend", "gloo"], "ddp-hopwise": ["--backend", "hopwise"],
-             "hook": ["--backend", "hopwise", "--ddp-hook", spec],
-             "averaging": ["--backend", "hopwise", "--averaging", spec],
-             "diloco": ["--backend", "hopwise", "--diloco", spec],
-             "recipe": peer_flags(kind, spec) if kind == "recipe" else None,
-             "torchft": peer_flags(kind, spec) if kind == "torchft" else None}.get(kind)
+    flags = peer_flags(kind, spec) if kind in ("recipe", "torchft") else {
+        "ddp": ["--backend", "gloo"], "ddp-hopwise": ["--backend", "hopwise"],
+        "hook": ["--backend", "hopwise", "--ddp-hook", spec],
+        "averaging": ["--backend", "hopwise", "--averaging", spec],
+        "diloco": ["--backend", "hopwise", "--diloco", spec]}.get(kind)
     if flags is None:
         sys.exit(f"bench-lm.py: row '{row}': ddp, ddp-hopwise, hook:SPEC, averaging:SPEC, diloco:SPEC, recipe:H, "
                  "torchft:H")
@@ -120,7 +119,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         def run_one(r, rnd):
             return run(r, args, os.path.join(tmp, f"{rnd}-{abs(hash(r))}.json"))
-        done = json.load(open(args.resume)) if args.resume else None
+        done = None
+        if args.resume:
+            with open(args.resume) as fh:
+                done = json.load(fh)
         runs = interleaved(rows, args.rounds, run_one, 0, args.partial, done=done,
                            describe=lambda m: f"{m['step_ms']:.0f} ms/step, {m['val_bpb']:.4f} bits per byte")
     ref = statistics.median(m["compute_ms"] for rs in runs.values() for m in rs)

@@ -18,8 +18,8 @@ import torch.distributed as dist
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
-def available():
-    """The reason torchft cannot run here, or '' when it can."""
+def missing():
+    """Why torchft cannot run here, or '' when it can."""
     try:
         importlib.import_module("torchft.local_sgd")
     except ImportError as e:
@@ -48,7 +48,7 @@ class TorchftDiLoCo:
         self.lighthouse = LighthouseServer(bind="[::]:0", min_replicas=world) if rank == 0 else None
         where = [f"http://{me}:{self.lighthouse.address().rsplit(':', 1)[1]}" if self.lighthouse else None]
         dist.broadcast_object_list(where, 0)
-        self.model, self.period, self.syncs = model, period, 0
+        self.model = model
         self.outer = torch.optim.SGD(model.parameters(), lr=outer_lr, momentum=outer_momentum,
                                      nesterov=outer_momentum > 0)  # torch refuses Nesterov without momentum
         self.store = dist.TCPStore(me, 0, is_master=True, wait_for_workers=False)  # this replica group's own
@@ -70,10 +70,6 @@ class TorchftDiLoCo:
 
     def __exit__(self, *exc):
         return self.diloco.__exit__(*exc)
-
-    def after_inner_step(self, step):
-        if step % self.period == 0:
-            self.syncs += 1
 
     def payload_bytes(self):
         return sum(p.numel() * p.element_size() for p in self.model.parameters())

@@ -156,8 +156,9 @@ def main():
         net, opt = model, opt_of(model)
         if args.torchft:
             import torchft_peer
-            if torchft_peer.available():
-                sys.exit(f"train.py: --torchft: {torchft_peer.available()}")
+            missing = torchft_peer.missing()
+            if missing:
+                sys.exit(f"train.py: --torchft: {missing}")
             tft = torchft_peer.TorchftDiLoCo(model, opt, args.torchft, args.outer_lr, args.outer_momentum)
         else:
             peer = load_file("diloco_recipe", HERE.parents[1] / "scripts" / "diloco_recipe.py")
@@ -274,18 +275,13 @@ def main():
         else:
             yield
 
-    evaluation_bytes = [0]  # what scoring the mean model hands the collectives: not the method's traffic
-
     def validation_bpb():
-        sent = hw.stats()["bytes"] if args.backend == "hopwise" else 0
         with scored_model(), torch.no_grad():
             model.eval()
             loss = F.cross_entropy(model(vx[mine]).reshape(-1, 256), vy[mine].reshape(-1), reduction="sum")
             model.train()
         total = torch.tensor([loss.item(), float(vy[mine].numel())], dtype=torch.float64)
         dist.all_reduce(total)
-        if args.backend == "hopwise":
-            evaluation_bytes[0] += hw.stats()["bytes"] - sent
         return total[0].item() / total[1].item() / math.log(2)
 
     compute_only(3)  # warms up
@@ -294,7 +290,6 @@ def main():
     dist.barrier()
     before = hw.stats() if args.backend == "hopwise" else None
     averaged_before = avg.stats()["bytes"] if avg else 0
-    evaluation_bytes[0] = 0
     if tft:
         tft.__enter__()  # after compute_only: from here torchft syncs inside opt.step()
     t0 = time.perf_counter()
@@ -309,8 +304,6 @@ def main():
             diloco.step()
         if recipe:
             recipe.after_inner_step()
-        if tft:
-            tft.after_inner_step(step + 1)
         if monitor:
             monitor.step()
         loss_sum, losses = loss_sum + loss.item(), losses + 1
@@ -355,13 +348,15 @@ def main():
             print("train.py: the model writes, after 'def ':\n" + sample)
     per_step = params * 4
     if before is not None:
-        per_step = (after["bytes"] - before["bytes"] - evaluation_bytes[0]) / max(1, ran)
+        per_step = (after["bytes"] - before["bytes"]) / max(1, ran)  # DDP and hooks: evaluation averages nothing
     if avg:  # its own count: the backend's counts a codec's float32 buffer beside its payload
         per_step = (avg.stats()["bytes"] - averaged_before) / max(1, ran)
     if diloco:
         per_step = diloco.stats()["bytes"] / max(1, args.steps)
-    if recipe or tft:
-        per_step = (recipe or tft).payload_bytes() * (recipe or tft).syncs / max(1, ran)
+    if recipe:
+        per_step = recipe.payload_bytes() * recipe.syncs / max(1, ran)
+    if tft:  # torchft syncs every whole period (no resume under --torchft)
+        per_step = tft.payload_bytes() * (ran // args.torchft) / max(1, ran)
     result = {
         "backend": args.backend, "method": method, "ranks": world, "parameters": params, "steps": args.steps,
         "tokens": args.steps * args.batch * args.context, "step_ms": step_ms, "compute_ms": compute_ms,
