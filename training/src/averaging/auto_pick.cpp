@@ -85,11 +85,22 @@ WindowReading read_window(const std::vector<CheckedStep>& steps, double probe_ms
   return w;
 }
 
+namespace {
+
+// The syncs' time per step in the window, and what the target leaves them.
+struct SyncBudget {
+  double over, allowed;
+};
+SyncBudget sync_budget(const WindowReading& w, double target) {
+  return {std::max(0.0, w.step_ms - w.compute_ms), std::max(1e-9, w.compute_ms * (1 / target - 1))};
+}
+
+}  // namespace
+
 int lengthened_period(int period, const WindowReading& w, double target) {
-  const double over = std::max(0.0, w.step_ms - w.compute_ms);             // the syncs' time per step now
-  const double allowed = std::max(1e-9, w.compute_ms * (1 / target - 1));  // what the target leaves them
+  const SyncBudget b = sync_budget(w, target);
   int next = period * 2;
-  while (next < 512 && over * period / next > allowed) next *= 2;
+  while (next < 512 && b.over * period / next > b.allowed) next *= 2;
   return std::min(next, 512);
 }
 
@@ -97,10 +108,9 @@ std::string lighter_codec(const std::string& codec, const std::vector<CodecCost>
                           double target) {
   const auto now = std::find_if(codecs.begin(), codecs.end(), [&](const CodecCost& c) { return c.codec == codec; });
   if (now == codecs.end()) return "";
-  const double over = std::max(0.0, w.step_ms - w.compute_ms);
-  const double allowed = w.compute_ms * (1 / target - 1);
+  const SyncBudget b = sync_budget(w, target);
   for (const CodecCost& c : codecs)  // none first, then fewer bits: the first that fits loses the fewest
-    if (c.wire_ratio < now->wire_ratio && over * c.wire_ratio / now->wire_ratio <= allowed) return c.codec;
+    if (c.wire_ratio < now->wire_ratio && b.over * c.wire_ratio / now->wire_ratio <= b.allowed) return c.codec;
   return "";
 }
 

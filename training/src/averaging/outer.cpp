@@ -363,32 +363,30 @@ class Outer final : public AveragingMethodBase {
           "utilization{})",
           s_.to_string(), w.step_ms, w.compute_ms, against, 100 * utilization,
           s_.period >= 512 && utilization < ctx_.spec.target ? "; period 512 is the longest" : "");
-    } else if (const std::string lighter = lighter_codec(s_.codec, check_.codecs, w, ctx_.spec.target);
-               !lighter.empty()) {
-      const std::string was = s_.codec;
-      full_average(ctx_);  // one synced model: the old codec's residuals are moot, the new one starts from zero
-      s_.codec = lighter;
-      s_.warmup = static_cast<int>(t);
-      configure();
-      choice_ = fmt::format(
-          "diloco:auto swaps the codec {} -> {}: measured {:.2f} ms a step against {:.2f} ms of {} ({:.0f}% < the "
-          "target {:.0f}%); fewer bits cost less loss than a longer period",
-          was, lighter, w.step_ms, w.compute_ms, against, 100 * utilization, 100 * ctx_.spec.target);
-      check_.steps.clear();
     } else {
-      const int was = s_.period;
+      // Fewer bits where they would do (they cost less loss than a longer period), else a longer period
       OuterSettings next = s_;
-      next.period = lengthened_period(was, w, ctx_.spec.target);
       next.warmup = static_cast<int>(t);  // the new schedule counts from here; each fragment keeps its own synced part
-      const std::string rule_why = set_outer_rule(next, ctx_.spec.inner);
+      next.codec = lighter_codec(s_.codec, check_.codecs, w, ctx_.spec.target);
+      const bool swap = !next.codec.empty();
+      std::string rule_why;
+      if (!swap) {
+        next.codec = s_.codec;
+        next.period = lengthened_period(s_.period, w, ctx_.spec.target);
+        rule_why = set_outer_rule(next, ctx_.spec.inner);
+      }
       const bool new_step = next.lr != s_.lr || next.momentum != s_.momentum || next.nesterov != s_.nesterov;
-      if (new_step) full_average(ctx_);  // the new outer step starts from one synced model (residuals moot)
+      // a new codec or outer step starts from one synced model (the old codec's residuals moot)
+      const bool resync = swap || new_step;
+      if (resync) full_average(ctx_);
+      const std::string change = swap ? fmt::format("swaps the codec {} -> {}", s_.codec, next.codec)
+                                      : fmt::format("lengthens the period {} -> {}", s_.period, next.period);
       s_ = next;
-      if (new_step) configure();
+      if (resync) configure();
       choice_ = fmt::format(
-          "diloco:auto lengthens the period {} -> {}: measured {:.2f} ms a step against {:.2f} ms of {} ({:.0f}% "
-          "< the target {:.0f}%: the syncs take more than predicted){}",
-          was, s_.period, w.step_ms, w.compute_ms, against, 100 * utilization, 100 * ctx_.spec.target,
+          "diloco:auto {}: measured {:.2f} ms a step against {:.2f} ms of {} ({:.0f}% < the target {:.0f}%: the "
+          "syncs take more than predicted){}",
+          change, w.step_ms, w.compute_ms, against, 100 * utilization, 100 * ctx_.spec.target,
           new_step ? fmt::format("; now {}: {}", s_.to_string(), rule_why) : "");
       check_.steps.clear();
     }
