@@ -21,3 +21,7 @@ gtest_discover_tests(test_network_compression DISCOVERY_TIMEOUT 60 PROPERTIES LA
 hopwise_test(test_codecs_lowbit test_codecs_lowbit.cpp)
 target_link_libraries(test_codecs_lowbit PRIVATE hopwise::comm hopwise::compression GTest::gtest_main Threads::Threads)
 gtest_discover_tests(test_codecs_lowbit DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 600)
+
+hopwise_test(test_sharded_compressed test_sharded_compressed.cpp)
+target_link_libraries(test_sharded_compressed PRIVATE hopwise::comm hopwise::compression GTest::gtest_main Threads::Threads)
+gtest_discover_tests(test_sharded_compressed DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 300)

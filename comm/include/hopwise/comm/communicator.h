@@ -151,6 +151,25 @@ class Communicator {
                                   compression::CodecState& state, ReduceOp op = ReduceOp::kSum,
                                   CompressionScope scope = CompressionScope::kWorld);
 
+  // ---- compressed reduce-scatter and allgather (float32), for sharded training (FSDP, ZeRO) ----
+  // reduce_scatter_compressed: in: size() * recvcount floats; out: this rank's block, the sum (or average) of every
+  // rank's block of it. Each rank encodes each block once with its own scales and states[block] (one CodecState per
+  // rank's block, kept across calls: error feedback keeps a residual per destination); the payloads go straight to
+  // their owners, which decode each in float32 and add them, so no payload is decoded and re-encoded on the way.
+  // Every codec of the table fits (the scales travel with each payload). op: sum or avg.
+  void reduce_scatter_compressed(const float* in, float* out, std::size_t recvcount, const compression::Codec& codec,
+                                 std::span<compression::CodecState> states, ReduceOp op = ReduceOp::kSum);
+  Work reduce_scatter_compressed_async(const float* in, float* out, std::size_t recvcount,
+                                       const compression::Codec& codec, std::span<compression::CodecState> states,
+                                       ReduceOp op = ReduceOp::kSum);
+  // allgather_compressed: in: sendcount floats (may be this rank's block of out); out: size() * sendcount, rank-major,
+  // every block (this rank's too) as its owner's payload decodes, so every rank holds the same values. `state` is
+  // this tensor's (its step; error feedback makes no sense for values that are sent whole each time).
+  void allgather_compressed(const float* in, float* out, std::size_t sendcount, const compression::Codec& codec,
+                            compression::CodecState& state);
+  Work allgather_compressed_async(const float* in, float* out, std::size_t sendcount, const compression::Codec& codec,
+                                  compression::CodecState& state);
+
   // PowerSGD over several matrices at once (a bucket): the P factors of all compressed matrices travel in one
   // float32 allreduce, their Q factors in a second; matrices in warm-up or not worth compressing (1-D, or too
   // small, see PowerSgd::compresses) are all-reduced plainly in one more call. op: sum or avg. The PowerSgd object
