@@ -62,9 +62,10 @@ std::vector<std::vector<float>> reference(const cz::Codec& c, std::uint64_t seed
                                   st[static_cast<std::size_t>(r)][static_cast<std::size_t>(d)],
                                   scales[static_cast<std::size_t>(r)]));
       for (int r = 0; r < p; ++r)
-        c.decode_add(payloads[static_cast<std::size_t>(r)].data(), n, o.data(),
-                     st[static_cast<std::size_t>(d)][static_cast<std::size_t>(d)],
-                     scales[static_cast<std::size_t>(r)].empty() ? nullptr : scales[static_cast<std::size_t>(r)].data());
+        c.decode_add(
+            payloads[static_cast<std::size_t>(r)].data(), n, o.data(),
+            st[static_cast<std::size_t>(d)][static_cast<std::size_t>(d)],
+            scales[static_cast<std::size_t>(r)].empty() ? nullptr : scales[static_cast<std::size_t>(r)].data());
     }
   }
   return out;
@@ -106,8 +107,8 @@ TEST_P(ShardedCompressed, AllgatherDecodesEveryBlockAlikeOnEveryRank) {
   for (int p : {1, 2, 3, 5}) {
     for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{4099}}) {
       for (bool in_place : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << codec->name() << ", " << p << " ranks, n=" << n << ", in place "
-                                          << in_place);
+        SCOPED_TRACE(::testing::Message()
+                     << codec->name() << ", " << p << " ranks, n=" << n << ", in place " << in_place);
         // Each rank's block as its own encode decodes it (the seed alike on every rank, as the caller keeps it).
         std::vector<float> expect(n * static_cast<std::size_t>(p));
         for (int r = 0; r < p; ++r) {
@@ -139,9 +140,9 @@ TEST_P(ShardedCompressed, AllgatherDecodesEveryBlockAlikeOnEveryRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, ShardedCompressed,
-                         ::testing::Values("none", "fp16", "bf16", "int8", "int8:ef=1", "int8:round=stochastic",
-                                           "int4", "int4:round=stochastic,ef=1,block=7", "fp8", "fp8:ef=1,block=5",
-                                           "qsgd", "terngrad", "sign", "topk:ratio=0.05,ef=1", "randomk:ratio=0.1"),
+                         ::testing::Values("none", "fp16", "bf16", "int8", "int8:ef=1", "int8:round=stochastic", "int4",
+                                           "int4:round=stochastic,ef=1,block=7", "fp8", "fp8:ef=1,block=5", "qsgd",
+                                           "terngrad", "sign", "topk:ratio=0.05,ef=1", "randomk:ratio=0.1"),
                          hwtest::SpecTestName());
 
 // The owner decodes each rank's payload once: int8's error is one rounding per rank at the full 127 levels (the

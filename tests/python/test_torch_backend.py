@@ -206,6 +206,16 @@ def test_compressed_allreduce(how, np):
     assert rc == 0 and sorted(set(ok)) == [str(r) for r in range(np)], out[-6000:]
 
 
+@pytest.mark.parametrize("how,np", [("torchrun", 2), ("torchrun", 3), ("mpirun", 2), ("mpirun", 3)])
+def test_fsdp_compress(how, np):
+    """hopwise.torch.fsdp: FSDP2's reduce-scatter and all-gather through codecs (float32 and bfloat16, blocks of 1 to
+    100003) within each codec's bound of torch's exact collectives, error feedback's identity and a restored state,
+    FSDP2 training compressed against uncompressed (padded shards, bf16 mixed precision), refusals by name."""
+    rc, out = launch(how, np, "fsdp_worker.py")
+    ok = lines(out, r"rank (\d+): fsdp ok: \d+ checks")
+    assert rc == 0 and sorted(set(ok)) == [str(r) for r in range(np)], out[-6000:]
+
+
 @pytest.mark.parametrize("how", ["torchrun", "mpirun"])
 def test_diloco(how):
     """hopwise.torch.DiLoCo without DDP on 2 ranks: the same parameters as local SGD at outer_lr 1 and no momentum,

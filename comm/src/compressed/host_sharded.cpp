@@ -124,15 +124,17 @@ void allgather_job(detail::CommunicatorImpl& impl, const float* in, float* out, 
 }
 
 Task compressed_reduce_scatter_task(int rank, int size, const float* in, float* out, std::size_t recvcount,
-                         const compression::Codec& codec, std::span<compression::CodecState> states, ReduceOp op) {
+                                    const compression::Codec& codec, std::span<compression::CodecState> states,
+                                    ReduceOp op) {
   constexpr std::string_view what = "reduce_scatter_compressed";
   checks::sum_or_avg(what, op, "codecs sum");
   const std::size_t all = checks::times_ranks(what, recvcount, size, rank);
   checks::buffers(what, in, all, out, recvcount, DataType::kFloat32, rank);
   if (states.size() != static_cast<std::size_t>(size))
-    throw InvalidArgument(fmt::format("{}: rank {} passed {} codec states; pass one per rank ({}), each kept for its "
-                                      "block across calls (its error-feedback residual)",
-                                      what, rank, states.size(), size));
+    throw InvalidArgument(
+        fmt::format("{}: rank {} passed {} codec states; pass one per rank ({}), each kept for its "
+                    "block across calls (its error-feedback residual)",
+                    what, rank, states.size(), size));
   Task t{Collective::kReduceScatter, in, out, recvcount, DataType::kFloat32, op};
   t.compression = codec.name();
   t.job = [in, out, recvcount, &codec, states, op](detail::CommunicatorImpl& impl) {
@@ -142,7 +144,7 @@ Task compressed_reduce_scatter_task(int rank, int size, const float* in, float* 
 }
 
 Task compressed_allgather_task(int rank, int size, const float* in, float* out, std::size_t sendcount,
-                    const compression::Codec& codec, compression::CodecState& state) {
+                               const compression::Codec& codec, compression::CodecState& state) {
   constexpr std::string_view what = "allgather_compressed";
   const std::size_t all = checks::times_ranks(what, sendcount, size, rank);
   checks::buffers(what, in, sendcount, out, all, DataType::kFloat32, rank);
@@ -163,8 +165,8 @@ Work Communicator::reduce_scatter_compressed_async(const float* in, float* out, 
 }
 
 void Communicator::reduce_scatter_compressed(const float* in, float* out, std::size_t recvcount,
-                                             const compression::Codec& codec,
-                                             std::span<compression::CodecState> states, ReduceOp op) {
+                                             const compression::Codec& codec, std::span<compression::CodecState> states,
+                                             ReduceOp op) {
   impl_->run_sync(compressed_reduce_scatter_task(rank(), size(), in, out, recvcount, codec, states, op));
 }
 

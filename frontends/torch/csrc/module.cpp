@@ -14,6 +14,7 @@
 #include "hopwise/topology/planner.h"
 #include "hopwise/training/elastic.h"
 #include "monitor.h"
+#include "sharded.h"
 
 #include "backend.h"
 #include "torch_store.h"
@@ -23,6 +24,7 @@ namespace py = pybind11;
 using hopwise::torch_backend::CodecHookState;
 using hopwise::torch_backend::HopwiseBackend;
 using hopwise::torch_backend::PowerSgdHookState;
+using hopwise::torch_backend::ShardedCodecState;
 using hopwise::torch_backend::TensorCodecState;
 using hopwise::torch_backend::TorchAverager;
 using hopwise::torch_backend::TorchMonitor;
@@ -345,6 +347,53 @@ PYBIND11_MODULE(_C, m) {
           py::arg("step"), py::arg("seed"), py::arg("numel"), py::arg("residual"))
       .def("reset", &TensorCodecState::reset)
       .def_static("canonical", &TensorCodecState::canonical, py::arg("spec"));
+
+  m.def("codecs_for_models", [] { return hopwise::compression::codecs_for_models(); });
+
+  py::class_<ShardedCodecState, std::shared_ptr<ShardedCodecState>>(m, "ShardedCodecState")
+      .def(py::init<const std::string&, int, int, std::uint64_t>(), py::arg("spec"), py::arg("rank"), py::arg("size"),
+           py::arg("seed"))
+      .def_property_readonly("spec", &ShardedCodecState::spec)
+      .def_property_readonly("step", &ShardedCodecState::step)
+      .def_property_readonly("numel", &ShardedCodecState::numel)
+      .def_property_readonly("busy", &ShardedCodecState::busy)
+      .def("residuals",
+           [](const ShardedCodecState& s) {
+             std::vector<std::optional<at::Tensor>> out;
+             for (const auto& r : s.residuals())
+               out.push_back(r ? std::optional(at::tensor(*r, at::kFloat)) : std::nullopt);
+             return out;
+           })
+      .def(
+          "reduce_scatter",
+          [](ShardedCodecState& s, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const at::Tensor& output,
+             const at::Tensor& input, const c10d::ReduceOp& op) {
+            return c10::intrusive_ptr<c10d::Work>(s.reduce_scatter(hopwise_group(pg), output, input, op));
+          },
+          py::call_guard<py::gil_scoped_release>())
+      .def(
+          "all_gather",
+          [](ShardedCodecState& s, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const at::Tensor& output,
+             const at::Tensor& input) {
+            return c10::intrusive_ptr<c10d::Work>(s.all_gather(hopwise_group(pg), output, input));
+          },
+          py::call_guard<py::gil_scoped_release>())
+      .def(
+          "set",
+          [](ShardedCodecState& s, std::uint64_t step, int64_t numel,
+             const std::vector<std::optional<at::Tensor>>& residuals) {
+            std::vector<std::optional<std::vector<float>>> r;
+            for (const auto& t : residuals) {
+              if (!t) {
+                r.emplace_back();
+                continue;
+              }
+              const at::Tensor c = t->to(at::kCPU, at::kFloat).contiguous();
+              r.emplace_back(std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel()));
+            }
+            s.set(step, numel, r);
+          },
+          py::arg("step"), py::arg("numel"), py::arg("residuals"));
 
   py::class_<PowerSgdHookState, std::shared_ptr<PowerSgdHookState>>(m, "PowerSgdHookState")
       .def(py::init<const std::string&>(), py::arg("spec"))

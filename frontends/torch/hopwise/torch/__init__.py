@@ -7,6 +7,7 @@
     hopwise.torch.allreduce(delta, state=hopwise.torch.CodecState("int8:ef=1"))   # a tensor of your own (compressed.py)
     avg = hopwise.torch.ModelAverager("local:period=8", model)   # fewer sync points (see averaging.py)
     diloco = hopwise.torch.DiLoCo(model, opt, "diloco:period=32")  # no DDP; diloco.step() after opt.step() (diloco.py)
+    comp = hopwise.torch.fsdp.compress(model, grads="int8:ef=1", params="int8")  # after fully_shard (fsdp.py)
     mon = hopwise.torch.Monitor(util_alert=0.5); ...; mon.step()  # where the time goes (see monitor.py)
     ckpt = hopwise.torch.Checkpoints(path); ckpt.load_newest(); ckpt.save(step, state)  # restarts (checkpoint.py)
     ctx = hopwise.torch.ElasticContext(store_file); ...; ctx.shrink(why)    # survive a lost rank (elastic.py)
@@ -42,13 +43,14 @@ from .averaging import ModelAverager, parse_averaging
 from .checkpoint import Checkpoints
 from .diloco import DiLoCo
 from .elastic import ElasticContext
+from . import fsdp
 from .hooks import HookState, compression_hook
 from .monitor import Monitor
 from ._C import set_console_line_open
 
 __version__ = HOPWISE_VERSION
 
-__all__ = ["allreduce", "CodecState", "Checkpoints", "DiLoCo", "ElasticContext", "compression_hook", "HookState", "ModelAverager", "Monitor", "parse_averaging", "plan", "set_console_line_open", "stats", "BACKEND"]
+__all__ = ["allreduce", "CodecState", "Checkpoints", "DiLoCo", "ElasticContext", "fsdp", "compression_hook", "HookState", "ModelAverager", "Monitor", "parse_averaging", "plan", "set_console_line_open", "stats", "BACKEND"]
 
 BACKEND = "hopwise"
 
