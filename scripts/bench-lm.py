@@ -11,14 +11,18 @@ hook:int8:ef=1, hook:powersgd:rank=4), averaging:SPEC (local:period=H, async:per
 diloco:SPEC (hopwise's DiLoCo, any spec or diloco:auto), recipe:H[:int8][:LR:MOMENTUM] (the plain-PyTorch DiLoCo
 recipe over gloo, no hopwise; its outer lr and Nesterov momentum, 0.7 and 0.9 unless named), torchft:H[:LR:MOMENTUM]
 (torchft's DiLoCo, with --torchft-python: an environment with this torch and torchft, pip install torchft; not part
-of hopwise's setup). FLAGS after -- go to every run (the model's size, --batch, --lr, ...). Every row trains the
-same model from the same seed on the same tokens with the same global batch.
+of hopwise's setup), fsdp (FSDP2 on gloo), fsdp-hopwise (FSDP2 on hopwise, uncompressed), fsdp:GRADS[/PARAMS]
+(FSDP2 on hopwise with hopwise.torch.fsdp.compress: e.g. fsdp:int8:ef=1/int8, fsdp:int4:ef=1, fsdp:none/int8).
+FLAGS after -- go to every run (the model's size, --batch, --lr, ...). Every row trains the
+same model from the same seed on the same tokens with the same global batch (with --seed-per-round, round k's rows
+from seed k + 1: early training can be chaotic enough that one seed's ordering of rows says little).
 
 Figures per row: step ms (training time / steps; evaluation is off the clock), utilization (one compute figure for
 every row: the median over all runs of train.py's forward, backward and AdamW step measured apart, over the row's
 step), MB a rank hands its collectives per step, the validation loss (bits per byte) after the same tokens, and
-the training seconds until the validation loss first reached DDP's final loss within 1% (relative; the medians of
-DDP's runs), checked every --eval-every steps."""
+the training seconds until the validation loss first reached the reference row's final loss within 1% (relative;
+the medians of its runs; --reference, DDP on gloo unless named), checked every --eval-every steps. FSDP2 on gloo
+counts no bytes of its own: its row shows FSDP2 on hopwise uncompressed's, the same collectives."""
 import argparse
 import json
 import os
@@ -52,24 +56,32 @@ def peer_flags(kind, spec):
     return ["--backend", "gloo", f"--{kind}", ":".join(parts), *outer]
 
 
+def fsdp_flags(spec):
+    """fsdp:GRADS[/PARAMS] -> train.py's flags."""
+    grads, _, params = spec.partition("/")
+    return ["--backend", "hopwise", "--fsdp", "--fsdp-grads", grads or "none", "--fsdp-params", params or "none"]
+
+
 def command(row, args, out):
     kind, _, spec = row.partition(":")
-    flags = peer_flags(kind, spec) if kind in ("recipe", "torchft") else {
+    flags = peer_flags(kind, spec) if kind in ("recipe", "torchft") else fsdp_flags(spec) if kind == "fsdp" and spec \
+        else {"fsdp": ["--backend", "gloo", "--fsdp"], "fsdp-hopwise": ["--backend", "hopwise", "--fsdp"],
         "ddp": ["--backend", "gloo"], "ddp-hopwise": ["--backend", "hopwise"],
         "hook": ["--backend", "hopwise", "--ddp-hook", spec],
         "averaging": ["--backend", "hopwise", "--averaging", spec],
         "diloco": ["--backend", "hopwise", "--diloco", spec]}.get(kind)
     if flags is None:
         sys.exit(f"bench-lm.py: row '{row}': ddp, ddp-hopwise, hook:SPEC, averaging:SPEC, diloco:SPEC, recipe:H, "
-                 "torchft:H")
+                 "torchft:H, fsdp, fsdp-hopwise, fsdp:GRADS[/PARAMS]")
     return [TRAIN, *flags, "--steps", str(args.steps), "--eval-every", str(args.eval_every), "--sample", "0",
             "--json", out, *args.flags]
 
 
-def run(row, args, out):
+def run(row, args, out, rnd):
     env = {"PYTHONPATH": str(ROOT / "build" / "python")}
+    seed = ["--seed", str(rnd + 1)] if args.seed_per_round else []  # round k: seed k + 1, every row alike
     python = args.torchft_python if row.startswith("torchft:") else None
-    d = run_torchrun(args.hosts, args.ranks_per_host, command(row, args, out), out, env, python=python)
+    d = run_torchrun(args.hosts, args.ranks_per_host, command(row, args, out) + seed, out, env, python=python)
     return {"step_ms": d["step_ms"], "compute_ms": d["compute_ms"], "bytes_per_step": d["bytes_per_step"],
             "val_bpb": d["val_bpb"], "trace": d["val_trace"], "train_s": d["train_s"], "tokens": d["tokens"],
             "parameters": d["parameters"], "choice": (d.get("diloco_stats") or {}).get("choice", "")}
@@ -81,7 +93,11 @@ def seconds_to(trace, target):
 
 def label(row):
     kind, _, spec = row.partition(":")
-    return {"ddp": "DDP, gloo", "ddp-hopwise": "DDP, hopwise"}.get(kind) or {
+    if kind == "fsdp" and spec:
+        grads, _, params = spec.partition("/")
+        return f"FSDP2, hopwise: grads {grads or 'none'}, params {params or 'none'}"
+    return {"ddp": "DDP, gloo", "ddp-hopwise": "DDP, hopwise", "fsdp": "FSDP2, gloo",
+            "fsdp-hopwise": "FSDP2, hopwise, uncompressed"}.get(row) or {
         "hook": f"DDP + hopwise {spec} hook", "averaging": f"hopwise {spec}", "diloco": f"hopwise {spec}",
         "recipe": f"plain-PyTorch recipe {peer_words(spec)}", "torchft": f"torchft DiLoCo {peer_words(spec)}"}[kind]
 
@@ -106,6 +122,9 @@ def main():
     ap.add_argument("--row", action="append", default=None)
     ap.add_argument("--link", default="", help="the link's rate, for the table and chart (e.g. 100 Mbit/s)")
     ap.add_argument("--json", default="")
+    ap.add_argument("--seed-per-round", action="store_true",
+                    help="round k trains every row from seed k + 1 (the medians then span seeds)")
+    ap.add_argument("--reference", default="ddp", help="the row whose final loss is the target (e.g. fsdp)")
     ap.add_argument("--torchft-python", default="", help="the interpreter for torchft rows")
     ap.add_argument("--partial", default="", help="JSON file rewritten with every run's figures as each run ends")
     ap.add_argument("--resume", default="", help="an interrupted sitting's --partial file: its runs are kept")
@@ -114,11 +133,12 @@ def main():
     rows = args.row or DEFAULT
     if any(r.startswith("torchft:") for r in rows) and not args.torchft_python:
         sys.exit("bench-lm.py: a torchft row needs --torchft-python (an environment with this torch and torchft)")
-    if "ddp" not in rows:
-        sys.exit("bench-lm.py: the rows need ddp (DDP on gloo): its final loss is every row's target")
+    ref_row = args.reference
+    if ref_row not in rows:
+        sys.exit(f"bench-lm.py: the rows need the reference row {ref_row}: its final loss is every row's target")
     with tempfile.TemporaryDirectory() as tmp:
         def run_one(r, rnd):
-            return run(r, args, os.path.join(tmp, f"{rnd}-{abs(hash(r))}.json"))
+            return run(r, args, os.path.join(tmp, f"{rnd}-{abs(hash(r))}.json"), rnd)
         done = None
         if args.resume:
             with open(args.resume) as fh:
@@ -126,29 +146,32 @@ def main():
         runs = interleaved(rows, args.rounds, run_one, 0, args.partial, done=done,
                            describe=lambda m: f"{m['step_ms']:.0f} ms/step, {m['val_bpb']:.4f} bits per byte")
     ref = statistics.median(m["compute_ms"] for rs in runs.values() for m in rs)
-    target = median([m["val_bpb"] for m in runs["ddp"]]) * (1 + TOLERANCE)
+    target = median([m["val_bpb"] for m in runs[ref_row]]) * (1 + TOLERANCE)
     for rs in runs.values():
         for m in rs:
             m["seconds_to_target"] = seconds_to(m["trace"], target)
     med = {r: {k: median([m[k] for m in rs]) for k in ("step_ms", "bytes_per_step", "val_bpb", "seconds_to_target")}
            for r, rs in runs.items()}
-    ddp = med["ddp"]
-    first = runs["ddp"][0]
+    if "fsdp" in med and med["fsdp"]["bytes_per_step"] is None and "fsdp-hopwise" in med:
+        med["fsdp"]["bytes_per_step"] = med["fsdp-hopwise"]["bytes_per_step"]  # the same collectives
+    ddp = med[ref_row]
+    first = runs[ref_row][0]
     print(f"{args.hosts} emulated hosts x {args.ranks_per_host} rank(s){', ' + args.link if args.link else ''}: GPT "
           f"of {first['parameters']:,} parameters, {args.steps} steps ({first['tokens']:,} tokens), median of "
-          f"{args.rounds} round(s); a step's forward, backward and AdamW step alone: {ref:.0f} ms; DDP's final "
-          f"loss {ddp['val_bpb']:.4f} bits per byte, the target {target:.4f} (+{TOLERANCE:.0%})")
-    print("| row | runs | MB/step | step ms | utilization | s to DDP's loss (median) | each run | final bpb | "
-          "vs DDP | DDP's time / this |")
-    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
+          f"{args.rounds} round(s); a step's forward, backward and AdamW step alone: {ref:.0f} ms; {label(ref_row)}'s "
+          f"final loss {ddp['val_bpb']:.4f} bits per byte, the target {target:.4f} (+{TOLERANCE:.0%})")
+    print(f"| row | runs | MB/step | step ms | utilization | s to {label(ref_row)}'s loss (median) | each run | "
+          f"final bpb | vs {label(ref_row)} | its time / this | step / its step |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     for r, m in med.items():
         to = "not reached" if m["seconds_to_target"] is None else f"{m['seconds_to_target']:.0f}"
-        rel = "-" if r == "ddp" else f"{100 * (m['val_bpb'] / ddp['val_bpb'] - 1):+.2f}%"
-        speed = ("-" if r == "ddp" or not m["seconds_to_target"] or not ddp["seconds_to_target"]
+        rel = "-" if r == ref_row else f"{100 * (m['val_bpb'] / ddp['val_bpb'] - 1):+.2f}%"
+        speed = ("-" if r == ref_row or not m["seconds_to_target"] or not ddp["seconds_to_target"]
                  else f"{ddp['seconds_to_target'] / m['seconds_to_target']:.2f}x")
-        print(f"| {label(r)} | {len(runs[r])} | {m['bytes_per_step'] / 1e6:.2f} | {m['step_ms']:.0f} | "
+        mb = "-" if m["bytes_per_step"] is None else f"{m['bytes_per_step'] / 1e6:.2f}"
+        print(f"| {label(r)} | {len(runs[r])} | {mb} | {m['step_ms']:.0f} | "
               f"{min(1.0, ref / m['step_ms']):.0%} | {to} | {each(runs[r], 'seconds_to_target', '.0f')} | "
-              f"{m['val_bpb']:.4f} | {rel} | {speed} |")
+              f"{m['val_bpb']:.4f} | {rel} | {speed} | {m['step_ms'] / ddp['step_ms']:.2f} |")
     for r, rs in runs.items():
         for m in rs:
             if m["choice"]:

@@ -274,16 +274,18 @@ def trace_chart(events, title, out, steps=4):
 def lm_chart(bench, title, out):
     """scripts/bench-lm.py's rows: loss against time, and utilization."""
     runs, labels, ref = bench["runs"], bench["labels"], bench["compute_ms"]
+    reference = bench["args"].get("reference", "ddp")  # the row every other is measured against, drawn black
     fig, (curves, bars) = plt.subplots(1, 2, figsize=(15, 8), gridspec_kw={"width_ratios": [3, 2]})
     colors = plt.get_cmap("tab20").colors
     for i, (row, rs) in enumerate(runs.items()):
         typical = sorted(rs, key=lambda m: m["train_s"])[len(rs) // 2]
         points = [(s, b) for _, s, b in typical["trace"] if s > 0]  # the log axis has no 0: from the first check
         xs, ys = [s for s, _ in points], [b for _, b in points]
-        ddp = row == "ddp"
+        ddp = row == reference
         curves.plot(xs, ys, color="black" if ddp else colors[i % len(colors)], lw=3 if ddp else 1.5,
                     label=labels.get(row, row), zorder=3 if ddp else 2)
-    curves.axhline(bench["target_bpb"], color="black", ls="--", lw=1, label="DDP's final loss + 1%")
+    curves.axhline(bench["target_bpb"], color="black", ls="--", lw=1,
+                   label=f"{labels.get(reference, reference)}'s final loss + 1%")
     curves.set_xscale("log")
     curves.set_xlabel("training seconds (log)")
     curves.set_ylabel("validation loss, bits per byte")
@@ -292,7 +294,7 @@ def lm_chart(bench, title, out):
     fig.legend(*curves.get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=8)  # below: off the curves
     names = [labels.get(r, r) for r in runs]
     util = [min(1.0, ref / statistics.median(m["step_ms"] for m in rs)) for rs in runs.values()]
-    bars.barh(names, [100 * u for u in util], color=["black" if r == "ddp" else "tab:blue" for r in runs])
+    bars.barh(names, [100 * u for u in util], color=["black" if r == reference else "tab:blue" for r in runs])
     bars.axvline(90, color="tab:red", ls="--", lw=1)
     bars.invert_yaxis()
     bars.set_xlim(0, 100)

@@ -62,6 +62,9 @@ def arguments():
     ap.add_argument("--diloco", default="", help="a diloco spec: no DDP, hopwise.torch.DiLoCo (backend hopwise)")
     ap.add_argument("--recipe", default="", help="H[:int8]: the plain-PyTorch DiLoCo recipe (backend gloo)")
     ap.add_argument("--torchft", type=int, default=0, help="H: torchft's DiLoCo (backend gloo; torchft installed)")
+    ap.add_argument("--fsdp", action="store_true", help="shard with FSDP2 (fully_shard each block, then the model)")
+    ap.add_argument("--fsdp-grads", default="none", help="with --fsdp: hopwise codec of the gradients' reduce-scatter")
+    ap.add_argument("--fsdp-params", default="none", help="with --fsdp: hopwise codec of the parameters' all-gather")
     ap.add_argument("--outer-lr", type=float, default=0.7, help="the recipe's and torchft's outer learning rate")
     ap.add_argument("--outer-momentum", type=float, default=0.9, help="their outer Nesterov momentum")
     ap.add_argument("--layers", type=int, default=4)
@@ -88,9 +91,17 @@ def arguments():
     ap.add_argument("--stop-after", type=int, default=0, help="leave after this many steps (a run cut short)")
     args = ap.parse_args()
     methods = [m for m in (args.ddp_hook != "none", args.averaging != "sync", bool(args.diloco), bool(args.recipe),
-                           bool(args.torchft)) if m]
+                           bool(args.torchft), args.fsdp) if m]
     if len(methods) > 1:
-        sys.exit("train.py: one of --ddp-hook, --averaging, --diloco, --recipe, --torchft at a time")
+        sys.exit("train.py: one of --ddp-hook, --averaging, --diloco, --recipe, --torchft, --fsdp at a time")
+    compress = (args.fsdp_grads, args.fsdp_params) != ("none", "none")
+    if compress and not args.fsdp:
+        sys.exit("train.py: --fsdp-grads and --fsdp-params compress FSDP2's collectives: add --fsdp")
+    if compress and args.backend != "hopwise":
+        sys.exit("train.py: --fsdp-grads and --fsdp-params run over hopwise: --backend hopwise")
+    if args.fsdp and args.checkpoint:
+        sys.exit("train.py: --fsdp runs without --checkpoint (FSDP2's sharded state saves through "
+                 "torch.distributed.checkpoint, which this example leaves out)")
     if (args.averaging != "sync" or args.diloco) and args.backend != "hopwise":
         sys.exit("train.py: --averaging and --diloco run over hopwise: --backend hopwise")
     if (args.recipe or args.torchft) and args.backend != "gloo":
@@ -145,8 +156,18 @@ def main():
     model = GPT(args.layers, args.width, args.heads, args.context, seed=args.seed)
     opt_of = lambda m: torch.optim.AdamW(parameter_groups(m, args.weight_decay), lr=args.lr,  # noqa: E731
                                          betas=(0.9, 0.95))
-    avg = diloco = recipe = hook_state = tft = None
-    if args.diloco:  # no DDP: each rank its replica
+    avg = diloco = recipe = hook_state = tft = bare = comp = None
+    if args.fsdp:
+        from torch.distributed.fsdp import fully_shard
+        bare = (copy.deepcopy(model),)  # compute alone: an FSDP2 step cannot run without its all-gathers
+        bare += (opt_of(bare[0]),)
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        if (args.fsdp_grads, args.fsdp_params) != ("none", "none"):
+            comp = hw.fsdp.compress(model, grads=args.fsdp_grads, params=args.fsdp_params)
+        net, opt = model, opt_of(model)
+    elif args.diloco:  # no DDP: each rank its replica
         net, opt = model, opt_of(model)
         diloco = hw.DiLoCo(model, opt, args.diloco)
     elif args.recipe or args.torchft:
@@ -212,7 +233,8 @@ def main():
         if args.monitor:
             os.environ["HOPWISE_MONITOR"] = args.monitor
         monitor = hw.Monitor(job="torch_lm")
-    method = (f"averaging {args.averaging}" if avg else f"diloco {diloco.spec}" if diloco else
+    method = (f"fsdp grads {args.fsdp_grads}, params {args.fsdp_params}" if args.fsdp else
+              f"averaging {args.averaging}" if avg else f"diloco {diloco.spec}" if diloco else
               f"recipe {args.recipe}" if recipe else tft.spec if tft else f"ddp hook {args.ddp_hook}")
     if lead:
         print(f"train.py: {world} ranks, backend {args.backend}, {method}; GPT {args.layers} layers x {args.width} "
@@ -228,7 +250,7 @@ def main():
     def batch(step):
         return corpus.batch(step, args.batch, args.context, rank, world, args.seed)
 
-    def train_step(x, y, communicate=True):
+    def train_step(x, y, communicate=True, net=net, opt=opt, model=model):
         opt.zero_grad()
         with contextlib.nullcontext() if communicate or not isinstance(net, DDP) else net.no_sync():
             loss = F.cross_entropy(net(x).reshape(-1, 256), y.reshape(-1))
@@ -244,14 +266,15 @@ def main():
 
     def compute_only(n):
         """Forward, backward and the AdamW step without communication; the model and optimizer put back."""
-        kept = copy.deepcopy((model.state_dict(), opt.state_dict()))
+        m, o, n_ = (bare[0], bare[1], bare[0]) if bare else (model, opt, net)
+        kept = copy.deepcopy((m.state_dict(), o.state_dict()))
         t0 = time.perf_counter()
         for i in range(n):
-            train_step(*batch(i), communicate=False)
+            train_step(*batch(i), communicate=False, net=n_, opt=o, model=m)
         took = (time.perf_counter() - t0) / n * 1e3
         with torch.no_grad():
-            model.load_state_dict(kept[0])
-        opt.load_state_dict(kept[1])
+            m.load_state_dict(kept[0])
+        o.load_state_dict(kept[1])
         return took
 
     vx, vy = corpus.validation_windows(args.val_windows, args.context)
@@ -293,7 +316,7 @@ def main():
     if tft:
         tft.__enter__()  # after compute_only: from here torchft syncs inside opt.step()
     t0 = time.perf_counter()
-    loss_sum, losses, paused = 0.0, 0, 0.0
+    loss_sum, losses, paused, eval_sent = 0.0, 0, 0.0, 0  # eval_sent: FSDP2's evaluation gathers too
     end = min(args.steps, start + args.stop_after) if args.stop_after else args.steps
     for step in range(start, end):
         loss = train_step(*batch(step))
@@ -315,9 +338,10 @@ def main():
                          f"{(time.perf_counter() - t0 - paused) / (done - start) * 1e3:.0f} ms/step")
             loss_sum, losses = 0.0, 0
         if args.eval_every and (done % args.eval_every == 0) and done < args.steps:
-            e0 = time.perf_counter()
+            e0, s0 = time.perf_counter(), hw.stats()["sent_bytes"] if before else 0
             trace.append((done, e0 - t0 - paused, validation_bpb()))
             paused += time.perf_counter() - e0
+            eval_sent += hw.stats()["sent_bytes"] - s0 if before else 0
     if end < args.steps:  # cut short (--stop-after): the checkpoint holds the run
         dist.barrier()
         if lead:
@@ -349,6 +373,8 @@ def main():
     per_step = params * 4
     if before is not None:
         per_step = (after["bytes"] - before["bytes"]) / max(1, ran)  # DDP and hooks: evaluation averages nothing
+    if args.fsdp:  # what the transport sent (gloo's is not counted: the same collectives as uncompressed hopwise)
+        per_step = (after["sent_bytes"] - before["sent_bytes"] - eval_sent) / max(1, ran) if before else None
     if avg:  # its own count: the backend's counts a codec's float32 buffer beside its payload
         per_step = (avg.stats()["bytes"] - averaged_before) / max(1, ran)
     if diloco:
@@ -363,7 +389,7 @@ def main():
         "utilization": min(1.0, compute_ms / step_ms), "val_bpb": val_bpb, "val_trace": trace,
         "tokens_per_s": ran * args.batch * args.context / train_s, "bytes_per_step": per_step, "train_s": train_s,
         "resumed_at": start, "corpus": corpus.name, "diloco_stats": diloco.stats() if diloco else None,
-        "sample": sample, "torchft_errored": tft.close() if tft else None,
+        "sample": sample, "torchft_errored": tft.close() if tft else None, "fsdp": repr(comp) if comp else None,
     }
     if lead and args.json:
         with open(args.json, "w") as f:

@@ -1,7 +1,8 @@
 """examples/torch_lm (the GPT-style language model) as users run it, small and short: 2 ranks under torchrun and
-mpirun, on gloo and hopwise, DDP, hopwise's DiLoCo and an averaging method, the plain-PyTorch recipe; the validation
-loss falls from where every run starts (8 bits per byte for a uniform guess, about that at the seed); a run
-checkpointed, cut short and resumed ends where the straight run ends. ctest runs it as torch_lm."""
+mpirun, on gloo and hopwise, DDP, hopwise's DiLoCo and an averaging method, the plain-PyTorch recipe, FSDP2 on gloo
+and compressed on hopwise; the validation loss falls from where every run starts (8 bits per byte for a uniform
+guess, about that at the seed); a run checkpointed, cut short and resumed ends where the straight run ends. ctest
+runs it as torch_lm."""
 import json
 
 import pytest
@@ -31,6 +32,8 @@ def run(tmp_path, cache, how, *flags, name="out"):
     ("torchrun", ["--backend", "hopwise", "--diloco", "diloco:period=8,codec=int8"]),
     ("mpirun", ["--backend", "hopwise", "--averaging", "local:period=4"]),
     ("mpirun", ["--backend", "gloo", "--recipe", "8"]),
+    ("torchrun", ["--backend", "gloo", "--fsdp"]),
+    ("mpirun", ["--backend", "hopwise", "--fsdp", "--fsdp-grads", "int8:ef=1", "--fsdp-params", "int8"]),
 ])
 def test_lm_trains(tmp_path, cache, how, flags):
     d, text = run(tmp_path, cache, how, *flags)
@@ -38,6 +41,8 @@ def test_lm_trains(tmp_path, cache, how, flags):
     assert 7.0 < start < 9.0 and end < start - 1.5, d["val_trace"]
     assert d["steps"] == 40 and d["tokens"] == 40 * 8 * 64 and d["parameters"] > 0
     assert "the model writes" in text and len(d["sample"]) > 0
+    if "--fsdp-grads" in flags:  # a quarter of FSDP2's float32 bytes, and the installed codecs named
+        assert 0 < d["bytes_per_step"] < 0.3 * 3 * d["parameters"] * 4 / 2 and "int8" in d["fsdp"], d
 
 
 @pytest.mark.parametrize("flags", [["--backend", "gloo"], ["--backend", "hopwise", "--diloco", "diloco:period=8"]])
@@ -55,7 +60,8 @@ def test_lm_resumes_where_the_straight_run_ends(tmp_path, cache, flags):
 def test_lm_refuses_two_methods(tmp_path, cache):
     rc, text = launch("torchrun", 1, TRAIN, *SMALL, "--backend", "hopwise", "--diloco", "diloco:period=8",
                       "--averaging", "local:period=4", env=cache, timeout=120)
-    assert rc != 0 and "one of --ddp-hook, --averaging, --diloco, --recipe, --torchft at a time" in text, text[-3000:]
+    assert rc != 0 and "one of --ddp-hook, --averaging, --diloco, --recipe, --torchft, --fsdp at a time" in text, \
+        text[-3000:]
 
 
 def test_lm_names_a_missing_torchft(tmp_path, cache):

@@ -133,6 +133,8 @@ PYBIND11_MODULE(_C, m) {
     d["bytes"] = s.bytes - compressed + s.wire_bytes;  // on the wire: plain calls' bytes, compressed ones' payloads
     d["user_bytes"] = s.bytes;                         // the buffers passed, compressed or not
     d["wire_bytes"] = s.wire_bytes;                    // the compressed calls' payloads (and scales)
+    const auto sent = h.communicator().link_bytes();
+    d["sent_bytes"] = sent.host + sent.network;  // what this rank's transport sent, every call and algorithm
     return d;
   });
 

@@ -87,5 +87,6 @@ def plan(group=None):
 def stats(group=None):
     """This rank's collective calls so far and their bytes: `bytes` on the wire (plain calls' buffers, compressed
     calls' payloads in place of theirs, so that a compression hook's saving shows), `user_bytes` (the buffers
-    passed, compressed or not) and `wire_bytes` (the compressed calls' payloads alone)."""
+    passed, compressed or not), `wire_bytes` (the compressed calls' payloads alone) and `sent_bytes` (what this
+    rank's transport sent, whatever the algorithm)."""
     return _C.stats(_group(group))
