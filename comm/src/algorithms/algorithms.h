@@ -26,10 +26,11 @@ inline constexpr int kTagTreeReduce = 16000;         // + tree index
 inline constexpr int kTagTreeBroadcast = 16100;      // + tree index
 inline constexpr int kTagBarrier = 16200;            // + round
 inline constexpr int kTagOneShot = 16250;
-inline constexpr int kTagCheck = 16300;     // HOPWISE_DEBUG=CHECK fingerprints
-inline constexpr int kTagAlive = 16301;     // after a timeout: "I gave up too"
-inline constexpr int kTagGaveUp = 16302;    // UCX: a rank abandoned the transport (never received: probed)
-inline constexpr int kTagStamp = 16303;     // the default call check's stamps (call_stamps.h)
+inline constexpr int kTagShardedExchange = 16260;  // compressed reduce-scatter's pairwise payloads
+inline constexpr int kTagCheck = 16300;            // HOPWISE_DEBUG=CHECK fingerprints
+inline constexpr int kTagAlive = 16301;            // after a timeout: "I gave up too"
+inline constexpr int kTagGaveUp = 16302;           // UCX: a rank abandoned the transport (never received: probed)
+inline constexpr int kTagStamp = 16303;            // the default call check's stamps (call_stamps.h)
 inline constexpr int kTagReserved = 16400;  // .. 19999: reserved_tags (registry.cpp), for the layers above the engine
 
 struct Context {

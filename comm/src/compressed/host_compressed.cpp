@@ -13,6 +13,7 @@
 #include "../algorithms/algorithms.h"
 #include "../call_checks.h"
 #include "../communicator_impl.h"
+#include "codec_seconds.h"
 #include "compressed_recipe.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/reduce.h"
@@ -24,14 +25,7 @@ namespace hopwise::comm {
 
 namespace {
 
-// Runs one codec call and adds its seconds to the communicator's codec time (what the monitor reports: on a few
-// cores the codec competes with the compute thread).
-template <class F>
-void timed(detail::CommunicatorImpl& impl, F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  impl.add_codec_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-}
+using compressed::timed;
 
 // Where a recipe's collectives run: over the world, nested in the running task (dispatch picks the algorithm), or
 // among the hosts' leaders, a ring over the plan's leader group (the network stage).

@@ -12,14 +12,14 @@
 // (state.world_size is set to 1).
 #include <fmt/core.h>
 
-#include <chrono>
-#include <cstring>
+#include <algorithm>
 #include <span>
 #include <vector>
 
 #include "../algorithms/algorithms.h"
 #include "../call_checks.h"
 #include "../communicator_impl.h"
+#include "codec_seconds.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/reduce.h"
 #include "hopwise/compression/codec.h"
@@ -27,8 +27,6 @@
 namespace hopwise::comm {
 
 namespace {
-
-constexpr int kTagShardedExchange = algo::kTagOneShot + 1;  // the reduce-scatter's pairwise messages
 
 // One block's message: [scale_count floats][payload], padded to 8 bytes so that every message in a buffer of them
 // starts aligned for the scales and for payloads read in words (topk's indices).
@@ -40,12 +38,7 @@ struct Message {
   std::byte* payload_of(std::byte* m) const { return m + scales * sizeof(float); }
 };
 
-template <class F>
-void timed(detail::CommunicatorImpl& impl, F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  impl.add_codec_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-}
+using compressed::timed;
 
 // Encodes n floats into message m with this rank's own scales.
 void encode_message(detail::CommunicatorImpl& impl, const compression::Codec& codec, compression::CodecState& st,
@@ -88,13 +81,13 @@ void reduce_scatter_job(detail::CommunicatorImpl& impl, const float* in, float* 
       const int from = (me - k + p) % p;
       for (std::size_t j = 0; j < shape.stride; j += piece)
         reqs.push_back(t.irecv(theirs + static_cast<std::size_t>(from) * shape.stride + j,
-                               std::min(piece, shape.stride - j), from, kTagShardedExchange));
+                               std::min(piece, shape.stride - j), from, algo::kTagShardedExchange));
     }
     for (int k = 1; k < p; ++k) {
       const int to = (me + k) % p;  // staggered, so that not every rank sends to rank 0 first
       for (std::size_t j = 0; j < shape.stride; j += piece)
         reqs.push_back(t.isend(mine + static_cast<std::size_t>(to) * shape.stride + j,
-                               std::min(piece, shape.stride - j), to, kTagShardedExchange));
+                               std::min(piece, shape.stride - j), to, algo::kTagShardedExchange));
     }
     t.wait_all(reqs);
   }
