@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
 #include "tensors.h"
 #include "translate.h"
 
@@ -54,15 +56,45 @@ void ShardedCodecState::begin(HopwiseBackend& pg, const at::Tensor& output, cons
   ++busy_;
 }
 
-std::function<void(std::exception_ptr)> ShardedCodecState::finish_then(std::function<void()> on_success) {
+// The path both calls share: stage the buffers (bfloat16 widened to float32), start the engine's call through the
+// sequencer, and on completion mark the state idle, scale by `factor` and write the output back.
+c10::intrusive_ptr<c10d::Work> ShardedCodecState::launch(HopwiseBackend& pg, const at::Tensor& output,
+                                                         const at::Tensor& input, int64_t block, const char* what,
+                                                         c10d::OpType type, const char* title, const Call& call,
+                                                         double factor) {
+  begin(pg, output, input, block, what);
   auto self = shared_from_this();  // the state outlives the call, even when Python drops it first
-  return [self, on_success = std::move(on_success)](std::exception_ptr e) {
-    {
-      std::lock_guard lock(self->mutex_);
-      --self->busy_;
-    }
-    if (!e && on_success) on_success();
+  auto idle = [self] {
+    std::lock_guard lock(self->mutex_);
+    --self->busy_;
   };
+  Staged in, out;
+  try {
+    in = stage(input, at::kFloat);
+    out = stage(output, at::kFloat, false);
+  } catch (...) {
+    idle();
+    throw;
+  }
+  auto work = pg.make_work(type, title, as_list(output));
+  auto start = [&pg, in, out, call, idle] {
+    try {
+      auto w = translated([&] { return call(static_cast<const float*>(in.data()), static_cast<float*>(out.data())); });
+      pg.count_compressed_call(static_cast<std::uint64_t>(std::min(in.count(), out.count())) * sizeof(float));
+      return std::vector{w};
+    } catch (...) {
+      idle();  // the completion step never runs for a call that did not start
+      throw;
+    }
+  };
+  // `in` rides along to the completion: a widened copy must outlive the call that reads it.
+  pg.sequencer().launch(work, start, [idle, in, out, factor](std::exception_ptr e) {
+    idle();
+    if (e) return;
+    if (factor != 1) out.buf.mul_(factor);
+    out.finish();
+  });
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ShardedCodecState::reduce_scatter(HopwiseBackend& pg, const at::Tensor& output,
@@ -85,77 +117,25 @@ c10::intrusive_ptr<c10d::Work> ShardedCodecState::reduce_scatter(HopwiseBackend&
       TORCH_CHECK_VALUE(false, "hopwise.torch.fsdp: codecs sum or average; reduce_scatter cannot apply op ",
                         static_cast<int>(op.op_));
   }
-  begin(pg, output, input, output.numel(), "reduce_scatter");
-  auto done = finish_then({});
-  Staged in, out;
-  try {
-    in = stage(input, at::kFloat);
-    out = stage(output, at::kFloat, false);
-  } catch (...) {
-    done(std::current_exception());
-    throw;
-  }
-  auto work = pg.make_work(c10d::OpType::_REDUCE_SCATTER_BASE, "hopwise:compressed_reduce_scatter", as_list(output));
-  auto self = shared_from_this();
-  auto start = [self, &pg, in, out, reduce, done] {
-    try {
-      auto w = translated([&] {
-        return pg.communicator().reduce_scatter_compressed_async(static_cast<const float*>(in.data()),
-                                                                 static_cast<float*>(out.data()), out.count(),
-                                                                 *self->codec_, self->states_, reduce);
-      });
-      pg.count_compressed_call(out.count() * sizeof(float));
-      return std::vector{w};
-    } catch (...) {
-      done(std::current_exception());  // the completion step never runs for a call that did not start
-      throw;
-    }
-  };
-  // `in` rides along to the completion: a widened copy must outlive the call that reads it.
-  pg.sequencer().launch(work, start, [done, in, out, factor](std::exception_ptr e) {
-    done(e);
-    if (e) return;
-    if (factor != 1) out.buf.mul_(factor);
-    out.finish();
-  });
-  return work;
+  const auto n = static_cast<std::size_t>(output.numel());
+  return launch(
+      pg, output, input, output.numel(), "reduce_scatter", c10d::OpType::_REDUCE_SCATTER_BASE,
+      "hopwise:compressed_reduce_scatter",
+      [this, &pg, n, reduce](const float* in, float* out) {
+        return pg.communicator().reduce_scatter_compressed_async(in, out, n, *codec_, states_, reduce);
+      },
+      factor);
 }
 
 c10::intrusive_ptr<c10d::Work> ShardedCodecState::all_gather(HopwiseBackend& pg, const at::Tensor& output,
                                                              const at::Tensor& input) {
   TORCH_CHECK_VALUE(output.numel() == input.numel() * size_, "hopwise.torch.fsdp: all_gather needs an output of ",
                     size_, " times the input's elements (", input.numel(), "), not ", output.numel());
-  begin(pg, output, input, input.numel(), "all_gather");
-  auto done = finish_then({});
-  Staged in, out;
-  try {
-    in = stage(input, at::kFloat);
-    out = stage(output, at::kFloat, false);
-  } catch (...) {
-    done(std::current_exception());
-    throw;
-  }
-  auto work = pg.make_work(c10d::OpType::_ALLGATHER_BASE, "hopwise:compressed_all_gather", as_list(output));
-  auto self = shared_from_this();
-  auto start = [self, &pg, in, out, done] {
-    try {
-      auto w = translated([&] {
-        return pg.communicator().allgather_compressed_async(static_cast<const float*>(in.data()),
-                                                            static_cast<float*>(out.data()), in.count(), *self->codec_,
-                                                            self->states_[0]);
-      });
-      pg.count_compressed_call(in.count() * sizeof(float));
-      return std::vector{w};
-    } catch (...) {
-      done(std::current_exception());
-      throw;
-    }
-  };
-  pg.sequencer().launch(work, start, [done, in, out](std::exception_ptr e) {
-    done(e);
-    if (!e) out.finish();
-  });
-  return work;
+  const auto n = static_cast<std::size_t>(input.numel());
+  return launch(pg, output, input, input.numel(), "all_gather", c10d::OpType::_ALLGATHER_BASE,
+                "hopwise:compressed_all_gather", [this, &pg, n](const float* in, float* out) {
+                  return pg.communicator().allgather_compressed_async(in, out, n, *codec_, states_[0]);
+                });
 }
 
 std::uint64_t ShardedCodecState::step() const {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,7 +44,10 @@ class ShardedCodecState : public std::enable_shared_from_this<ShardedCodecState>
  private:
   // Checks the call, binds the state to the block's element count, and marks the state busy.
   void begin(HopwiseBackend& pg, const at::Tensor& output, const at::Tensor& input, int64_t block, const char* what);
-  std::function<void(std::exception_ptr)> finish_then(std::function<void()> on_success);
+  using Call = std::function<comm::Work(const float* in, float* out)>;  // the engine's call on the staged buffers
+  c10::intrusive_ptr<c10d::Work> launch(HopwiseBackend& pg, const at::Tensor& output, const at::Tensor& input,
+                                        int64_t block, const char* what, c10d::OpType type, const char* title,
+                                        const Call& call, double factor = 1);
   void check_idle(const char* what) const;  // holds mutex_
   std::unique_ptr<compression::Codec> codec_;
   int rank_, size_;
