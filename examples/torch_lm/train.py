@@ -266,11 +266,11 @@ def main():
 
     def compute_only(n):
         """Forward, backward and the AdamW step without communication; the model and optimizer put back."""
-        m, o, n_ = (bare[0], bare[1], bare[0]) if bare else (model, opt, net)
+        m, o, wrapped = (bare[0], bare[1], bare[0]) if bare else (model, opt, net)
         kept = copy.deepcopy((m.state_dict(), o.state_dict()))
         t0 = time.perf_counter()
         for i in range(n):
-            train_step(*batch(i), communicate=False, net=n_, opt=o, model=m)
+            train_step(*batch(i), communicate=False, net=wrapped, opt=o, model=m)
         took = (time.perf_counter() - t0) / n * 1e3
         with torch.no_grad():
             m.load_state_dict(kept[0])
