@@ -5,9 +5,12 @@
 #include <fmt/core.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "../training/src/averaging/auto_pick.h"
+#include "../training/src/averaging/auto_tuner.h"
 #include "averaging_inproc.h"
 #include "hopwise/common/error.h"
 #include "hopwise/training/averaging.h"
@@ -137,7 +140,7 @@ TEST(Diloco, TheAverageKeepsTheStateItSays) {
     if (bytes("local:period=4") != 0) throw std::runtime_error("local keeps state");
     if (bytes("async:period=4") != 8000) throw std::runtime_error("async keeps other than two buffers");
     // synced 4000 + momentum 4000 + send/receive 2 * 2000 (two fragments)
-    if (const auto b = bytes("diloco:period=4,fragments=2"); b != 12000)
+    if (const auto b = bytes("diloco:period=4,fragments=2,momentum=0.9"); b != 12000)
       throw std::runtime_error(fmt::format("diloco keeps {}", b));
     if (const auto b = bytes("diloco:period=4,codec=int8,momentum=0"); b != 16000)  // synced, residual, 2 buffers
       throw std::runtime_error(fmt::format("diloco with int8 keeps {}", b));
@@ -146,7 +149,7 @@ TEST(Diloco, TheAverageKeepsTheStateItSays) {
 }
 
 TEST(DilocoAuto, PicksTheShortestPeriodThatReachesTheTarget) {
-  const hc::AveragingSpec spec = hc::AveragingSpec::parse("diloco:auto,target=0.9");
+  const hc::AveragingSpec spec = hc::AveragingSpec::parse("diloco:auto,target=0.9,inner=sgd");
   for (const double full_ms : {0.5, 20.0, 400.0, 5000.0}) {
     hd::LinkProbe link;
     link.step_ms = 10;
@@ -175,6 +178,21 @@ TEST(DilocoAuto, PicksTheShortestPeriodThatReachesTheTarget) {
   EXPECT_EQ(c.settings.momentum, 0.0);
 }
 
+// Where the probe found the machine's cores busy (a CPU trainer), a codec's work takes a core from compute whatever
+// the delay: the setting that hid it on idle cores (the LM's figures at 100 Mbit/s) no longer reaches the target.
+TEST(DilocoAuto, BusyCoresCountTheCodecsWorkAgainstCompute) {
+  const hc::AveragingSpec spec = hc::AveragingSpec::parse("diloco:auto,inner=adam");
+  hd::LinkProbe link{226, 1100, 13 << 20, {{"none", 1.0, 0.0}, {"int8", 0.26, 15.0}, {"int4", 0.14, 20.0}}};
+  const hd::AutoChoice idle = hd::pick_outer(link, spec, 2);
+  link.cores_busy = 0.95;
+  const hd::AutoChoice busy = hd::pick_outer(link, spec, 2);
+  EXPECT_EQ(idle.settings.period, 1) << idle.why;
+  EXPECT_GT(busy.settings.period, idle.settings.period) << busy.why;
+  EXPECT_GE(busy.utilization, 0.95) << busy.why;
+  EXPECT_NE(busy.why.find("counted against compute"), std::string::npos) << busy.why;
+  EXPECT_NE(idle.why.find("on an idle core"), std::string::npos) << idle.why;
+}
+
 TEST(DilocoAuto, MeasuresInTheFirstStepsAndEveryRankTakesTheSameChoice) {
   hwtest::Group g(2, hwtest::test_options());
   Models got = train(g, {"diloco:auto,target=0.5", 40, 100});
@@ -195,7 +213,7 @@ TEST(DilocoAuto, MeasuresInTheFirstStepsAndEveryRankTakesTheSameChoice) {
   EXPECT_EQ(choices[0], choices[1]);
 }
 
-// After its choice auto times the steps that follow and keeps it or lengthens the period; every rank decides alike.
+// After its choice auto times the steps that follow and keeps or changes it; every rank decides alike.
 TEST(DilocoAuto, ChecksItsChoiceOnTheStepsThatFollow) {
   hwtest::Group g(2, hwtest::test_options());
   std::vector<std::string> said(2);
@@ -220,10 +238,57 @@ TEST(DilocoAuto, ChecksItsChoiceOnTheStepsThatFollow) {
             "");
   EXPECT_EQ(said[0], said[1]);  // the same decisions at the same steps (their figures are agreed)
   EXPECT_NE(said[0].find("diloco:auto chose"), std::string::npos) << said[0];
-  const bool checked = said[0].find("diloco:auto keeps") != std::string::npos ||
-                       said[0].find("diloco:auto lengthens the period") != std::string::npos;
-  EXPECT_TRUE(checked) << said[0];
+  EXPECT_GE(std::count(said[0].begin(), said[0].end(), '\n'), 2) << "no word from the check: " << said[0];
   EXPECT_EQ(std::memcmp(x[0].data(), x[1].data(), kDim * sizeof(float)), 0);
+}
+
+// A schedule with a sync at work on every step: the tuner holds its launches for a quiet window, reads compute there
+// and decides on it; at 77% against a 95% target with the steps not waiting on the link, it swaps to fewer bits,
+// streams period 1 as 4 fragments of period 4, and then keeps the period (never lengthened further on that).
+TEST(DilocoAuto, ABusyScheduleIsReadOnAQuietWindowAndNeverLengthenedOnContention) {
+  hwtest::Group g(1, hwtest::test_options());
+  ASSERT_EQ(g.run([](int, hc::Communicator& comm) {
+    using Clock = std::chrono::steady_clock;
+    std::vector<float> x(4096, 1.0f);
+    const hc::AveragingSpec spec = hc::AveragingSpec::parse("diloco:auto,inner=adam");
+    hc::AveragingStats stats;
+    hc::AveragingContext ctx{comm, spec, x.data(), x.size(), stats};
+    hd::AutoTuner tuner(ctx);
+    Clock::time_point now = Clock::now();
+    std::int64_t t = 0;
+    std::optional<hd::AutoTuner::Decision> chosen;
+    while (!chosen) chosen = tuner.probe(++t, now += std::chrono::milliseconds(10));
+    now = Clock::now();  // the tuner reads its first checked step from the end of the probe's measurement
+    hd::OuterSettings s = chosen->settings;
+    s.codec = "none";  // where a 1-rank link leaves it, for the swap below
+    const auto window = [&](double busy_ms, double quiet_ms) {
+      std::optional<hd::AutoTuner::Decision> d;
+      for (int i = 0; i < 64 && !d; ++i) {
+        const bool hold = tuner.holding();
+        tuner.step_done(!hold, 0.0);
+        d = tuner.check(++t, now += std::chrono::microseconds(static_cast<int>((hold ? quiet_ms : busy_ms) * 1000)), s,
+                        false);
+        if (!tuner.checking()) break;
+        if (tuner.said().find("reads again") != std::string::npos && !d) break;
+      }
+      return d;
+    };
+    auto d = window(13.0, 10.0);
+    if (!d) throw std::runtime_error("no decision: " + tuner.said());
+    if (tuner.said().find("swaps the codec none -> ") == std::string::npos) throw std::runtime_error(tuner.said());
+    if (!d->resync || d->settings.period != s.period) throw std::runtime_error("not a codec swap: " + tuner.said());
+    s = d->settings;
+    s.codec = "int4";  // the lightest
+    s.period = s.fragments = 1;
+    d = window(13.0, 10.0);  // period 1 on shared cores: streamed at period 4, a fragment every step
+    if (!d || d->settings.period != hd::kStreamedPeriod || d->settings.fragments != hd::kStreamedPeriod)
+      throw std::runtime_error("period 1 not streamed at period 4: " + tuner.said());
+    s = d->settings;
+    d = window(13.0, 10.0);
+    if (d || tuner.checking() || tuner.said().find("diloco:auto keeps") == std::string::npos)
+      throw std::runtime_error("not kept at 77% with the lightest codec: " + tuner.said());
+  }),
+            "");
 }
 
 TEST(DilocoSpec, ParsesAndNamesWhatIsWrong) {
@@ -246,11 +311,25 @@ TEST(DilocoSpec, ParsesAndNamesWhatIsWrong) {
   EXPECT_NE(error_of("diloco:period=8,fragments=2,delay=5").find("use delay=0..4"), std::string::npos);
   EXPECT_NE(error_of("diloco:auto,period=8").find("picks period itself"), std::string::npos);
   EXPECT_NE(error_of("diloco:period=8,target=0.9").find("goes with diloco:auto"), std::string::npos);
+  // No outer step named: the measured rule for the inner optimizer and the period, and the spec stays as written.
+  const auto outer = [](const std::string& text) {
+    const hc::AveragingSpec p = hc::AveragingSpec::parse(text);
+    return fmt::format("{}/{}/{}", p.outer_lr, p.momentum, p.nesterov);
+  };
+  EXPECT_EQ(outer("diloco:period=8"), "1/0/0") << "not named: the conservative rule";
+  EXPECT_EQ(outer("diloco:period=8,inner=sgd"), "1/0/0");
+  EXPECT_EQ(outer("diloco:period=128,inner=sgd"), "0.7/0.9/1") << "the papers' step, measured best at 128";
+  EXPECT_EQ(outer("diloco:period=128,inner=adam"), "1/0/0");
+  EXPECT_EQ(outer("diloco:period=128"), "1/0/0");
+  EXPECT_EQ(outer("diloco:period=8,momentum=0.5"), "0.7/0.5/1") << "one named: the others the papers'";
+  EXPECT_EQ(hc::AveragingSpec::parse("diloco:period=128,inner=sgd").to_string(), "diloco:inner=sgd,period=128");
+  EXPECT_EQ(hc::AveragingSpec::parse("diloco:inner=adam,outer_lr=1,period=8").to_string(),
+            "diloco:inner=adam,outer_lr=1,period=8");
   EXPECT_NE(error_of("diloco:auto=2").find("auto takes no value"), std::string::npos);
   EXPECT_NE(error_of("diloco:period=8,momentum=1").find("momentum=1 must be a number in [0, 1)"), std::string::npos);
   EXPECT_NE(error_of("diloco:period=8,outer_lr=0").find("outer_lr=0 must be a number in (0, 10]"), std::string::npos);
   EXPECT_NE(error_of("diloco:period=8,codec=zip").find("codec=zip is not a codec"), std::string::npos);
-  EXPECT_NE(error_of("diloco:period=8,inner=lion").find("inner=lion is not sgd or adam"), std::string::npos);
+  EXPECT_NE(error_of("diloco:period=8,inner=lion").find("inner=lion is not sgd, adam, muon"), std::string::npos);
   EXPECT_NE(error_of("diloco:momentum=0.5").find("diloco needs period=H"), std::string::npos);
   EXPECT_NE(error_of("local:period=8,outer_lr=0.5").find("local takes period, warmup, not outer_lr"),
             std::string::npos);
@@ -287,43 +366,147 @@ TEST(Diloco, ALoadRefusesAStateThatDoesNotFit) {
 
 // auto's check reads compute from the same window's quiet steps: syncs that slow some steps count, the trainer's
 // pauses (an evaluation's average, a stray slow step) do not, and a VM that slowed since the probe is not taken for
-// the syncs' cost.
+// the syncs' cost. Steps of a quiet window auto held count for compute, not for the schedule's step.
 TEST(DilocoAuto, CheckReadsComputeFromTheWindowsQuietSteps) {
   std::vector<hd::CheckedStep> w;
-  for (int i = 0; i < 40; ++i) w.push_back({i % 5 < 2 ? 28.0 : 12.0, i % 5 < 2, false});  // 16 of 40 wait on a sync
+  for (int i = 0; i < 40; ++i)  // 16 of 40 wait on a sync, 2 ms of each in after_step
+    w.push_back({i % 5 < 2 ? 28.0 : 12.0, i % 5 < 2, false, false, i % 5 < 2 ? 2.0 : 0.0});
   w.push_back({900.0, false, true});   // an evaluation between two steps
   w.push_back({200.0, false, false});  // a stall of the trainer's own (above 3x the quiet median)
-  const hd::WindowReading r = hd::read_window(w, /*probe_ms=*/10.0);
+  const hd::WindowReading r = hd::read_window(w, {30.0, 10.0, 20.0});
   EXPECT_EQ(r.quiet, 24);
-  EXPECT_DOUBLE_EQ(r.compute_ms, 12.0);  // the window's own, not the probe's 10 ms
+  EXPECT_DOUBLE_EQ(r.compute_ms, 12.0);  // the window's own
   EXPECT_NEAR(r.step_ms, (24 * 12.0 + 16 * 28.0) / 40, 1e-9);
-  // A fragment at work on every step: no quiet step to read, so the probe's figure stands.
+  EXPECT_NEAR(r.wait_ms, 16 * 2.0 / 40, 1e-9);
+  EXPECT_DOUBLE_EQ(r.sync_ms, 20.0);  // the median fragment
+  // A fragment at work on every step: no quiet step to read, and no compute figure from other minutes either.
   std::vector<hd::CheckedStep> busy(32, {14.0, true, false});
-  const hd::WindowReading b = hd::read_window(busy, 10.0);
+  const hd::WindowReading b = hd::read_window(busy, {});
   EXPECT_EQ(b.quiet, 0);
-  EXPECT_DOUBLE_EQ(b.compute_ms, 10.0);
+  EXPECT_DOUBLE_EQ(b.compute_ms, 0.0);
   EXPECT_DOUBLE_EQ(b.step_ms, 14.0);
-  EXPECT_EQ(hd::read_window({}, 10.0).step_ms, 0.0);
+  // ... until auto holds its launches for a few steps: those read compute, the busy ones the schedule's step
+  for (int i = 0; i < hd::kQuietSteps; ++i) busy.push_back({10.0, i == 0, false, true});
+  const hd::WindowReading h = hd::read_window(busy, {});
+  EXPECT_EQ(h.quiet, hd::kQuietSteps - 1);
+  EXPECT_DOUBLE_EQ(h.compute_ms, 10.0);
+  EXPECT_DOUBLE_EQ(h.step_ms, 14.0);
+  EXPECT_EQ(hd::read_window({}, {}).step_ms, 0.0);
 }
 
 // The next period brings the syncs' time per step within the target in one move where the measurement says how far.
 TEST(DilocoAuto, LengthensByWhatTheWindowMeasured) {
+  const auto reading = [](double step, double compute) {
+    hd::WindowReading w;
+    w.step_ms = step;
+    w.compute_ms = compute;
+    w.quiet = 10;
+    return w;
+  };
   // 5 ms a step of syncs at period 4 against 8 ms of compute; 95% leaves them 0.42 ms: 4 * 5 / 0.42 = 47.5 -> 64.
-  EXPECT_EQ(hd::lengthened_period(4, {13.0, 8.0, 10}, 0.95), 64);
-  EXPECT_EQ(hd::lengthened_period(32, {8.5, 8.0, 10}, 0.95), 64);     // a little over: doubled
-  EXPECT_EQ(hd::lengthened_period(256, {80.0, 8.0, 10}, 0.95), 512);  // the longest
-  EXPECT_EQ(hd::lengthened_period(8, {9.0, 9.0, 0}, 0.95), 16);       // nothing over (a noisy window): doubled
+  EXPECT_EQ(hd::lengthened_period(4, reading(13.0, 8.0), 0.95), 64);
+  EXPECT_EQ(hd::lengthened_period(32, reading(8.5, 8.0), 0.95), 64);     // a little over: doubled
+  EXPECT_EQ(hd::lengthened_period(256, reading(80.0, 8.0), 0.95), 512);  // the longest
+  EXPECT_EQ(hd::lengthened_period(8, reading(9.0, 9.0), 0.95), 16);      // nothing over (a noisy window): doubled
 }
 
 // Before a longer period, a codec with fewer bits where its share of the measured cost fits what the target allows.
 TEST(DilocoAuto, SwapsToFewerBitsBeforeALongerPeriod) {
   const std::vector<hd::CodecCost> codecs{{"none", 1.0, 0}, {"int8", 0.25, 1}, {"int4", 0.125, 1}};
+  const auto reading = [](double step, double compute) {
+    hd::WindowReading w;
+    w.step_ms = step;
+    w.compute_ms = compute;
+    return w;
+  };
   // 88 ms a step against 80 of compute: 8 ms of syncs at int8; 95% leaves 4.2 ms; int4 (half) makes 4 -> int4
-  EXPECT_EQ(hd::lighter_codec("int8", codecs, {88.0, 80.0, 0}, 0.95), "int4");
-  EXPECT_EQ(hd::lighter_codec("int8", codecs, {100.0, 80.0, 0}, 0.95), "");     // 10 ms at int4: the period grows
-  EXPECT_EQ(hd::lighter_codec("none", codecs, {84.0, 80.0, 0}, 0.95), "int8");  // the most bits that fit
-  EXPECT_EQ(hd::lighter_codec("int4", codecs, {84.0, 80.0, 0}, 0.95), "");      // none lighter
-  EXPECT_EQ(hd::lighter_codec("fp8", codecs, {84.0, 80.0, 0}, 0.95), "");       // not among the probe's
+  EXPECT_EQ(hd::lighter_codec("int8", codecs, reading(88.0, 80.0), 0.95), "int4");
+  EXPECT_EQ(hd::lighter_codec("int8", codecs, reading(100.0, 80.0), 0.95), "");  // 10 ms at int4: none fits
+  EXPECT_EQ(hd::lighter_codec("int8", codecs, reading(100.0, 80.0), 0.95, /*lightest=*/true), "int4");
+  EXPECT_EQ(hd::lighter_codec("none", codecs, reading(84.0, 80.0), 0.95), "int8");    // the most bits that fit
+  EXPECT_EQ(hd::lighter_codec("int4", codecs, reading(84.0, 80.0), 0.95, true), "");  // none lighter
+  EXPECT_EQ(hd::lighter_codec("fp8", codecs, reading(84.0, 80.0), 0.95), "");         // not among the probe's
+}
+
+namespace {
+
+hd::OuterSettings settings(int period, int fragments, int delay, const std::string& codec) {
+  hd::OuterSettings s;
+  s.period = period;
+  s.fragments = fragments;
+  s.delay = delay;
+  s.codec = codec;
+  return s;
+}
+
+hd::WindowReading window(double step, double compute, double wait, double sync) {
+  hd::WindowReading w;
+  w.step_ms = step;
+  w.compute_ms = compute;
+  w.wait_ms = wait;
+  w.sync_ms = sync;
+  w.quiet = 6;
+  return w;
+}
+
+using Kind = hd::CheckDecision::Kind;
+
+}  // namespace
+
+// The check's quality rule: a delay, then more fragments where the steps waited on the link; fewer bits; and a
+// longer period last, only where the link cannot carry the syncs or they take over half the step twice in a row.
+TEST(DilocoAuto, TheCheckPrefersDelayFragmentsAndFewerBitsToALongerPeriod) {
+  const std::vector<hd::CodecCost> codecs{{"none", 1.0, 0}, {"int8", 0.26, 3}, {"int4", 0.14, 4}};
+  const auto decide = [&](const hd::OuterSettings& s, const hd::WindowReading& w, int below_before = 0) {
+    return hd::decide_check(s, w, codecs, 0.95, "adam", below_before);
+  };
+  // no quiet step read: nothing is decided
+  hd::WindowReading none = window(100, 80, 0, 10);
+  none.quiet = 0;
+  EXPECT_EQ(decide(settings(4, 4, 1, "int8"), none).kind, Kind::kAgain);
+  // at the target: kept
+  EXPECT_EQ(decide(settings(4, 4, 1, "int8"), window(82, 80, 1, 60)).kind, Kind::kKeep);
+  // blocking syncs of 150 ms every 4 steps of 80: waited; the link keeps up -> a delay of 2 steps (150 / 80)
+  auto d = decide(settings(4, 1, 0, "int8"), window(117.5, 80, 37.5, 150));
+  EXPECT_EQ(d.kind, Kind::kChange) << d.why;
+  EXPECT_EQ(d.next.delay, 2) << d.why;
+  EXPECT_EQ(d.next.period, 4);
+  EXPECT_NE(d.why.find("lengthens the delay 0 -> 2"), std::string::npos) << d.why;
+  // the delay at its longest (the gap between two fragments): more fragments
+  d = decide(settings(4, 2, 2, "int8"), window(100, 80, 20, 150));
+  EXPECT_EQ(d.next.fragments, 4) << d.why;
+  EXPECT_EQ(d.next.period, 4);
+  EXPECT_LE(d.next.delay, d.next.period / d.next.fragments);
+  // the fragments at their most: fewer bits
+  d = decide(settings(4, 4, 1, "int8"), window(100, 80, 20, 70));
+  EXPECT_EQ(d.next.codec, "int4") << d.why;
+  EXPECT_EQ(d.next.period, 4);
+  // the steps did not wait: what is left is the cores the syncs share with compute. Fewer bits first ...
+  d = decide(settings(4, 4, 1, "int8"), window(104, 80, 0.5, 40));
+  EXPECT_EQ(d.next.codec, "int4") << d.why;
+  EXPECT_EQ(d.next.period, 4);
+  // ... a period under 4 streamed as 4 fragments of period 4 ...
+  d = decide(settings(2, 2, 1, "int4"), window(104, 80, 0.5, 40));
+  EXPECT_EQ(d.next.period, 4) << d.why;
+  EXPECT_EQ(d.next.fragments, 4) << d.why;
+  EXPECT_EQ(d.next.delay, 1) << d.why;
+  // ... then the period is kept above kLengthenBelow (a longer period costs more loss than the step it saves)
+  d = decide(settings(4, 4, 1, "int4"), window(104, 80, 0.5, 40));
+  EXPECT_EQ(d.kind, Kind::kKeep) << d.why;
+  EXPECT_NE(d.why.find("cores the syncs share with compute"), std::string::npos) << d.why;
+  // below it, on the second window in a row only
+  EXPECT_EQ(decide(settings(4, 4, 1, "int4"), window(200, 80, 1, 40)).kind, Kind::kAgain);
+  d = decide(settings(4, 4, 1, "int4"), window(200, 80, 1, 40), /*below_before=*/1);
+  EXPECT_EQ(d.kind, Kind::kChange);
+  EXPECT_GT(d.next.period, 4) << d.why;
+  EXPECT_EQ(d.next.lr, 1.0) << "inner adam: plain averaging at any period";
+  // a link that cannot carry a period's syncs within the period (4 x 900 ms > 4 x 80): the period grows at once
+  d = decide(settings(4, 4, 1, "int4"), window(300, 80, 220, 900));
+  EXPECT_EQ(d.kind, Kind::kChange);
+  EXPECT_GT(d.next.period, 4) << d.why;
+  EXPECT_EQ(d.next.period % d.next.fragments, 0);
+  // period 512 is the longest
+  EXPECT_EQ(decide(settings(512, 8, 1, "int4"), window(300, 80, 220, 9000)).kind, Kind::kKeep);
 }
 
 // The outer step follows the period auto runs at, also after its check lengthened it: SGD-momentum inner steps get
@@ -340,11 +523,15 @@ TEST(DilocoAuto, OuterStepFollowsThePeriod) {
   EXPECT_EQ(s.lr, 0.7);
   EXPECT_EQ(s.momentum, 0.9);
   EXPECT_TRUE(s.nesterov);
-  for (const int period : {8, 512}) {
-    s.period = period;
-    hd::set_outer_rule(s, "adam");
-    EXPECT_EQ(s.lr, 1.0) << "inner adam at " << period << ": plain averaging";
-    EXPECT_EQ(s.momentum, 0.0);
-    EXPECT_FALSE(s.nesterov);
-  }
+  for (const std::string inner : {"adam", "muon", ""})
+    for (const int period : {8, 512}) {
+      s.period = period;
+      const std::string why = hd::set_outer_rule(s, inner);
+      EXPECT_EQ(s.lr, 1.0) << "inner '" << inner << "' at " << period << ": plain averaging";
+      EXPECT_EQ(s.momentum, 0.0);
+      EXPECT_FALSE(s.nesterov);
+      if (inner.empty()) {
+        EXPECT_NE(why.find("not named"), std::string::npos) << why;
+      }
+    }
 }

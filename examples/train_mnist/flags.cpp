@@ -32,11 +32,12 @@ constexpr const char* kUsage = R"(usage: mpirun -np N train_mnist [options]
   --algo A          auto, or a row of the algorithm table: ring | hd | tree | one_shot | two_shot | hier | native
   --averaging S     sync (default; HOPWISE_AVERAGING) | local:period=H[,warmup=W] | hier:period=H[,warmup=W] |
                     gossip[:peers=K][,codec=fp16|bf16|int8] | async:period=H[,warmup=W][,delay=D][,codec=C] |
-                    diloco:period=H[,outer_lr=0.7][,momentum=0.9][,nesterov=1][,fragments=F][,delay=D][,alpha=A]
-                    [,codec=C] (DiLoCo: H local steps, then an outer Nesterov SGD on the averaged pseudo-gradient;
-                    F fragments synced in turn, each behind D steps of compute, any codec) |
-                    diloco:auto[,target=0.95][,inner=sgd] (period, fragments, delay and codec measured in the first
-                    steps to keep the compute utilization at the target; it prints what it chose and why)
+                    diloco:period=H[,outer_lr=LR,momentum=M,nesterov=0|1][,fragments=F][,delay=D][,alpha=A]
+                    [,codec=C] (DiLoCo: H local steps, then an outer SGD on the averaged pseudo-gradient; F fragments
+                    synced in turn, each behind D steps of compute, any codec; with no outer step named, the one
+                    measured for SGD: plain averaging below H = 128, the papers' Nesterov step from there) |
+                    diloco:auto[,target=0.95] (period, fragments, delay and codec measured in the first steps to
+                    keep the compute utilization at the target, then checked; it prints what it chose and why)
                     (fewer synchronization points; every epoch ends with one full average and a test evaluation)
   --target-accuracy X  evaluate the ranks' mean model every --eval-every steps (off the clock, the ranks' models
                     untouched) until the test accuracy reaches X (e.g. 0.85); report the seconds and epochs to it
@@ -165,6 +166,8 @@ Flags parse_flags(int argc, char** argv) {
                                        ? "--checkpoint-every needs --checkpoint PATH: where to write"
                                        : "--resume auto resumes from --checkpoint PATH's files: give --checkpoint");
   const auto method = hc::AveragingSpec::parse(f.averaging);  // a bad spec fails here, naming the field
+  // This trainer's optimizer is SGD with momentum: DiLoCo's outer step follows it where the spec names no family.
+  if (method.method == "diloco" && method.inner.empty()) f.averaging += ",inner=sgd";
   if (method.method == "hier" && f.compression != "none")
     throw hopwise::InvalidArgument(
         "--averaging hier averages gradients within each host uncompressed; drop --compression");

@@ -23,6 +23,7 @@ class TorchAverager {
   void before_step() { averager_->before_step(); }
   void after_step() { averager_->after_step(); }
   void full_average() { averager_->full_average(); }
+  void settle() { averager_->settle(); }
   at::Tensor mean_model();  // the world's mean model, a new tensor; every rank's own untouched
   int64_t steps() const { return averager_->steps(); }
   const comm::AveragingStats& stats() const { return averager_->stats(); }

@@ -270,6 +270,7 @@ PYBIND11_MODULE(_C, m) {
       .def("before_step", &TorchAverager::before_step, py::call_guard<py::gil_scoped_release>())
       .def("after_step", &TorchAverager::after_step, py::call_guard<py::gil_scoped_release>())
       .def("full_average", &TorchAverager::full_average, py::call_guard<py::gil_scoped_release>())
+      .def("settle", &TorchAverager::settle, py::call_guard<py::gil_scoped_release>())
       .def("mean_model", &TorchAverager::mean_model, py::call_guard<py::gil_scoped_release>())
       .def(
           "average_bucket",

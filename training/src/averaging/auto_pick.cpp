@@ -1,9 +1,11 @@
-// diloco:auto's measurements and choice (auto_pick.h).
+// diloco:auto's rules (auto_pick.h): the pick from the probe's figures and the check's decision on a window.
 //
 // The model of a period of H steps, t ms of compute each, F fragments each all-reduced behind D steps:
 //   one fragment's all-reduce   c = (T * r + e) / F     T: the float32 model's all-reduce, r: the codec's wire
 //                                                        ratio, e: its encoding and decoding of the model
-//   exposed per fragment        c if D = 0, else max(0, c - D * t)
+//   exposed per fragment        c if D = 0, else max(0, c - D * t); where the probe found the machine's cores busy
+//                               (a CPU trainer), max(0, T * r / F - D * t) + e / F: the codec's work takes a core
+//                               from compute, whatever the delay
 //   backlog                     max(0, F * c - H * t)   (the link busier than the period: syncs queue up)
 //   utilization                 H * t / (H * t + F * exposed + backlog)
 // The least staleness first: the shortest H, then the shortest D, then the fewest lost bits, then the fewest
@@ -13,46 +15,12 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <chrono>
+#include <cmath>
 #include <tuple>
 
-#include "hopwise/compression/codec.h"
+#include "outer_rule.h"
 
 namespace hopwise::comm::detail {
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-// Candidates in order of the bits they lose: none, then 8 bits, then 4.
-constexpr const char* kCandidates[] = {"none", "int8", "fp8", "int4"};
-
-// The outer settings per inner optimizer family and period (the first row that fits). The papers' Nesterov step
-// (0.7, 0.9) is tuned for AdamW inner steps; after SGD with momentum, on the MLP over 5 epochs
-// (docs/results/averaging.md#diloco), it lost 5.8 points against synchronous training at H = 8 and 1.9-2.3 at
-// H = 32, where plain averaging did not, and it was the best row at H = 128 (+0.44 against DDP).
-struct OuterRule {
-  const char* inner;
-  int from_period;  // the rule holds from this period on
-  double lr, momentum;
-  bool nesterov;
-  const char* why;
-};
-constexpr OuterRule kOuterRules[] = {
-    {"sgd", 128, 0.7, 0.9, true,
-     "inner sgd at a long period: the papers' outer Nesterov step (lr 0.7, momentum 0.9), the best measured at H = "
-     "128"},
-    {"sgd", 1, 1.0, 0.0, false,
-     "inner sgd at a short period: plain averaging (the outer Nesterov step lost 2-6 points after SGD-momentum inner "
-     "steps at H = 8 and 32)"},
-    {"adam", 1, 1.0, 0.0, false,
-     "inner adam: plain averaging (on the byte-level GPT the papers' outer Nesterov step, lr 0.7 and momentum 0.9, "
-     "stalled at 3.6 bits per byte at H = 32 and 64 where plain averaging went on to 2.9)"},
-};
-
-}  // namespace
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -60,27 +28,33 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-WindowReading read_window(const std::vector<CheckedStep>& steps, double probe_ms) {
+WindowReading read_window(const std::vector<CheckedStep>& steps, const std::vector<double>& sync_ms) {
   std::vector<double> quiet;
   for (const CheckedStep& s : steps)
     if (!s.paused && !s.syncing) quiet.push_back(s.ms);
   const double pause_above = quiet.empty() ? 1e300 : 3 * median(quiet);
   WindowReading w;
-  double all = 0, still = 0;
-  int counted = 0;
+  double all = 0, still = 0, waited = 0;
+  int counted = 0, schedule = 0;
   for (const CheckedStep& s : steps) {
     if (s.paused || (!s.syncing && s.ms > pause_above)) continue;
-    all += s.ms;
     ++counted;
+    if (!s.held) {
+      all += s.ms;
+      waited += s.waited_ms;
+      ++schedule;
+    }
     if (!s.syncing) {
       still += s.ms;
       ++w.quiet;
     }
   }
-  w.step_ms = counted > 0 ? all / counted : 0;
+  w.step_ms = schedule > 0 ? all / schedule : 0;
+  w.wait_ms = schedule > 0 ? waited / schedule : 0;
+  w.sync_ms = median(sync_ms);
   // A schedule with a fragment at work on almost every step leaves too few quiet steps to read compute from.
-  const bool enough = w.quiet >= std::max<int>(4, static_cast<int>(steps.size() / 8));
-  w.compute_ms = enough ? still / w.quiet : probe_ms;
+  const bool enough = w.quiet >= std::max<int>(4, counted / 8);
+  w.compute_ms = enough ? still / w.quiet : 0;
   if (!enough) w.quiet = 0;
   return w;
 }
@@ -105,26 +79,112 @@ int lengthened_period(int period, const WindowReading& w, double target) {
 }
 
 std::string lighter_codec(const std::string& codec, const std::vector<CodecCost>& codecs, const WindowReading& w,
-                          double target) {
+                          double target, bool lightest) {
   const auto now = std::find_if(codecs.begin(), codecs.end(), [&](const CodecCost& c) { return c.codec == codec; });
   if (now == codecs.end()) return "";
   const SyncBudget b = sync_budget(w, target);
-  for (const CodecCost& c : codecs)  // none first, then fewer bits: the first that fits loses the fewest
-    if (c.wire_ratio < now->wire_ratio && b.over * c.wire_ratio / now->wire_ratio <= b.allowed) return c.codec;
-  return "";
+  const CodecCost* fewest = nullptr;
+  for (const CodecCost& c : codecs) {  // none first, then fewer bits: the first that fits loses the fewest
+    if (c.wire_ratio >= now->wire_ratio) continue;
+    if (b.over * c.wire_ratio / now->wire_ratio <= b.allowed) return c.codec;
+    if (!fewest || c.wire_ratio < fewest->wire_ratio) fewest = &c;
+  }
+  return lightest && fewest ? fewest->codec : "";
 }
 
 std::string set_outer_rule(OuterSettings& s, const std::string& inner) {
-  const OuterRule* rule = &kOuterRules[1];
-  for (const OuterRule& r : kOuterRules)
-    if (inner == r.inner && s.period >= r.from_period) {
-      rule = &r;
-      break;
+  const OuterStep rule = outer_rule(inner, s.period);
+  s.lr = rule.lr;
+  s.momentum = rule.momentum;
+  s.nesterov = rule.nesterov;
+  return rule.why;
+}
+
+CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const std::vector<CodecCost>& codecs,
+                           double target, const std::string& inner, int below_before) {
+  CheckDecision d;
+  d.next = s;
+  if (w.quiet == 0 || w.compute_ms <= 0 || w.step_ms <= 0) {
+    d.kind = CheckDecision::Kind::kAgain;
+    d.why = fmt::format(
+        "diloco:auto reads again: too few steps of the window went without a sync to read compute "
+        "from, so nothing is decided on it ({})",
+        s.to_string());
+    return d;
+  }
+  const double t = w.compute_ms, u = t / std::max(w.step_ms, t);
+  const double over = std::max(0.0, w.step_ms - t), waited = std::min(w.wait_ms, over);
+  const std::string reading = fmt::format(
+      "measured {:.2f} ms a step against {:.2f} ms of compute ({} quiet steps), {:.2f} ms of it waiting "
+      "on the link, a fragment's all-reduce {:.2f} ms: {:.0f}% compute utilization",
+      w.step_ms, t, w.quiet, waited, w.sync_ms, 100 * u);
+  if (u >= target) {
+    d.why = fmt::format("diloco:auto keeps {}: {}", s.to_string(), reading);
+    return d;
+  }
+  d.kind = CheckDecision::Kind::kChange;
+  const int gap = s.period / s.fragments;
+  const auto change = [&](const std::string& what) {
+    d.why = fmt::format("diloco:auto {}: {} (< the target {:.0f}%)", what, reading, 100 * target);
+  };
+  // Where the steps waited on the link for most of the overhead and the link carries a period's syncs within the
+  // period, a longer delay or smaller fragments hide the wait behind compute.
+  const bool waits = waited >= 0.5 * over;
+  const bool link_keeps_up = w.sync_ms * s.fragments <= s.period * t;
+  if (waits && link_keeps_up && w.sync_ms > 0) {
+    if (s.delay < gap) {
+      const int steps = static_cast<int>(std::ceil(w.sync_ms / t));
+      d.next.delay = std::clamp(steps, s.delay + 1, gap);
+      change(fmt::format("lengthens the delay {} -> {}", s.delay, d.next.delay));
+      return d;
     }
-  s.lr = rule->lr;
-  s.momentum = rule->momentum;
-  s.nesterov = rule->nesterov;
-  return rule->why;
+    if (s.fragments * 2 <= std::min(s.period, 8)) {
+      d.next.fragments = s.fragments * 2;
+      d.next.delay = std::max(1, std::min(gap / 2, s.delay));
+      change(fmt::format("streams {} fragments instead of {}", d.next.fragments, s.fragments));
+      return d;
+    }
+  }
+  if (const std::string lighter = lighter_codec(s.codec, codecs, w, target, true); !lighter.empty()) {
+    d.next.codec = lighter;
+    change(fmt::format("swaps the codec {} -> {}", s.codec, lighter));
+    return d;
+  }
+  // What is left is a longer period. Where the link cannot carry the syncs (the waits stay), it must grow; where the
+  // rest is the cores the syncs share with compute, only past kLengthenBelow and on two readings in a row.
+  const bool must = waits && !link_keeps_up;
+  if (s.period >= 512) {
+    d.kind = CheckDecision::Kind::kKeep;
+    d.why = fmt::format("diloco:auto keeps {}: {}; period 512 is the longest", s.to_string(), reading);
+    return d;
+  }
+  if (!must && s.period < kStreamedPeriod) {
+    d.next.period = kStreamedPeriod;
+    d.next.fragments = kStreamedPeriod;
+    d.next.delay = std::max(1, std::min(s.delay, 1));
+    set_outer_rule(d.next, inner);
+    change(
+        fmt::format("streams period {} as {} fragments of period {}: the overhead is the cores the syncs share "
+                    "with compute, and a fragment every step sends {}x fewer bytes a step",
+                    s.period, kStreamedPeriod, kStreamedPeriod, kStreamedPeriod / s.period));
+    return d;
+  }
+  if (!must && (u >= kLengthenBelow || below_before < 1)) {
+    d.kind = u >= kLengthenBelow ? CheckDecision::Kind::kKeep : CheckDecision::Kind::kAgain;
+    d.why = fmt::format(
+        "diloco:auto {} {}: {}; the rest is not the link's but the cores the syncs share with compute, and a longer "
+        "period costs more loss than that (auto lengthens it only below {:.0f}%, on two windows in a row)",
+        u >= kLengthenBelow ? "keeps" : "reads again before lengthening", s.to_string(), reading, 100 * kLengthenBelow);
+    return d;
+  }
+  d.next.period = lengthened_period(s.period, w, target);
+  d.next.fragments = std::min(d.next.period, s.fragments);
+  d.next.delay = std::min(d.next.delay, d.next.period / d.next.fragments);
+  const std::string rule = set_outer_rule(d.next, inner);
+  change(fmt::format("lengthens the period {} -> {}", s.period, d.next.period));
+  if (d.next.lr != s.lr || d.next.momentum != s.momentum || d.next.nesterov != s.nesterov)
+    d.why += fmt::format("; now {}: {}", d.next.to_string(), rule);
+  return d;
 }
 
 OuterSettings probe_settings(const AveragingSpec& spec) {
@@ -133,52 +193,8 @@ OuterSettings probe_settings(const AveragingSpec& spec) {
   return o;
 }
 
-LinkProbe measure_link(AveragingContext& ctx, double step_ms) {
-  LinkProbe link;
-  const std::size_t n = ctx.count;
-  link.bytes = n * sizeof(float);
-  ctx.average_world();  // the probe's local steps end in a plain average: every rank now holds the same model
-  std::vector<float> scratch(n);
-  double best = 1e300;
-  for (int i = 0; i < 2; ++i) {
-    const auto t0 = Clock::now();
-    ctx.comm.allreduce(ctx.params, scratch.data(), n, DataType::kFloat32, ReduceOp::kAvg);
-    best = std::min(best, ms_since(t0));
-  }
-  std::vector<double> figures = {step_ms, best};
-  const auto known = compression::known_codecs();
-  for (const char* name : kCandidates) {
-    if (std::find(known.begin(), known.end(), name) == known.end()) continue;
-    CodecCost c{name, 1.0, 0.0};
-    if (c.codec != "none") {
-      const auto codec = compression::make_codec(c.codec);
-      compression::CodecState st(1, ctx.comm.rank(), ctx.comm.size());
-      std::vector<std::byte> payload(codec->payload_bytes(n));
-      std::vector<float> scales(codec->scale_count(n));
-      const auto t0 = Clock::now();
-      if (!scales.empty()) codec->local_scales(ctx.params, n, scales.data(), st);
-      codec->encode(ctx.params, n, payload.data(), st, scales.data());
-      codec->decode(payload.data(), n, scratch.data(), st, scales.data());
-      c.cpu_ms = ms_since(t0);
-      const double payload_ratio =
-          static_cast<double>(codec->payload_bytes(n) + codec->scale_count(n) * sizeof(float)) /
-          static_cast<double>(std::max<std::size_t>(1, link.bytes));
-      // An aggregatable payload is all-reduced as the floats are; a gathered one travels to every rank.
-      c.wire_ratio = codec->pattern() == compression::Pattern::kAggregatable
-                         ? payload_ratio
-                         : payload_ratio * std::max(1.0, ctx.comm.size() / 2.0);
-    }
-    link.codecs.push_back(c);
-    figures.push_back(c.cpu_ms);
-  }
-  ctx.comm.allreduce(figures.data(), figures.data(), figures.size(), DataType::kFloat64, ReduceOp::kMax);
-  link.step_ms = figures[0];
-  link.full_ms = figures[1];
-  for (std::size_t i = 0; i < link.codecs.size(); ++i) link.codecs[i].cpu_ms = figures[2 + i];
-  return link;
-}
-
 AutoChoice pick_outer(const LinkProbe& link, const AveragingSpec& spec, int world) {
+  const bool busy = link.cores_busy >= kCoresBusy;
   const double t = std::max(link.step_ms, 1e-3);
   struct Candidate {
     std::tuple<int, int, int, int> key;  // H, D, codec rank, F: the least stale first
@@ -192,8 +208,8 @@ AutoChoice pick_outer(const LinkProbe& link, const AveragingSpec& spec, int worl
       for (int f = 1; f <= 8 && f <= h; f *= 2)
         for (int d = 0; d <= std::min(h / f, 16); ++d) {
           const CodecCost& c = link.codecs[ci];
-          const double per = (link.full_ms * c.wire_ratio + c.cpu_ms) / f;
-          const double exposed = d == 0 ? per : std::max(0.0, per - d * t);
+          const double wire = link.full_ms * c.wire_ratio / f, work = c.cpu_ms / f, per = wire + work;
+          const double exposed = d == 0 ? per : busy ? std::max(0.0, wire - d * t) + work : std::max(0.0, per - d * t);
           const double backlog = std::max(0.0, f * per - h * t);
           const double util = h * t / (h * t + f * exposed + backlog);
           OuterSettings s;
@@ -215,8 +231,10 @@ AutoChoice pick_outer(const LinkProbe& link, const AveragingSpec& spec, int worl
   out.utilization = chosen.util;
   out.why = fmt::format(
       "diloco:auto chose {} on {} ranks: a step computes in {:.2f} ms and the model's float32 all-reduce ({:.2f} MB) "
-      "takes {:.2f} ms, so this keeps a predicted {:.0f}% compute utilization ({} the target {:.0f}%{}); {}",
-      out.settings.to_string(), world, link.step_ms, link.bytes / 1e6, link.full_ms, 100 * chosen.util,
+      "takes {:.2f} ms, the cores were {:.0f}% busy ({}), so this keeps a predicted {:.0f}% compute utilization ({} "
+      "the target {:.0f}%{}); {}",
+      out.settings.to_string(), world, link.step_ms, link.bytes / 1e6, link.full_ms, 100 * link.cores_busy,
+      busy ? "a codec's work counted against compute" : "a codec's work on an idle core", 100 * chosen.util,
       reached ? "reaching" : "short of", 100 * spec.target,
       reached ? ", with the shortest period that does" : ": the highest any setting up to period 512 reaches",
       rule_why);

@@ -72,6 +72,12 @@ void ModelAverager::average_into(float* out) {
   m.ctx.comm.allreduce(m.ctx.params, out, m.ctx.count, DataType::kFloat32, ReduceOp::kAvg);
 }
 
+void ModelAverager::settle() {
+  const auto t0 = std::chrono::steady_clock::now();
+  impl_->method->settle();
+  impl_->stats.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 std::int64_t ModelAverager::steps() const { return impl_->steps; }
 const AveragingStats& ModelAverager::stats() const { return impl_->stats; }
 

@@ -14,6 +14,10 @@
 // x += a - s with s the snapshot (or, with a codec, its difference from the synced model), as before. Plain
 // averaging (lr 1, no momentum) keeps no synced copy unless a codec needs one.
 //
+// diloco:auto runs the probe's plain local steps, then whatever its tuner (auto_tuner.h) chose or changed to; Outer
+// asks the tuner at every step and does what it says (reconfigure after a resync, hold the launches for a quiet
+// window).
+//
 // What each setting keeps beside the model, per parameter (stats.state_bytes): the synced copy 4 B (diloco, or a
 // codec), momentum 4 B (momentum > 0), the codec's residual 4 B (a codec), and the fragment in flight's send and
 // receive buffers 8 B / F (D > 0 or not plain).
@@ -22,13 +26,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <vector>
 
-#include "auto_pick.h"
+#include "auto_tuner.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/log.h"
 #include "hopwise/compression/codec.h"
 #include "hopwise/training/averaging_method.h"
+#include "outer_rule.h"
 #include "outer_state.h"
 #include "periodic.h"
 
@@ -47,8 +53,16 @@ class Outer final : public AveragingMethodBase {
   Outer(AveragingContext& ctx, OuterSettings s, GradientScope between)
       : ctx_(ctx), between_(between), s_(std::move(s)) {
     if (ctx.spec.pick) {
-      picking_ = true;  // measured in the first steps; plain local steps meanwhile
+      tuner_.emplace(ctx);  // measured in the first steps; plain local steps meanwhile
       s_ = probe_settings(ctx.spec);
+    }
+    // The outer step the rule sets is said: a warning where the inner optimizer is not named (the conservative rule).
+    if (ctx.spec.method == "diloco" && (ctx.spec.pick || ctx.spec.outer_by_rule) && ctx.comm.rank() == 0) {
+      const std::string why = outer_rule(ctx.spec.inner, ctx.spec.period).why;
+      if (ctx.spec.inner.empty())
+        log::warn("{}: {}", ctx.spec.to_string(), why);
+      else if (!ctx.spec.pick)
+        log::info("{}: {}", ctx.spec.to_string(), why);
     }
     configure();
   }
@@ -62,19 +76,32 @@ class Outer final : public AveragingMethodBase {
     const auto t0 = Clock::now();
     last_step_ = t;
     if (t == ctx_.spec.warmup && t > 0) ranks_equal();  // the synchronous steps left every rank the same model
-    if (picking_) {
-      probe(t, t0);
+    if (picking()) {
+      if (const auto chosen = tuner_->probe(t, t0)) {
+        s_ = chosen->settings;  // every rank holds the same model: the probe ended in a plain average
+        configure();
+      }
+      ctx_.stats.wait_ms += ms_between(t0, Clock::now());
       return;
     }
     const bool applied = flight_.on && t >= flight_.launched_at + s_.delay;
-    if (applied) apply();
-    if (checking_) check_choice(t, t0);  // between an apply and a launch: where nothing may be in flight
-    const int f = due(t);
+    double waited = applied ? apply() : 0;
+    if (tuner_ && tuner_->checking())  // between an apply and a launch: where nothing may be in flight
+      if (const auto d = tuner_->check(t, t0, s_, flight_.on)) {
+        if (d->resync) full_average(ctx_);  // a new codec, fragments or outer step start from one synced model
+        s_ = d->settings;
+        configure();
+      }
+    const int f = tuner_ && tuner_->holding() ? -1 : due(t);
     if (f >= 0) {
+      const auto l0 = Clock::now();
       launch(f, t);
-      if (s_.delay == 0) apply();
+      if (s_.delay == 0) {
+        apply();
+        waited += ms_between(l0, Clock::now());  // a blocking sync is waited for whole
+      }
     }
-    check_.syncing = applied || f >= 0 || flight_.on;  // the next step pays for it
+    if (tuner_) tuner_->step_done(applied || f >= 0 || flight_.on, waited);  // the next step pays for it
     ctx_.stats.wait_ms += ms_between(t0, Clock::now());
   }
 
@@ -91,7 +118,7 @@ class Outer final : public AveragingMethodBase {
   // Plain averaging keeps the mean whatever is dropped; an outer optimizer takes its step on everything instead,
   // the fragment in flight applied first, and every rank ends on the synced model.
   void full_average(AveragingContext& ctx) override {
-    if (plain() || picking_) {
+    if (plain() || picking()) {
       AveragingMethodBase::full_average(ctx);
       return;
     }
@@ -102,18 +129,23 @@ class Outer final : public AveragingMethodBase {
     }
   }
 
+  // Awaited and kept: its apply() finds it done.
+  void settle() override {
+    if (!flight_.on || flight_.done) return;
+    const auto w0 = Clock::now();
+    flight_.work.wait();
+    count_comm(flight_.work, ms_between(w0, Clock::now()));
+    if (tuner_) tuner_->sync_ended(ms_between(flight_.work.started(), flight_.work.finished()));
+    flight_.done = true;
+  }
+
   bool saves_in_flight() const override { return true; }
   std::string save_state() override {
-    if (flight_.on && !flight_.done) {  // awaited and kept: its apply() finds it done
-      const auto w0 = Clock::now();
-      flight_.work.wait();
-      count_comm(flight_.work, ms_between(w0, Clock::now()));
-      flight_.done = true;
-    }
+    settle();
     OuterState st;
     st.settings = s_;
-    st.picking = picking_;
-    st.why = choice_;
+    st.picking = picking();
+    st.why = choice();
     st.synced = synced_;
     st.momentum = momentum_;
     for (const auto& fs : codec_states_) st.codecs.push_back({fs.step, fs.residual});
@@ -160,9 +192,7 @@ class Outer final : public AveragingMethodBase {
           "model, momentum, residuals or fragment in flight are of other sizes)",
           wanted, ctx_.count));
     }
-    picking_ = st.picking;
-    probe_ = ProbeState{};  // a probe cut short by the restart starts again
-    choice_ = st.why;
+    if (tuner_) tuner_->restore(st.picking, st.why);
     synced_ = std::move(st.synced);
     momentum_ = std::move(st.momentum);
     for (std::size_t f = 0; f < codec_states_.size(); ++f) {
@@ -175,7 +205,7 @@ class Outer final : public AveragingMethodBase {
       flight_ = {true, true, st.flight->fragment, st.flight->launched_at, Work(), {}};
     }
   }
-  std::string choice() const override { return choice_; }
+  std::string choice() const override { return tuner_ ? tuner_->said() : std::string(); }
 
  private:
   struct Flight {
@@ -187,6 +217,7 @@ class Outer final : public AveragingMethodBase {
     Clock::time_point launched;
   };
 
+  bool picking() const { return tuner_ && tuner_->probing(); }
   // lr 1 and no momentum: the synced model is the plain average, and the parameters can be averaged themselves.
   bool plain() const { return s_.lr == 1.0 && s_.momentum == 0.0; }
   bool direct() const { return plain() && s_.codec == "none"; }
@@ -237,8 +268,10 @@ class Outer final : public AveragingMethodBase {
     if (direct() && s_.delay == 0 && s_.alpha == 0.0) {  // post-local SGD's own call: the parameters in place
       const auto c0 = Clock::now();
       ctx_.comm.allreduce(x, x, m, DataType::kFloat32, ReduceOp::kAvg);
-      ctx_.stats.comm_ms += ms_between(c0, Clock::now());  // blocking: none of it hidden
+      const double took = ms_between(c0, Clock::now());
+      ctx_.stats.comm_ms += took;  // blocking: none of it hidden
       ctx_.stats.bytes += m * sizeof(float);
+      if (tuner_) tuner_->sync_ended(took);
       flight_.done = true;
       return;
     }
@@ -263,15 +296,18 @@ class Outer final : public AveragingMethodBase {
     ctx_.stats.hidden_ms += std::max(0.0, took - waited_ms);
   }
 
-  // The fragment in flight's average applied (see the head comment). everyone_equal: x becomes the synced model
-  // whatever alpha and the delay say (a full average).
-  void apply(bool everyone_equal = false) {
+  // The fragment in flight's average applied (see the head comment); returns what it waited for the all-reduce.
+  // everyone_equal: x becomes the synced model whatever alpha and the delay say (a full average).
+  double apply(bool everyone_equal = false) {
     Flight fl = std::move(flight_);
     flight_ = Flight{};
+    double waited = 0;
     if (!fl.done) {
       const auto w0 = Clock::now();
       fl.work.wait();
-      count_comm(fl.work, ms_between(w0, Clock::now()));
+      waited = ms_between(w0, Clock::now());
+      count_comm(fl.work, waited);
+      if (tuner_) tuner_->sync_ended(ms_between(fl.work.started(), fl.work.finished()));
     }
     const auto [b, e] = range(fl.fragment);
     const std::size_t m = e - b;
@@ -280,12 +316,12 @@ class Outer final : public AveragingMethodBase {
     const float* s = send_.data();
     const float keep = static_cast<float>(s_.alpha), take = static_cast<float>(1.0 - s_.alpha);
     if (direct()) {
-      if (s_.delay == 0 && s_.alpha == 0.0) return;  // averaged in place at the launch
+      if (s_.delay == 0 && s_.alpha == 0.0) return waited;  // averaged in place at the launch
       if (s_.delay == 0)
         for (std::size_t i = 0; i < m; ++i) x[i] = keep * x[i] + take * a[i];
       else
         for (std::size_t i = 0; i < m; ++i) x[i] += take * (a[i] - s[i]);
-      return;
+      return waited;
     }
     float* y = synced_.data() + b;
     const float lr = static_cast<float>(s_.lr), mu = static_cast<float>(s_.momentum);
@@ -306,92 +342,7 @@ class Outer final : public AveragingMethodBase {
       else
         x[i] += take * (u - s[i]);
     }
-  }
-
-  // diloco:auto: plain local steps while the step is timed, then one timed full average measures the link, and the
-  // ranks agree on the figures (the slowest's) and so on one choice.
-  void probe(std::int64_t t, Clock::time_point now) {
-    if (t <= ctx_.spec.warmup) return;
-    if (probe_.steps > 0) probe_.step_ms.push_back(ms_between(probe_.last, now));
-    probe_.last = now;
-    ++probe_.steps;
-    if (probe_.steps <= kProbeSteps) return;
-    const LinkProbe link = measure_link(ctx_, median(probe_.step_ms));
-    const AutoChoice c = pick_outer(link, ctx_.spec, ctx_.comm.size());
-    s_ = c.settings;
-    s_.warmup = static_cast<int>(t);  // the chosen schedule counts from here, where every rank is equal
-    picking_ = false;
-    choice_ = c.why;
-    configure();
-    checking_ = true;
-    check_ = Check{link.step_ms, {}, Clock::now(), false, ctx_.out_of_loop, link.codecs};
-    if (ctx_.comm.rank() == 0) log::info("{}", choice_);
-    ctx_.stats.wait_ms += ms_between(now, Clock::now());
-  }
-
-  // diloco:auto, after its choice: the prediction leaves out what the syncs take from compute where they share its
-  // cores (a 2-core host, a CPU trainer). So the steps are timed over a window (two periods, 16 steps at least), and
-  // where the slowest rank's mean step keeps its quiet steps' compute below the target, the period grows (up to 512)
-  // and the next window checks again. Decided where no fragment is in flight, so every rank decides at the same step.
-  struct Check {
-    double probe_ms = 0;  // a local step's time in the probe (the slowest rank's)
-    std::vector<CheckedStep> steps;
-    Clock::time_point last;
-    bool syncing = false;           // a sync at work since the last step's end
-    std::int64_t out_of_loop = 0;   // the trainer's own averages seen so far
-    std::vector<CodecCost> codecs;  // the probe's, for a lighter codec before a longer period
-  };
-  void check_choice(std::int64_t t, Clock::time_point now) {
-    check_.steps.push_back({ms_between(check_.last, now), check_.syncing, ctx_.out_of_loop != check_.out_of_loop});
-    check_.last = now;
-    check_.out_of_loop = ctx_.out_of_loop;
-    const std::size_t window = static_cast<std::size_t>(std::max(16, 2 * s_.period));
-    if (check_.steps.size() < window || flight_.on) return;
-    WindowReading w = read_window(check_.steps, check_.probe_ms);
-    // the slowest rank's figures, and the fewest quiet steps (0 where any rank read the probe's)
-    double figures[3] = {w.step_ms, w.compute_ms, -static_cast<double>(w.quiet)};
-    ctx_.comm.allreduce(figures, figures, 3, DataType::kFloat64, ReduceOp::kMax);
-    w.step_ms = figures[0];
-    w.compute_ms = figures[1];
-    w.quiet = static_cast<int>(-figures[2]);
-    const double utilization = w.compute_ms / std::max(w.step_ms, 1e-9);
-    const std::string against = w.quiet > 0 ? "its steps without a sync" : "the probe's steps (too few without a sync)";
-    if (utilization >= ctx_.spec.target || s_.period >= 512) {
-      checking_ = false;
-      choice_ = fmt::format(
-          "diloco:auto keeps {}: measured {:.2f} ms a step against {:.2f} ms of {} ({:.0f}% compute "
-          "utilization{})",
-          s_.to_string(), w.step_ms, w.compute_ms, against, 100 * utilization,
-          s_.period >= 512 && utilization < ctx_.spec.target ? "; period 512 is the longest" : "");
-    } else {
-      // Fewer bits where they would do (they cost less loss than a longer period), else a longer period
-      OuterSettings next = s_;
-      next.warmup = static_cast<int>(t);  // the new schedule counts from here; each fragment keeps its own synced part
-      next.codec = lighter_codec(s_.codec, check_.codecs, w, ctx_.spec.target);
-      const bool swap = !next.codec.empty();
-      std::string rule_why;
-      if (!swap) {
-        next.codec = s_.codec;
-        next.period = lengthened_period(s_.period, w, ctx_.spec.target);
-        rule_why = set_outer_rule(next, ctx_.spec.inner);
-      }
-      const bool new_step = next.lr != s_.lr || next.momentum != s_.momentum || next.nesterov != s_.nesterov;
-      // a new codec or outer step starts from one synced model (the old codec's residuals moot)
-      const bool resync = swap || new_step;
-      if (resync) full_average(ctx_);
-      const std::string change = swap ? fmt::format("swaps the codec {} -> {}", s_.codec, next.codec)
-                                      : fmt::format("lengthens the period {} -> {}", s_.period, next.period);
-      s_ = next;
-      if (resync) configure();
-      choice_ = fmt::format(
-          "diloco:auto {}: measured {:.2f} ms a step against {:.2f} ms of {} ({:.0f}% < the target {:.0f}%: the "
-          "syncs take more than predicted){}",
-          change, w.step_ms, w.compute_ms, against, 100 * utilization, 100 * ctx_.spec.target,
-          new_step ? fmt::format("; now {}: {}", s_.to_string(), rule_why) : "");
-      check_.steps.clear();
-    }
-    check_.last = Clock::now();
-    if (ctx_.comm.rank() == 0) log::info("{}", choice_);
+    return waited;
   }
 
   AveragingContext& ctx_;
@@ -401,11 +352,7 @@ class Outer final : public AveragingMethodBase {
   std::unique_ptr<compression::Codec> codec_;
   std::vector<compression::CodecState> codec_states_;  // one per fragment: its own residual
   Flight flight_;
-  bool picking_ = false;
-  ProbeState probe_;
-  bool checking_ = false;  // diloco:auto checking its choice (not restored by a load: the saved choice stands)
-  Check check_;
-  std::string choice_;
+  std::optional<AutoTuner> tuner_;  // diloco:auto: what it measures and decides
   std::int64_t last_step_ = 0;
 };
 

@@ -13,6 +13,7 @@
 #include "hopwise/compression/spec.h"
 #include "hopwise/training/averaging.h"
 #include "hopwise/training/averaging_method.h"
+#include "outer_rule.h"
 
 namespace hopwise::comm {
 
@@ -97,10 +98,12 @@ const Field kFields[] = {
      [](const AveragingSpec& s) { return std::to_string(s.fragments); }},
     {"inner",
      [](AveragingSpec& s, const std::string& text, const std::string& v) {
-       if (v != "sgd" && v != "adam")
-         throw InvalidArgument(fmt::format(
-             "averaging '{}': inner={} is not sgd or adam (the trainer's optimizer family: adam for Adam and AdamW)",
-             text, v));
+       if (!has(detail::inner_families(), v))
+         throw InvalidArgument(
+             fmt::format("averaging '{}': inner={} is not {} (the trainer's optimizer family: adam for Adam, AdamW, "
+                         "NAdam, RAdam, Adamax and Adagrad; leave it out for another optimizer: the conservative "
+                         "outer step)",
+                         text, v, fmt::join(detail::inner_families(), ", ")));
        s.inner = v;
      },
      [](const AveragingSpec& s) { return s.inner; }},
@@ -193,10 +196,18 @@ void check_combination(AveragingSpec& s, const AveragingMethodRow& row, const co
                         text, s.method, f));
     return;
   }
-  for (const char* f : {"target", "inner"})
-    if (parsed.params.count(f))
-      throw InvalidArgument(
-          fmt::format("averaging '{}': {}= goes with {}:auto (what auto aims at and tunes for)", text, f, s.method));
+  if (parsed.params.count("target"))
+    throw InvalidArgument(
+        fmt::format("averaging '{}': target= goes with {}:auto (the utilization auto aims at)", text, s.method));
+  // No outer step named: the measured one for the inner optimizer and the period (outer_rule.h).
+  if (s.method == "diloco" && !parsed.params.count("outer_lr") && !parsed.params.count("momentum") &&
+      !parsed.params.count("nesterov")) {
+    const detail::OuterStep rule = detail::outer_rule(s.inner, s.period);
+    s.outer_lr = rule.lr;
+    s.momentum = rule.momentum;
+    s.nesterov = rule.nesterov ? 1 : 0;
+    s.outer_by_rule = true;
+  }
   if (s.period % s.fragments != 0)
     throw InvalidArgument(fmt::format(
         "averaging '{}': period={} is not a multiple of fragments={}: one fragment is synced every period / "
@@ -267,13 +278,14 @@ std::string AveragingSpec::to_string() const {
   // auto's picks are not the spec's: "diloco:auto" stays that after the averager has chosen
   const std::vector<std::string> picked = {"period",   "fragments", "delay",    "codec",
                                            "outer_lr", "momentum",  "nesterov", "alpha"};
+  const std::vector<std::string> by_rule = {"outer_lr", "momentum", "nesterov"};
   std::vector<std::string> parts;
   for (const Field& f : kFields) {
     const std::string value = f.write(*this);
     if (!has(row->fields, f.name) || (value == f.write(defaults) && !has(row->shown, f.name))) continue;
     if (std::string_view(f.name) == "auto")
       parts.emplace_back("auto");
-    else if (!pick || !has(picked, f.name))
+    else if ((!pick || !has(picked, f.name)) && !(outer_by_rule && has(by_rule, f.name)))
       parts.push_back(fmt::format("{}={}", f.name, value));
   }
   return parts.empty() ? method : fmt::format("{}:{}", method, fmt::join(parts, ","));

@@ -14,16 +14,20 @@
 //                          compute goes on; H steps later each rank adds (average - snapshot): staleness at most H
 //                          steps; codec fp16, bf16 or int8 (with error feedback) all-reduces the snapshot's
 //                          difference from the last average instead
-//   diloco:period=H[,outer_lr=0.7][,momentum=0.9][,nesterov=1][,fragments=F][,delay=D][,alpha=A][,codec=C]
-//                          DiLoCo (Douillard et al., arXiv 2311.08105) and its streaming form (arXiv 2501.18512):
+//   diloco:period=H[,inner=sgd|adam|muon][,outer_lr=LR,momentum=M,nesterov=0|1][,fragments=F][,delay=D][,alpha=A]
+//          [,codec=C]      DiLoCo (Douillard et al., arXiv 2311.08105) and its streaming form (arXiv 2501.18512):
 //                          H local steps of the trainer's own optimizer, then the pseudo-gradient (the last synced
 //                          model minus this rank's) averaged over the world and applied to the synced model by an
 //                          outer SGD with Nesterov momentum; F fragments synced in turn (one every H/F steps),
 //                          each all-reduce running behind D steps of compute, merged keeping alpha of the local
-//                          model; any codec, with error feedback per fragment
-//   diloco:auto[,target=U][,inner=sgd|adam] measures the step and the link in the first steps and picks H, F, D and
-//                          the codec that keep the predicted compute utilization at U (0.95) with the shortest
-//                          period, and outer settings that suit the inner optimizer; it says what and why
+//                          model; any codec, with error feedback per fragment. Where the spec names no outer step,
+//                          the measured rule for the inner optimizer's family and the period sets it (plain
+//                          averaging but after SGD at H >= 128: training/src/averaging/outer_rule.cpp); named, the
+//                          unnamed ones are the papers' (outer_lr 0.7, momentum 0.9, nesterov 1)
+//   diloco:auto[,target=U][,inner=sgd|adam|muon] measures the step and the link in the first steps and picks H, F, D
+//                          and the codec that keep the predicted compute utilization at U (0.95) with the shortest
+//                          period, then checks its choice on the steps that follow (auto_tuner.h), with the outer
+//                          rule for the inner optimizer; it says what and why
 // warmup=W (local, hier, async, diloco): W synchronous steps first (gradients over the world), the schedule counted
 // after. local, hier and async are the outer path with outer_lr 1 and no momentum (training/src/averaging/outer.cpp).
 //
@@ -55,11 +59,14 @@ struct AveragingSpec {
   double outer_lr = 0.7;        // diloco: the outer SGD's learning rate
   double momentum = 0.9;        // diloco: the outer SGD's momentum (0: none)
   int nesterov = 1;             // diloco: Nesterov momentum (1) or heavy ball (0)
+  bool outer_by_rule = false;   // diloco: the spec named none of the three above: the rule for inner and period
+                                // set them (outer_rule.h), and to_string() leaves them out
   int fragments = 1;            // diloco: contiguous fragments synced in turn, one every period / fragments steps
   double alpha = 0;             // diloco: the share of the local model kept at a merge (0: take the outer result)
   int pick = 0;                 // diloco:auto (1): period, fragments, delay, codec and outer settings measured
   double target = 0.95;         // diloco:auto: the compute utilization to keep
-  std::string inner = "sgd";    // diloco:auto: the trainer's optimizer family (sgd or adam), for the outer settings
+  std::string inner;            // diloco: the trainer's optimizer family (sgd, adam, muon; "": not named), for the
+                                // outer step where the spec names none
   // Throws InvalidArgument naming the method or the field that is wrong and what it takes.
   static AveragingSpec parse(const std::string& text);
   std::string to_string() const;  // canonical: parse(to_string()) gives the same spec
@@ -113,11 +120,14 @@ class ModelAverager {
   // The world's mean model written to `out` (count floats), every rank's own parameters untouched: an evaluation
   // that leaves the method's course alone (train_mnist's --eval-every probes). Collective.
   void average_into(float* out);
+  // Waits for what is in flight, keeping it (it is applied at its step as ever): an evaluation that follows then
+  // does not wait on it off the trainer's clock. Nothing else changes.
+  void settle();
 
   std::int64_t steps() const;  // after_step() calls so far (restored by load())
   const AveragingStats& stats() const;
-  // What the method decided last and why (diloco:auto: its choice once it has measured, then whether its check of
-  // the steps that followed kept it or lengthened the period), else empty.
+  // What the method decided last and why (diloco:auto: its choice once it has measured, then what its check of the
+  // steps that followed decided), else empty.
   std::string choice() const;
 
   // The method's state for a checkpoint: the spec, the step count (which places the next averaging and gossip

@@ -41,6 +41,8 @@ class AveragingMethodBase {
   // Waits for what is in flight and drops it (a full average or a load follows).
   virtual void drain() {}
   virtual bool in_flight() const { return false; }
+  // Waits for what is in flight and keeps it, to be applied when due (ModelAverager::settle).
+  virtual void settle() {}
   // Every rank now holds the same parameters (after a full average or a load): references restart here.
   virtual void ranks_equal() {}
   // Every rank's parameters made equal to the world's model (ModelAverager::full_average): by default what is in
