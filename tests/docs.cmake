@@ -11,7 +11,7 @@ endif()
 
 # readme_quickstarts (tests/quickstart_check.sh): the README's marked blocks run as a newcomer runs them, from the
 # repository root with build/ this build tree: train_mnist and allreduce_example under mpirun, hopwise-topo, the torch
-# example under the torch environment's torchrun (skipped where the PyTorch backend is not built); the C++ block
+# examples under the torch environment's torchrun (both skipped where the PyTorch backend is not built); the C++ block
 # compiled against the headers, the Python blocks parsed, the README's links checked.
 set(quickstart_args ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
 if(HOPWISE_TORCH_ENABLED)
@@ -19,7 +19,7 @@ if(HOPWISE_TORCH_ENABLED)
   get_filename_component(quickstart_venv ${quickstart_venv_bin} DIRECTORY)
   list(APPEND quickstart_args --venv ${quickstart_venv})
 else()
-  list(APPEND quickstart_args --skip torch)
+  list(APPEND quickstart_args --skip torch --skip torch-lm)  # both run under the torch environment's torchrun
 endif()
 add_test(NAME readme_quickstarts COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/quickstart_check.sh ${quickstart_args})
 set_tests_properties(readme_quickstarts PROPERTIES LABELS docs TIMEOUT 300 RUN_SERIAL TRUE PROCESSORS 2

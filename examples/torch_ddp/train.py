@@ -9,7 +9,7 @@
 Models: mlp (784-1024-1024-10, the C++ train_mnist's) and cnn (two conv layers). Hooks: none (DDP's own
 allreduce), any hopwise codec spec (fp16, bf16, int8:ef=1, qsgd, terngrad, sign, topk:ratio=0.01, randomk,
 powersgd:rank=4, ...; backend hopwise only), or torch's own: torch-fp16, torch-powersgd:rank=4.
---diloco SPEC (e.g. diloco:period=32,outer_lr=0.7,momentum=0.9,codec=int8, or diloco:auto) trains without DDP:
+--diloco SPEC (e.g. diloco:period=8,codec=int8, or diloco:auto) trains without DDP:
 each rank its replica with the inner optimizer (SGD, momentum 0.9), hopwise.torch.DiLoCo syncing every H steps.
 Prints the plan, a progress bar, then one line per epoch; --json FILE writes step_ms, compute_ms (a step with
 DDP's communication off, no_sync, its optimizer step included), utilization (compute / step), test_accuracy,
@@ -87,6 +87,22 @@ def console_line_open(is_open):
     """Tells hopwise (when loaded) whether the bar's line is open: its warnings and monitor lines end it first."""
     if "hopwise.torch" in sys.modules:
         sys.modules["hopwise.torch"].set_console_line_open(is_open)
+
+
+def link_sent():
+    """What this host's network links have sent (the emulated host's veth: what crossed its slow link), per rank of
+    the host, or None in a job on one host (loopback only, and the machine's other interfaces carry others' bytes).
+    Read from /proc/self/net/dev, which is this process's network namespace's."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local >= dist.get_world_size():
+        return None
+    sent = 0
+    with open("/proc/self/net/dev") as fh:
+        for line in fh.readlines()[2:]:
+            name, _, counters = line.partition(":")
+            if name.strip() != "lo":
+                sent += int(counters.split()[8])
+    return sent / local
 
 
 def main():
@@ -254,7 +270,7 @@ def main():
     compute_ms = compute_only(20)
     opt.zero_grad()
     dist.barrier()
-    before = stats()
+    before, link_before, eval_link = stats(), link_sent(), 0.0
     t0 = time.perf_counter()
     loss_sum, losses = 0.0, 0
     paused = 0.0  # seconds spent on evaluation, taken off the training time
@@ -281,8 +297,11 @@ def main():
             progress(i + 1, steps, f"loss {loss_sum / losses:.3f} "
                      f"{(time.perf_counter() - t0 - paused) / (i + 1 - start) * 1e3:.1f} ms/step")
         if (args.target_accuracy or args.trace_accuracy) and ((i + 1) % args.eval_every == 0 or i == steps - 1):
-            e0 = time.perf_counter()
+            if avg or diloco:
+                (avg or diloco).settle()  # what is in flight is waited for on the clock, as in training
+            e0, l0 = time.perf_counter(), link_sent()
             acc = accuracy()
+            eval_link += link_sent() - l0 if l0 is not None else 0
             trace.append((i + 1, e0 - t0 - paused, acc))
             if args.target_accuracy and acc >= args.target_accuracy:
                 reached = (i + 1, e0 - t0 - paused)
@@ -297,6 +316,11 @@ def main():
     dist.barrier()
     train_s = time.perf_counter() - t0 - paused
     after = stats()
+    link = None
+    if link_before is not None:  # every row alike: what its ranks' links sent, evaluations left out
+        link = torch.tensor([(link_sent() - link_before - eval_link) / max(1, steps - start)], dtype=torch.float64)
+        dist.all_reduce(link)
+        link = link.item() / world
     if lead:
         print()
         console_line_open(False)
@@ -314,6 +338,7 @@ def main():
         "train_s": train_s, "gradient_bytes_per_step": params * 4,
         "bytes_per_step": (after["bytes"] - before["bytes"]) / max(1, ran) if args.backend == "hopwise" else params * 4,
         "wire_bytes_per_step": (after["wire_bytes"] - before["wire_bytes"]) / max(1, ran),
+        "link_bytes_per_step": link,
         "diloco_stats": diloco.stats() if diloco else None,
     }
     if lead:

@@ -4,7 +4,7 @@ AdamW, over the backend and method of your choice: DDP on gloo or hopwise (with 
 averaging method, hopwise's DiLoCo, or the plain-PyTorch DiLoCo recipe over gloo. Nothing is downloaded.
 
     PYTHONPATH=build/python scripts/venv.sh torchrun --standalone --nproc_per_node 2 examples/torch_lm/train.py \\
-        --backend hopwise --diloco diloco:period=32,codec=int8 --steps 200 --json out.json
+        --backend hopwise --diloco diloco:period=4,fragments=4,delay=1,codec=int4 --steps 200 --json out.json
     mpirun -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 -x PYTHONPATH=build/python \\
         "$(scripts/venv.sh --path)/bin/python" examples/torch_lm/train.py ...
     TRAINER=examples/torch_lm/train.py sbatch examples/slurm/torch_ddp.sbatch --backend hopwise ...
@@ -17,10 +17,12 @@ hopwise; or torch-fp16, torch-powersgd:rank=4), --averaging SPEC (local:period=H
 the step and --seed alone, so every method sees the same tokens.
 
 Prints the model and plan, a progress bar, the validation loss in bits per byte every --eval-every steps (off the
-clock: the ranks' mean model under averaging and DiLoCo, the synced one under the recipe) and, at the end, a few
-lines the model writes. --json FILE: step_ms, compute_ms (forward, backward and the AdamW step with no
+clock, the ranks' mean model under every method; a fragment in flight is waited for on the clock first) and, at the
+end, a few lines the model writes. --json FILE: step_ms, compute_ms (forward, backward and the AdamW step with no
 communication, measured apart), utilization, val_bpb, val_trace [[steps, training seconds, bpb], ...],
-tokens_per_s, bytes_per_step, diloco_stats, sample."""
+tokens_per_s, bytes_per_step (what the method hands its collectives), link_bytes_per_step (on several hosts: what
+each rank's share of its host's links sent, evaluations left out; the same count for every row), diloco_stats,
+sample."""
 import argparse
 import contextlib
 import copy
@@ -286,11 +288,12 @@ def main():
         if avg or diloco or tft:
             with (avg or diloco or tft).mean_model():
                 yield
-        elif recipe:
+        elif recipe:  # the ranks' mean model, as every other method's is scored (not the synced copy)
             own = [p.detach().clone() for p in model.parameters()]
             with torch.no_grad():
-                for p, s in zip(model.parameters(), recipe.synced):
-                    p.copy_(s)
+                for p in model.parameters():
+                    dist.all_reduce(p.data)
+                    p.data /= world
             yield
             with torch.no_grad():
                 for p, o in zip(model.parameters(), own):
@@ -313,6 +316,7 @@ def main():
     dist.barrier()
     before = hw.stats() if args.backend == "hopwise" else None
     averaged_before = avg.stats()["bytes"] if avg else 0
+    wire_before, eval_wire = mlp.link_sent(), 0.0
     if tft:
         tft.__enter__()  # after compute_only: from here torchft syncs inside opt.step()
     t0 = time.perf_counter()
@@ -338,10 +342,13 @@ def main():
                          f"{(time.perf_counter() - t0 - paused) / (done - start) * 1e3:.0f} ms/step")
             loss_sum, losses = 0.0, 0
         if args.eval_every and (done % args.eval_every == 0) and done < args.steps:
-            e0, s0 = time.perf_counter(), hw.stats()["sent_bytes"] if before else 0
+            if avg or diloco:
+                (avg or diloco).settle()  # a fragment in flight is waited for on the clock, as in training
+            e0, s0, w0 = time.perf_counter(), hw.stats()["sent_bytes"] if before else 0, mlp.link_sent()
             trace.append((done, e0 - t0 - paused, validation_bpb()))
             paused += time.perf_counter() - e0
             eval_sent += hw.stats()["sent_bytes"] - s0 if before else 0
+            eval_wire += mlp.link_sent() - w0 if w0 is not None else 0
     if end < args.steps:  # cut short (--stop-after): the checkpoint holds the run
         dist.barrier()
         if lead:
@@ -359,6 +366,12 @@ def main():
     dist.barrier()
     train_s = time.perf_counter() - t0 - paused
     after = hw.stats() if args.backend == "hopwise" else None
+    wire = None
+    if wire_before is not None:  # every row alike: what its ranks' links sent, evaluations left out
+        wire = torch.tensor([(mlp.link_sent() - wire_before - eval_wire) / max(1, args.steps - start)],
+                            dtype=torch.float64)
+        dist.all_reduce(wire)
+        wire = wire.item() / world
     val_bpb = validation_bpb()
     trace.append((args.steps, train_s, val_bpb))
     ran = args.steps - start
@@ -388,6 +401,7 @@ def main():
         "tokens": args.steps * args.batch * args.context, "step_ms": step_ms, "compute_ms": compute_ms,
         "utilization": min(1.0, compute_ms / step_ms), "val_bpb": val_bpb, "val_trace": trace,
         "tokens_per_s": ran * args.batch * args.context / train_s, "bytes_per_step": per_step, "train_s": train_s,
+        "link_bytes_per_step": wire,
         "resumed_at": start, "corpus": corpus.name, "diloco_stats": diloco.stats() if diloco else None,
         "sample": sample, "torchft_errored": tft.close() if tft else None, "fsdp": repr(comp) if comp else None,
     }

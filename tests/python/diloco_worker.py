@@ -157,7 +157,16 @@ def stats_and_auto(rank, c):
     c.true(_with_inner("diloco:auto", torch.optim.SGD(m.parameters(), lr=0.1)).endswith("inner=sgd"), "auto + SGD")
     c.true(_with_inner("diloco:auto,inner=sgd", torch.optim.Adam(m.parameters())) == "diloco:auto,inner=sgd",
            "inner= given stays")
-    c.true(_with_inner("diloco:period=8", torch.optim.Adam(m.parameters())) == "diloco:period=8", "not auto")
+    c.true(_with_inner("diloco:period=8", torch.optim.Adam(m.parameters())) == "diloco:period=8,inner=adam",
+           "a fixed period takes the family too (its outer step where none is named)")
+    for cls in (torch.optim.NAdam, torch.optim.RAdam, torch.optim.Adamax, torch.optim.Adagrad):
+        c.true(_with_inner("diloco:auto", cls(m.parameters())).endswith("inner=adam"), f"{cls.__name__}: adam")
+    if hasattr(torch.optim, "Muon"):
+        w = [p for p in m.parameters() if p.dim() == 2]
+        c.true(_with_inner("diloco:auto", torch.optim.Muon(w)).endswith("inner=muon"), "Muon: muon")
+    c.true(_with_inner("diloco:auto", torch.optim.RMSprop(m.parameters())) == "diloco:auto",
+           "an optimizer the rule does not know: not named (the averager says it takes the conservative rule)")
+    c.true(_with_inner("local:period=8", torch.optim.Adam(m.parameters())) == "local:period=8", "not diloco")
     d = hopwise.torch.DiLoCo(m, torch.optim.AdamW(m.parameters()), "diloco:auto")
     c.true(hopwise.torch.parse_averaging(d.spec)["inner"] == "adam", f"diloco:auto's spec: {d.spec}")
     for call, words in [(lambda: hopwise.torch.DiLoCo(m, torch.optim.SGD(m.parameters(), lr=1), "local:period=4"),

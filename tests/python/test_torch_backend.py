@@ -225,6 +225,14 @@ def test_diloco(how):
     assert rc == 0 and sorted(set(ok)) == ["0", "1"], out[-6000:]
 
 
+def test_diloco_documented_specs():
+    """Each averaging spec the docs, docstrings and examples show, with the optimizer shown beside it, trains a small
+    model on 2 ranks and its loss falls (documented_specs_worker.py)."""
+    rc, out = launch("torchrun", 2, "documented_specs_worker.py", timeout=600)
+    ok = lines(out, r"rank (\d+): documented specs ok: \d+ specs")
+    assert rc == 0 and sorted(set(ok)) == ["0", "1"], out[-6000:]
+
+
 def test_monitor(tmp_path):
     """hopwise.torch.Monitor on DDP names the rank slowed on purpose; its metrics file passes promtool."""
     prom, jsonl = tmp_path / "ddp.prom", tmp_path / "ddp.jsonl"

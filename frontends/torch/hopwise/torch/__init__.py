@@ -6,7 +6,8 @@
     ddp.register_comm_hook(*hopwise.torch.compression_hook("powersgd:rank=4"))   # optional
     hopwise.torch.allreduce(delta, state=hopwise.torch.CodecState("int8:ef=1"))   # a tensor of your own (compressed.py)
     avg = hopwise.torch.ModelAverager("local:period=8", model)   # fewer sync points (see averaging.py)
-    diloco = hopwise.torch.DiLoCo(model, opt, "diloco:period=32")  # no DDP; diloco.step() after opt.step() (diloco.py)
+    opt = torch.optim.AdamW(model.parameters())  # the inner optimizer (its family sets DiLoCo's outer step)
+    diloco = hopwise.torch.DiLoCo(model, opt, "diloco:auto")  # no DDP; diloco.step() after opt.step() (diloco.py)
     comp = hopwise.torch.fsdp.compress(model, grads="int8:ef=1", params="int8")  # after fully_shard (fsdp.py)
     mon = hopwise.torch.Monitor(util_alert=0.5); ...; mon.step()  # where the time goes (see monitor.py)
     ckpt = hopwise.torch.Checkpoints(path); ckpt.load_newest(); ckpt.save(step, state)  # restarts (checkpoint.py)

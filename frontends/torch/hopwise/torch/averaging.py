@@ -41,7 +41,12 @@ def parse_averaging(spec):
 
 
 class ModelAverager:
-    def __init__(self, spec, params, process_group=None):
+    def __init__(self, spec, params, process_group=None, optimizer=None):
+        """optimizer: the trainer's optimizer, for a diloco spec without inner=: the outer step where the spec names
+        none follows its family (hopwise.torch.DiLoCo passes its own)."""
+        if optimizer is not None:
+            from .diloco import _with_inner
+            spec = _with_inner(spec, optimizer)
         if isinstance(params, torch.nn.Module):
             params = params.parameters()
         self.params = [p for p in params]
@@ -82,6 +87,11 @@ class ModelAverager:
     def full_average(self):
         """Every rank's parameters replaced by the world's mean (what is in flight is awaited first). Collective."""
         self._impl.full_average()
+
+    def settle(self):
+        """Waits for what is in flight, keeping it (applied at its step as ever): call it before an evaluation that
+        is off the clock, so that the evaluation does not wait on the link for the trainer."""
+        self._impl.settle()
 
     @contextlib.contextmanager
     def mean_model(self):
