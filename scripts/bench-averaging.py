@@ -12,8 +12,10 @@ training with int8 between hosts only).
 
 Per row: bytes a rank sends per step, step time, compute utilization (forward, backward and optimizer step over the
 step), seconds and epochs until the test accuracy first reached the target (evaluated every 20 steps off the
-clock; hopwise evaluates the ranks' mean model, leaving theirs alone), the accuracy after the epochs, its distance
-from hopwise's synchronous run, and DDP's time to the target over the row's."""
+clock; hopwise evaluates the ranks' mean model, leaving theirs alone), in how many runs it was reached, the accuracy
+after the epochs, its distance from hopwise's synchronous run, and DDP's time to the target over the row's. The
+medians of those seconds and epochs are over every run, one that never reached the target counting as +infinity
+("not reached" where that median is); DDP's time over the row's is of these medians."""
 import argparse
 import json
 import os
@@ -22,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_rounds import each, interleaved, medians, speedup
+from bench_rounds import each, interleaved, medians, reached, speedup
 from cluster_torchrun import run_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,14 +94,16 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         runs = interleaved(rows, args.rounds, run_one, args.target, args.partial)
     med = medians(runs, ["bytes_per_step", "step_ms", "utilization", "seconds_to_target", "epochs_to_target",
-                         "accuracy"])
+                         "accuracy"], reach=("seconds_to_target", "epochs_to_target"))
+    for r, m in med.items():
+        m["reached"] = reached(runs[r], "seconds_to_target")
     sync, ddp = med.get("sync"), med.get("ddp-gloo")
     print(f"{args.hosts} emulated hosts x {args.ranks_per_host} rank(s), {args.epochs} epochs, target "
           f"{args.target:.0%}, median of {args.rounds} round(s)")
-    print(f"| method | runs | MB/step | step ms | utilization | s to {args.target:.0%} (median) | each run | "
+    print(f"| method | runs | MB/step | step ms | utilization | s to {args.target:.0%} (median) | reached | each run | "
           f"epochs to {args.target:.0%} | accuracy after {args.epochs} | vs sync | "
           f"DDP's time to {args.target:.0%} / this |")
-    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     for r, m in med.items():
         def f(v, fmt):
             return "not reached" if v is None else format(v, fmt)
@@ -107,7 +111,8 @@ def main():
         speed = "-" if r == "ddp-gloo" else speedup(ddp, m)
         name = "PyTorch DDP, gloo" if r == "ddp-gloo" else f"hopwise {r}"
         print(f"| {name} | {len(runs[r])} | {m['bytes_per_step'] / 1e6:.2f} | {m['step_ms']:.1f} | "
-              f"{m['utilization']:.0%} | {f(m['seconds_to_target'], '.1f')} | {each(runs[r], 'seconds_to_target')} | "
+              f"{m['utilization']:.0%} | {f(m['seconds_to_target'], '.1f')} | {m['reached']} | "
+              f"{each(runs[r], 'seconds_to_target')} | "
               f"{f(m['epochs_to_target'], '.2f')} | {100 * m['accuracy']:.2f}% | {delta} | {speed} |")
     if args.json:
         with open(args.json, "w") as fh:

@@ -19,9 +19,12 @@ from seed k + 1: early training can be chaotic enough that one seed's ordering o
 
 Figures per row: step ms (training time / steps; evaluation is off the clock), utilization (one compute figure for
 every row: the median over all runs of train.py's forward, backward and AdamW step measured apart, over the row's
-step), MB a rank hands its collectives per step, the validation loss (bits per byte) after the same tokens, and
-the training seconds until the validation loss first reached the reference row's final loss within 1% (relative;
-the medians of its runs; --reference, DDP on gloo unless named), checked every --eval-every steps. FSDP2 on gloo
+step), MB/step (what the host's link sent per step per rank, train.py's link_bytes_per_step, where measured; else
+what a rank hands its collectives per step), the validation loss (bits per byte) after the same tokens, and the
+training seconds until the validation loss first reached the reference row's final loss within 1% (relative; the
+medians of its runs; --reference, DDP on gloo unless named), checked every --eval-every steps. That time's median is
+over every run, one that never reached the target counting as +infinity ("not reached" where that median is), and
+"reached" says in how many runs it did; the reference's time over the row's is of these medians. FSDP2 on gloo
 counts no bytes of its own: its row shows FSDP2 on hopwise uncompressed's, the same collectives."""
 import argparse
 import json
@@ -31,7 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_rounds import each, interleaved, median
+from bench_rounds import each, interleaved, median, median_reached, megabytes, reached, speedup
 from cluster_torchrun import run_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,8 +86,17 @@ def run(row, args, out, rnd):
     python = args.torchft_python if row.startswith("torchft:") else None
     d = run_torchrun(args.hosts, args.ranks_per_host, command(row, args, out) + seed, out, env, python=python)
     return {"step_ms": d["step_ms"], "compute_ms": d["compute_ms"], "bytes_per_step": d["bytes_per_step"],
-            "val_bpb": d["val_bpb"], "trace": d["val_trace"], "train_s": d["train_s"], "tokens": d["tokens"],
+            "link_bytes_per_step": d.get("link_bytes_per_step"), "val_bpb": d["val_bpb"], "trace": d["val_trace"],
+            "train_s": d["train_s"], "tokens": d["tokens"],
             "parameters": d["parameters"], "choice": (d.get("diloco_stats") or {}).get("choice", "")}
+
+
+def row_medians(rs):
+    """A row's medians; its time to the target's over every run (one not reached: +inf), and in how many it was. get:
+    a resumed --partial file's runs may predate link_bytes_per_step (None: not measured)."""
+    m = {k: median([x.get(k) for x in rs]) for k in ("step_ms", "bytes_per_step", "link_bytes_per_step", "val_bpb")}
+    return {**m, "seconds_to_target": median_reached(rs, "seconds_to_target"),
+            "reached": reached(rs, "seconds_to_target")}
 
 
 def seconds_to(trace, target):
@@ -150,27 +162,26 @@ def main():
     for rs in runs.values():
         for m in rs:
             m["seconds_to_target"] = seconds_to(m["trace"], target)
-    med = {r: {k: median([m[k] for m in rs]) for k in ("step_ms", "bytes_per_step", "val_bpb", "seconds_to_target")}
-           for r, rs in runs.items()}
-    if "fsdp" in med and med["fsdp"]["bytes_per_step"] is None and "fsdp-hopwise" in med:
-        med["fsdp"]["bytes_per_step"] = med["fsdp-hopwise"]["bytes_per_step"]  # the same collectives
+    med = {r: row_medians(rs) for r, rs in runs.items()}
+    for k in ("bytes_per_step", "link_bytes_per_step"):
+        if "fsdp" in med and med["fsdp"][k] is None and "fsdp-hopwise" in med:
+            med["fsdp"][k] = med["fsdp-hopwise"][k]  # the same collectives
     ddp = med[ref_row]
     first = runs[ref_row][0]
     print(f"{args.hosts} emulated hosts x {args.ranks_per_host} rank(s){', ' + args.link if args.link else ''}: GPT "
           f"of {first['parameters']:,} parameters, {args.steps} steps ({first['tokens']:,} tokens), median of "
           f"{args.rounds} round(s); a step's forward, backward and AdamW step alone: {ref:.0f} ms; {label(ref_row)}'s "
           f"final loss {ddp['val_bpb']:.4f} bits per byte, the target {target:.4f} (+{TOLERANCE:.0%})")
-    print(f"| row | runs | MB/step | step ms | utilization | s to {label(ref_row)}'s loss (median) | each run | "
-          f"final bpb | vs {label(ref_row)} | its time / this | step / its step |")
-    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    print(f"| row | runs | MB/step (wire) | step ms | utilization | s to {label(ref_row)}'s loss (median) | reached | "
+          f"each run | final bpb | vs {label(ref_row)} | its time / this | step / its step |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     for r, m in med.items():
         to = "not reached" if m["seconds_to_target"] is None else f"{m['seconds_to_target']:.0f}"
         rel = "-" if r == ref_row else f"{100 * (m['val_bpb'] / ddp['val_bpb'] - 1):+.2f}%"
-        speed = ("-" if r == ref_row or not m["seconds_to_target"] or not ddp["seconds_to_target"]
-                 else f"{ddp['seconds_to_target'] / m['seconds_to_target']:.2f}x")
-        mb = "-" if m["bytes_per_step"] is None else f"{m['bytes_per_step'] / 1e6:.2f}"
-        print(f"| {label(r)} | {len(runs[r])} | {mb} | {m['step_ms']:.0f} | "
-              f"{min(1.0, ref / m['step_ms']):.0%} | {to} | {each(runs[r], 'seconds_to_target', '.0f')} | "
+        speed = "-" if r == ref_row else speedup(ddp, m)
+        print(f"| {label(r)} | {len(runs[r])} | {megabytes(m)} | {m['step_ms']:.0f} | "
+              f"{min(1.0, ref / m['step_ms']):.0%} | {to} | {m['reached']} | "
+              f"{each(runs[r], 'seconds_to_target', '.0f')} | "
               f"{m['val_bpb']:.4f} | {rel} | {speed} | {m['step_ms'] / ddp['step_ms']:.2f} |")
     for r, rs in runs.items():
         for m in rs:

@@ -1,6 +1,10 @@
 """What the training benchmarks share: rows run interleaved over rounds (forward, then backward, so no row always
-runs first or last on a shared, noisy machine), medians of what was measured, and the figures of a table row."""
+runs first or last on a shared, noisy machine), medians of what was measured, and the figures of a table row.
+
+Every run counts: a run that never reached the target is a time of +infinity, not a run left out, so a row that
+reached it in 1 of 3 runs has a median of "not reached", not that one run's time (median_reached, reached)."""
 import json
+import math
 import statistics
 import sys
 
@@ -27,12 +31,38 @@ def interleaved(rows, rounds, run_one, target, partial="", describe=None, done=N
 
 
 def median(xs):
+    """The median of the figures there are: for what every completed run measures (step ms, accuracy), or what some
+    rows do not measure at all (None: bytes on gloo). Never for a time to the target: median_reached."""
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
 
 
-def medians(runs, keys):
-    return {r: {k: median([x[k] for x in rs]) for k in keys} for r, rs in runs.items()}
+def median_reached(runs, key):
+    """The median of every run's time to the target (runs' key), a run that never reached it (None) counting as
+    +infinity; None where that median is (the row did not reach the target in most of its runs)."""
+    if not runs:
+        return None
+    m = statistics.median(math.inf if x[key] is None else x[key] for x in runs)  # even n: (t + inf) / 2 is inf
+    return None if math.isinf(m) else m
+
+
+def reached(runs, key):
+    """How many runs reached the target (runs' key not None), out of all: '2 of 3'."""
+    return f"{sum(x[key] is not None for x in runs)} of {len(runs)}"
+
+
+def medians(runs, keys, reach=()):
+    """{row: {key: its median}}; a key in reach is a time to the target, its median over every run (median_reached)."""
+    return {r: {k: median_reached(rs, k) if k in reach else median([x[k] for x in rs]) for k in keys}
+            for r, rs in runs.items()}
+
+
+def megabytes(m):
+    """A row's MB/step: what the host's link sent per step per rank (link_bytes_per_step) where it was measured, else
+    what a rank handed its collectives (bytes_per_step); '-' where neither was."""
+    b = m.get("link_bytes_per_step")
+    b = m.get("bytes_per_step") if b is None else b
+    return "-" if b is None else f"{b / 1e6:.2f}"
 
 
 def each(rs, key, fmt=".1f"):
@@ -41,7 +71,8 @@ def each(rs, key, fmt=".1f"):
 
 
 def speedup(ddp, m):
-    """DDP's median time to the target over the row's, or '-' where either did not reach it."""
+    """The reference's (DDP's) median time to the target over the row's, both medians over every run
+    (median_reached), or '-' where either did not reach it."""
     if not ddp or not ddp["seconds_to_target"] or not m["seconds_to_target"]:
         return "-"
     return f"{ddp['seconds_to_target'] / m['seconds_to_target']:.2f}x"

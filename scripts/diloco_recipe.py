@@ -249,11 +249,13 @@ def main():
         return x[lo:lo + local], y[lo:lo + local]
 
     def accuracy():
-        """The synced (outer) model, every rank a slice of the test set, the counts summed."""
+        """The ranks' mean model (as hopwise's rows are scored), every rank a slice of the test set, the counts
+        summed."""
         saved = [p.detach().clone() for p in model.parameters()]
         with torch.no_grad():
-            for p, s in zip(model.parameters(), diloco.state()):
-                p.copy_(s)
+            for p in model.parameters():
+                dist.all_reduce(p.data)
+                p.data /= world
         model.eval()
         with torch.no_grad():
             mine = slice(rank * len(tx) // world, (rank + 1) * len(tx) // world)
@@ -277,6 +279,7 @@ def main():
         dist.all_reduce(warm)
     dist.barrier()
     diloco.syncs, diloco.sync_s = 0, 0.0
+    link_before, eval_link = ddp_example.link_sent(), 0.0
     t0 = time.perf_counter()
     compute_s, loss_sum, losses, syncs = 0.0, 0.0, 0, 0
     paused = 0.0  # seconds spent on evaluation, taken off the training time
@@ -299,8 +302,9 @@ def main():
             ddp_example.progress(i + 1, steps, f"loss {loss_sum / losses:.3f} "
                                  f"{(time.perf_counter() - t0 - paused) / (i + 1) * 1e3:.1f} ms/step")
         if (args.target_accuracy or args.trace_accuracy) and ((i + 1) % args.eval_every == 0 or i == steps - 1):
-            e0 = time.perf_counter()
+            e0, l0 = time.perf_counter(), ddp_example.link_sent()
             acc = accuracy()
+            eval_link += ddp_example.link_sent() - l0 if l0 is not None else 0
             trace.append((i + 1, e0 - t0 - paused, acc))
             if args.target_accuracy and acc >= args.target_accuracy:
                 reached = (i + 1, e0 - t0 - paused)
@@ -310,6 +314,11 @@ def main():
                 break
     dist.barrier()
     train_s = time.perf_counter() - t0 - paused
+    link = None
+    if link_before is not None:  # what the ranks' links sent, evaluations left out (train.py's count)
+        link = torch.tensor([(ddp_example.link_sent() - link_before - eval_link) / max(1, steps)], dtype=torch.float64)
+        dist.all_reduce(link)
+        link = link.item() / world
     if lead:
         print()
     test_accuracy = accuracy()
@@ -326,6 +335,7 @@ def main():
         "accuracy_trace": trace, "images_per_s": steps * args.batch / train_s, "resumed_at": 0,
         "train_s": train_s, "gradient_bytes_per_step": params * 4,
         "bytes_per_step": diloco.payload_bytes() * syncs / max(1, steps), "wire_bytes_per_step": 0,
+        "link_bytes_per_step": link,
         "diloco_stats": {"syncs": syncs, "bytes": diloco.payload_bytes() * syncs, "bytes_per_sync":
                          diloco.payload_bytes(), "comm_ms": diloco.sync_s * 1e3, "sync_ms": diloco.sync_s * 1e3 /
                          max(1, syncs), "hidden_ms": 0.0, "hidden_fraction": 0.0},  # blocking: nothing hidden

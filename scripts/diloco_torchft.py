@@ -109,12 +109,18 @@ def main():
         return x[lo:lo + local], y[lo:lo + local]
 
     def accuracy():
-        """The rank's own model, every rank a slice of the test set: between syncs the replicas differ (torchft
-        keeps the synced copy to itself); at the end, after a sync, they are alike."""
+        """The ranks' mean model (as every other row is scored), every rank a slice of the test set; their own
+        models are left as they are."""
+        own = [p.detach().clone() for p in model.parameters()]
         model.eval()
         with torch.no_grad():
+            for p in model.parameters():
+                dist.all_reduce(p.data)
+                p.data /= world
             mine = slice(rank * len(tx) // world, (rank + 1) * len(tx) // world)
             right = torch.tensor([(model(tx[mine]).argmax(1) == ty[mine]).sum().item(), len(ty[mine])])
+            for p, o in zip(model.parameters(), own):
+                p.copy_(o)
         model.train()
         dist.all_reduce(right)
         return right[0].item() / right[1].item()
@@ -125,6 +131,7 @@ def main():
     compute_s, sync_s, syncs, paused, reached, trace = 0.0, 0.0, 0, 0.0, None, []
     with DiLoCo(manager, [model], inner, outer, sync_every=args.period, backup_device=torch.device("cpu"),
                 pin_memory=False):
+        link_before, eval_link = ddp_example.link_sent(), 0.0
         t0 = time.perf_counter()
         for i in range(steps):
             c0 = time.perf_counter()
@@ -142,10 +149,11 @@ def main():
             else:
                 compute_s += c2 - c0
             if (args.target_accuracy or args.trace_accuracy) and ((i + 1) % args.eval_every == 0 or i == steps - 1):
-                e0 = time.perf_counter()
+                e0, l0 = time.perf_counter(), ddp_example.link_sent()
                 acc = accuracy()
+                eval_link += ddp_example.link_sent() - l0 if l0 is not None else 0
                 trace.append((i + 1, e0 - t0 - paused, acc))
-                if args.target_accuracy and acc >= args.target_accuracy and (i + 1) % args.period == 0:
+                if args.target_accuracy and acc >= args.target_accuracy:
                     reached = (i + 1, e0 - t0 - paused)
                 paused += time.perf_counter() - e0
                 if reached:
@@ -153,6 +161,12 @@ def main():
                     break
         dist.barrier()
         train_s = time.perf_counter() - t0 - paused
+        link = None
+        if link_before is not None:  # what the ranks' links sent, evaluations left out (train.py's count)
+            link = torch.tensor([(ddp_example.link_sent() - link_before - eval_link) / max(1, steps)],
+                                dtype=torch.float64)
+            dist.all_reduce(link)
+            link = link.item() / world
     errored = manager.errored()
     test_accuracy = accuracy()
     step_ms = train_s / max(1, steps) * 1e3
@@ -167,6 +181,7 @@ def main():
         "steps_to_target": reached[0] if reached else None, "time_to_target_s": reached[1] if reached else None,
         "accuracy_trace": trace, "images_per_s": steps * args.batch / train_s, "resumed_at": 0, "train_s": train_s,
         "gradient_bytes_per_step": payload, "bytes_per_step": payload * syncs / max(1, steps), "wire_bytes_per_step": 0,
+        "link_bytes_per_step": link,
         "diloco_stats": {"syncs": syncs, "bytes": payload * syncs, "bytes_per_sync": payload,
                          "comm_ms": sync_s * 1e3, "sync_ms": sync_s * 1e3 / max(1, syncs), "hidden_ms": 0.0,
                          "hidden_fraction": 0.0},
