@@ -314,11 +314,7 @@ def main():
                 break
     dist.barrier()
     train_s = time.perf_counter() - t0 - paused
-    link = None
-    if link_before is not None:  # what the ranks' links sent, evaluations left out (train.py's count)
-        link = torch.tensor([(ddp_example.link_sent() - link_before - eval_link) / max(1, steps)], dtype=torch.float64)
-        dist.all_reduce(link)
-        link = link.item() / world
+    link = ddp_example.link_bytes_per_step(link_before, eval_link, steps)  # train.py's count
     if lead:
         print()
     test_accuracy = accuracy()

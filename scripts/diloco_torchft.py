@@ -161,12 +161,7 @@ def main():
                     break
         dist.barrier()
         train_s = time.perf_counter() - t0 - paused
-        link = None
-        if link_before is not None:  # what the ranks' links sent, evaluations left out (train.py's count)
-            link = torch.tensor([(ddp_example.link_sent() - link_before - eval_link) / max(1, steps)],
-                                dtype=torch.float64)
-            dist.all_reduce(link)
-            link = link.item() / world
+        link = ddp_example.link_bytes_per_step(link_before, eval_link, steps)  # train.py's count
     errored = manager.errored()
     test_accuracy = accuracy()
     step_ms = train_s / max(1, steps) * 1e3

@@ -105,6 +105,16 @@ def link_sent():
     return sent / local
 
 
+def link_bytes_per_step(before, during_eval, steps):
+    """What the ranks' links sent per step per rank since `before` (a link_sent() reading), what `during_eval`
+    evaluations sent left out: the same count for every row of a benchmark. None in a job on one host. Collective."""
+    if before is None:
+        return None
+    sent = torch.tensor([(link_sent() - before - during_eval) / max(1, steps)], dtype=torch.float64)
+    dist.all_reduce(sent)
+    return sent.item() / dist.get_world_size()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="hopwise", choices=["hopwise", "gloo"])
@@ -316,11 +326,7 @@ def main():
     dist.barrier()
     train_s = time.perf_counter() - t0 - paused
     after = stats()
-    link = None
-    if link_before is not None:  # every row alike: what its ranks' links sent, evaluations left out
-        link = torch.tensor([(link_sent() - link_before - eval_link) / max(1, steps - start)], dtype=torch.float64)
-        dist.all_reduce(link)
-        link = link.item() / world
+    link = link_bytes_per_step(link_before, eval_link, steps - start)
     if lead:
         print()
         console_line_open(False)

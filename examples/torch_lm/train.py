@@ -366,12 +366,7 @@ def main():
     dist.barrier()
     train_s = time.perf_counter() - t0 - paused
     after = hw.stats() if args.backend == "hopwise" else None
-    wire = None
-    if wire_before is not None:  # every row alike: what its ranks' links sent, evaluations left out
-        wire = torch.tensor([(mlp.link_sent() - wire_before - eval_wire) / max(1, args.steps - start)],
-                            dtype=torch.float64)
-        dist.all_reduce(wire)
-        wire = wire.item() / world
+    wire = mlp.link_bytes_per_step(wire_before, eval_wire, args.steps - start)
     val_bpb = validation_bpb()
     trace.append((args.steps, train_s, val_bpb))
     ran = args.steps - start
