@@ -22,7 +22,8 @@ every row: the median over all runs of train.py's forward, backward and AdamW st
 step), MB/step (what the host's link sent per step per rank, train.py's link_bytes_per_step, where measured; else
 what a rank hands its collectives per step), the validation loss (bits per byte) after the same tokens, and the
 training seconds until the validation loss first reached the reference row's final loss within 1% (relative; the
-medians of its runs; --reference, DDP on gloo unless named), checked every --eval-every steps. That time's median is
+medians of its runs; --reference, DDP on gloo unless named; with --seed-per-round the reference's run of the same
+seed, and "vs" the median of each run's loss over its seed's reference), checked every --eval-every steps. That time's median is
 over every run, one that never reached the target counting as +infinity ("not reached" where that median is), and
 "reached" says in how many runs it did; the reference's time over the row's is of these medians. FSDP2 on gloo
 counts no bytes of its own: its row shows FSDP2 on hopwise uncompressed's, the same collectives."""
@@ -159,10 +160,18 @@ def main():
                            describe=lambda m: f"{m['step_ms']:.0f} ms/step, {m['val_bpb']:.4f} bits per byte")
     ref = statistics.median(m["compute_ms"] for rs in runs.values() for m in rs)
     target = median([m["val_bpb"] for m in runs[ref_row]]) * (1 + TOLERANCE)
+    # With a seed per round, each run is scored against the reference's run of the same seed (its final loss + 1%,
+    # and its loss beside it): seeds move the final loss by more than the 1% tolerance.
+    refs = [m["val_bpb"] for m in runs[ref_row]]
     for rs in runs.values():
-        for m in rs:
-            m["seconds_to_target"] = seconds_to(m["trace"], target)
+        for k, m in enumerate(rs):
+            own = refs[k] if args.seed_per_round and k < len(refs) else median(refs)
+            m["target_bpb"] = own * (1 + TOLERANCE)
+            m["seconds_to_target"] = seconds_to(m["trace"], m["target_bpb"])
+            m["vs_reference"] = m["val_bpb"] / own - 1
     med = {r: row_medians(rs) for r, rs in runs.items()}
+    for r, rs in runs.items():
+        med[r]["vs_reference"] = median([m["vs_reference"] for m in rs])
     for k in ("bytes_per_step", "link_bytes_per_step"):
         if "fsdp" in med and med["fsdp"][k] is None and "fsdp-hopwise" in med:
             med["fsdp"][k] = med["fsdp-hopwise"][k]  # the same collectives
@@ -171,13 +180,15 @@ def main():
     print(f"{args.hosts} emulated hosts x {args.ranks_per_host} rank(s){', ' + args.link if args.link else ''}: GPT "
           f"of {first['parameters']:,} parameters, {args.steps} steps ({first['tokens']:,} tokens), median of "
           f"{args.rounds} round(s); a step's forward, backward and AdamW step alone: {ref:.0f} ms; {label(ref_row)}'s "
-          f"final loss {ddp['val_bpb']:.4f} bits per byte, the target {target:.4f} (+{TOLERANCE:.0%})")
+          f"final loss {ddp['val_bpb']:.4f} bits per byte, the target "
+          + (f"each seed's own final loss +{TOLERANCE:.0%} ({', '.join(f'{m:.4f}' for m in refs)})"
+             if args.seed_per_round else f"{target:.4f} (+{TOLERANCE:.0%})"))
     print(f"| row | runs | MB/step (wire) | step ms | utilization | s to {label(ref_row)}'s loss (median) | reached | "
           f"each run | final bpb | vs {label(ref_row)} | its time / this | step / its step |")
     print("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     for r, m in med.items():
         to = "not reached" if m["seconds_to_target"] is None else f"{m['seconds_to_target']:.0f}"
-        rel = "-" if r == ref_row else f"{100 * (m['val_bpb'] / ddp['val_bpb'] - 1):+.2f}%"
+        rel = "-" if r == ref_row else f"{100 * m['vs_reference']:+.2f}%"  # the median over runs, each its seed's
         speed = "-" if r == ref_row else speedup(ddp, m)
         print(f"| {label(r)} | {len(runs[r])} | {megabytes(m)} | {m['step_ms']:.0f} | "
               f"{min(1.0, ref / m['step_ms']):.0%} | {to} | {m['reached']} | "

@@ -169,6 +169,10 @@ def stats_and_auto(rank, c):
     c.true(_with_inner("local:period=8", torch.optim.Adam(m.parameters())) == "local:period=8", "not diloco")
     d = hopwise.torch.DiLoCo(m, torch.optim.AdamW(m.parameters()), "diloco:auto")
     c.true(hopwise.torch.parse_averaging(d.spec)["inner"] == "adam", f"diloco:auto's spec: {d.spec}")
+    a = hopwise.torch.ModelAverager("diloco:period=8", make_model(), optimizer=torch.optim.NAdam(m.parameters()))
+    parsed = hopwise.torch.parse_averaging(a.spec)
+    c.true(parsed["inner"] == "adam" and parsed["outer_lr"] == 1 and parsed["momentum"] == 0,
+           f"ModelAverager(optimizer=NAdam): the adam rule, plain averaging: {parsed}")
     for call, words in [(lambda: hopwise.torch.DiLoCo(m, torch.optim.SGD(m.parameters(), lr=1), "local:period=4"),
                          "not method 'local'"),
                         (lambda: hopwise.torch.DiLoCo(m, "sgd", "diloco:period=4"), "torch.optim.Optimizer"),
