@@ -46,7 +46,7 @@ void AutoTuner::decided(const std::string& why) {
   if (ctx_.comm.rank() == 0) log::info("{}", said_);
 }
 
-std::optional<AutoTuner::Decision> AutoTuner::probe(std::int64_t t, Clock::time_point now) {
+std::optional<OuterSettings> AutoTuner::probe(std::int64_t t, Clock::time_point now) {
   if (t <= ctx_.spec.warmup) return std::nullopt;
   if (probe_steps_ > 0) probe_ms_.push_back(ms_between(last_, now));
   last_ = now;
@@ -56,8 +56,8 @@ std::optional<AutoTuner::Decision> AutoTuner::probe(std::int64_t t, Clock::time_
   const double cores_busy = all > probe_cpu_.second ? (busy - probe_cpu_.first) / (all - probe_cpu_.second) : 0;
   const LinkProbe link = measure_link(ctx_, median(probe_ms_), cores_busy);
   const AutoChoice c = pick_outer(link, ctx_.spec, ctx_.comm.size());
-  Decision d{c.settings, false};
-  d.settings.warmup = static_cast<int>(t);  // the chosen schedule counts from here, where every rank is equal
+  OuterSettings chosen = c.settings;
+  chosen.warmup = static_cast<int>(t);
   probing_ = false;
   checking_ = true;
   probe_step_ms_ = link.step_ms;
@@ -65,7 +65,7 @@ std::optional<AutoTuner::Decision> AutoTuner::probe(std::int64_t t, Clock::time_
   out_of_loop_ = ctx_.out_of_loop;
   decided(c.why);
   last_ = Clock::now();  // the link's measurement is not the first checked step's
-  return d;
+  return chosen;
 }
 
 void AutoTuner::step_done(bool syncing, double waited_ms) {
@@ -89,8 +89,8 @@ void AutoTuner::restore(bool probing, std::string said) {
   held_ = false;
 }
 
-std::optional<AutoTuner::Decision> AutoTuner::check(std::int64_t t, Clock::time_point now, const OuterSettings& s,
-                                                    bool in_flight) {
+std::optional<OuterSettings> AutoTuner::check(std::int64_t t, Clock::time_point now, const OuterSettings& s,
+                                              bool in_flight) {
   const bool paused = ctx_.out_of_loop != out_of_loop_ || resyncing_;
   out_of_loop_ = ctx_.out_of_loop;
   resyncing_ = false;
@@ -124,10 +124,10 @@ std::optional<AutoTuner::Decision> AutoTuner::check(std::int64_t t, Clock::time_
   last_ = Clock::now();
   if (cd.kind == CheckDecision::Kind::kKeep) checking_ = false;
   if (cd.kind != CheckDecision::Kind::kChange) return std::nullopt;
-  Decision d{cd.next, true};
-  d.settings.warmup = static_cast<int>(t);  // the new schedule counts from here
-  resyncing_ = true;                        // the resync that follows is no step of the new settings': a pause
-  return d;
+  OuterSettings next = cd.next;
+  next.warmup = static_cast<int>(t);
+  resyncing_ = true;  // the resync that follows is no step of the new settings': a pause
+  return next;
 }
 
 LinkProbe measure_link(AveragingContext& ctx, double step_ms, double cores_busy) {

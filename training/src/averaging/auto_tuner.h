@@ -23,12 +23,6 @@ class AutoTuner {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // Settings to run from this step on (their warmup is this step: the schedule counts from here).
-  struct Decision {
-    OuterSettings settings;
-    bool resync = false;  // reconfigured: every rank averaged to one synced model first
-  };
-
   explicit AutoTuner(AveragingContext& ctx);
 
   bool probing() const { return probing_; }
@@ -38,11 +32,13 @@ class AutoTuner {
   // What auto chose or decided last, and why (empty before the choice).
   const std::string& said() const { return said_; }
 
-  // After step t, in the probe: the choice once the probe is done (collective then, every rank alike).
-  std::optional<Decision> probe(std::int64_t t, Clock::time_point now);
+  // After step t, in the probe: the choice once the probe is done (collective then, every rank alike); its warmup
+  // is t, the schedule counting from here, where the probe's closing average left every rank equal.
+  std::optional<OuterSettings> probe(std::int64_t t, Clock::time_point now);
   // After step t, once its fragment (if due) was applied and before the next launch: the settings to change to, if
-  // any (collective where a window ends; `in_flight` defers that to the next step with nothing in flight).
-  std::optional<Decision> check(std::int64_t t, Clock::time_point now, const OuterSettings& s, bool in_flight);
+  // any (collective where a window ends; `in_flight` defers that to the next step with nothing in flight). Their
+  // warmup is t; the caller averages every rank to one synced model before taking them.
+  std::optional<OuterSettings> check(std::int64_t t, Clock::time_point now, const OuterSettings& s, bool in_flight);
   // At the end of after_step: whether a sync is at work in the step that follows and what this after_step waited for
   // a fragment's all-reduce (both land on the step ending at the next after_step).
   void step_done(bool syncing, double waited_ms);

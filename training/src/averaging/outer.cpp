@@ -78,7 +78,7 @@ class Outer final : public AveragingMethodBase {
     if (t == ctx_.spec.warmup && t > 0) ranks_equal();  // the synchronous steps left every rank the same model
     if (picking()) {
       if (const auto chosen = tuner_->probe(t, t0)) {
-        s_ = chosen->settings;  // every rank holds the same model: the probe ended in a plain average
+        s_ = *chosen;  // every rank holds the same model: the probe ended in a plain average
         configure();
       }
       ctx_.stats.wait_ms += ms_between(t0, Clock::now());
@@ -87,9 +87,9 @@ class Outer final : public AveragingMethodBase {
     const bool applied = flight_.on && t >= flight_.launched_at + s_.delay;
     double waited = applied ? apply() : 0;
     if (tuner_ && tuner_->checking())  // between an apply and a launch: where nothing may be in flight
-      if (const auto d = tuner_->check(t, t0, s_, flight_.on)) {
-        if (d->resync) full_average(ctx_);  // a new codec, fragments or outer step start from one synced model
-        s_ = d->settings;
+      if (const auto next = tuner_->check(t, t0, s_, flight_.on)) {
+        full_average(ctx_);  // new settings start from one synced model (configure() copies it)
+        s_ = *next;
         configure();
       }
     const int f = tuner_ && tuner_->holding() ? -1 : due(t);
