@@ -161,7 +161,7 @@ CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const
   if (!must && s.period < kStreamedPeriod) {
     d.next.period = kStreamedPeriod;
     d.next.fragments = kStreamedPeriod;
-    d.next.delay = std::max(1, std::min(s.delay, 1));
+    d.next.delay = 1;  // a fragment every step, one step behind compute
     set_outer_rule(d.next, inner);
     change(
         fmt::format("streams period {} as {} fragments of period {}: the overhead is the cores the syncs share "
