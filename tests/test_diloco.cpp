@@ -179,7 +179,8 @@ TEST(DilocoAuto, PicksTheShortestPeriodThatReachesTheTarget) {
 }
 
 // Where the probe found the machine's cores busy (a CPU trainer), a codec's work takes a core from compute whatever
-// the delay: the setting that hid it on idle cores (the LM's figures at 100 Mbit/s) no longer reaches the target.
+// the delay: the setting that hid it on idle cores (the LM's figures at 100 Mbit/s) no longer reaches the target,
+// and the pick starts at the streamed period the check would take anyway.
 TEST(DilocoAuto, BusyCoresCountTheCodecsWorkAgainstCompute) {
   const hc::AveragingSpec spec = hc::AveragingSpec::parse("diloco:auto,inner=adam");
   hd::LinkProbe link{226, 1100, 13 << 20, {{"none", 1.0, 0.0}, {"int8", 0.26, 15.0}, {"int4", 0.14, 20.0}}};
@@ -187,7 +188,10 @@ TEST(DilocoAuto, BusyCoresCountTheCodecsWorkAgainstCompute) {
   link.cores_busy = 0.95;
   const hd::AutoChoice busy = hd::pick_outer(link, spec, 2);
   EXPECT_EQ(idle.settings.period, 1) << idle.why;
-  EXPECT_GT(busy.settings.period, idle.settings.period) << busy.why;
+  // on busy cores the period starts where the check would stream it: a fragment every step
+  EXPECT_EQ(busy.settings.period, hd::kStreamedPeriod) << busy.why;
+  EXPECT_EQ(busy.settings.fragments, hd::kStreamedPeriod) << busy.why;
+  EXPECT_EQ(busy.settings.delay, 1) << busy.why;
   EXPECT_GE(busy.utilization, 0.95) << busy.why;
   EXPECT_NE(busy.why.find("counted against compute"), std::string::npos) << busy.why;
   EXPECT_NE(idle.why.find("on an idle core"), std::string::npos) << idle.why;

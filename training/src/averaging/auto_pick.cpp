@@ -9,7 +9,8 @@
 //   backlog                     max(0, F * c - H * t)   (the link busier than the period: syncs queue up)
 //   utilization                 H * t / (H * t + F * exposed + backlog)
 // The least staleness first: the shortest H, then the shortest D, then the fewest lost bits, then the fewest
-// fragments, among the settings that reach the target.
+// fragments, among the settings that reach the target. On busy cores: H from kStreamedPeriod, then the most
+// fragments, the shortest D, the fewest lost bits.
 #include "auto_pick.h"
 
 #include <fmt/core.h>
@@ -29,15 +30,17 @@ double median(std::vector<double> v) {
 }
 
 WindowReading read_window(const std::vector<CheckedStep>& steps, const std::vector<double>& sync_ms) {
+  // A quiet step's compute: its time less what the after_step before it waited (a quiet window's blocking sync).
+  const auto compute = [](const CheckedStep& s) { return std::max(0.0, s.ms - s.waited_ms); };
   std::vector<double> quiet;
   for (const CheckedStep& s : steps)
-    if (!s.paused && !s.syncing) quiet.push_back(s.ms);
+    if (!s.paused && !s.syncing) quiet.push_back(compute(s));
   const double pause_above = quiet.empty() ? 1e300 : 3 * median(quiet);
   WindowReading w;
   double all = 0, still = 0, waited = 0;
   int counted = 0, schedule = 0;
   for (const CheckedStep& s : steps) {
-    if (s.paused || (!s.syncing && s.ms > pause_above)) continue;
+    if (s.paused || (!s.syncing && compute(s) > pause_above)) continue;
     ++counted;
     if (!s.held) {
       all += s.ms;
@@ -45,7 +48,7 @@ WindowReading read_window(const std::vector<CheckedStep>& steps, const std::vect
       ++schedule;
     }
     if (!s.syncing) {
-      still += s.ms;
+      still += compute(s);
       ++w.quiet;
     }
   }
@@ -113,6 +116,7 @@ CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const
     return d;
   }
   const double t = w.compute_ms, u = t / std::max(w.step_ms, t);
+  d.below = u < kLengthenBelow;
   const double over = std::max(0.0, w.step_ms - t), waited = std::min(w.wait_ms, over);
   const std::string reading = fmt::format(
       "measured {:.2f} ms a step against {:.2f} ms of compute ({} quiet steps), {:.2f} ms of it waiting "
@@ -190,6 +194,9 @@ CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const
 OuterSettings probe_settings(const AveragingSpec& spec) {
   OuterSettings o;
   o.warmup = spec.warmup;
+  o.period = o.fragments = kStreamedPeriod;
+  o.delay = 0;
+  o.codec = "int4";
   return o;
 }
 
@@ -197,13 +204,16 @@ AutoChoice pick_outer(const LinkProbe& link, const AveragingSpec& spec, int worl
   const bool busy = link.cores_busy >= kCoresBusy;
   const double t = std::max(link.step_ms, 1e-3);
   struct Candidate {
-    std::tuple<int, int, int, int> key;  // H, D, codec rank, F: the least stale first
+    std::tuple<int, int, int, int> key;  // H, D, codec rank, F: the least stale first (busy: H, -F, D, codec rank)
     OuterSettings s;
     double util;
   };
   std::vector<Candidate> fit;
   Candidate best_any{{1 << 30, 0, 0, 0}, {}, -1};
-  for (int h = 1; h <= 512; h *= 2)
+  // On busy cores the check streams any period under kStreamedPeriod at that period (the syncs' own work on the
+  // cores is what they cost there, which this model does not see): the pick starts there rather than take the change
+  // and its full average later, and sends a fragment every step, the smallest burst of work on the cores.
+  for (int h = busy ? kStreamedPeriod : 1; h <= 512; h *= 2)
     for (std::size_t ci = 0; ci < link.codecs.size(); ++ci)
       for (int f = 1; f <= 8 && f <= h; f *= 2)
         for (int d = 0; d <= std::min(h / f, 16); ++d) {
@@ -217,7 +227,8 @@ AutoChoice pick_outer(const LinkProbe& link, const AveragingSpec& spec, int worl
           s.fragments = f;
           s.delay = d;
           s.codec = c.codec;
-          Candidate cand{{h, d, static_cast<int>(ci), f}, s, util};
+          Candidate cand{busy ? std::make_tuple(h, -f, d, static_cast<int>(ci)) : std::make_tuple(h, d, static_cast<int>(ci), f),
+                         s, util};
           if (util >= spec.target) fit.push_back(cand);
           if (util > best_any.util + 1e-9) best_any = cand;
         }

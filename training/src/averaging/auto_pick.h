@@ -39,7 +39,7 @@ double median(std::vector<double> v);
 // One step in diloco:auto's check: its time from one after_step to the next, what of it after_step waited for a
 // fragment's all-reduce, whether a sync was at work in it (launched, in flight or applied: the syncs' cost lands on
 // these steps), whether the trainer left the loop in it (an average for an evaluation, a checkpoint: not the syncs'
-// cost) and whether auto held the launches for it (a quiet window of its own: compute, not the schedule's step).
+// cost) and whether it was in a quiet window of auto's own (its syncs blocking: compute, not the schedule's step).
 struct CheckedStep {
   double ms = 0;
   bool syncing = false;
@@ -49,12 +49,13 @@ struct CheckedStep {
 };
 struct WindowReading {
   double step_ms = 0;     // the schedule's mean step, paused and held steps left out
-  double compute_ms = 0;  // the mean quiet step (no sync at work), held ones included; 0 where too few were quiet
+  double compute_ms = 0;  // the mean quiet step (no sync at work; a blocking sync before it left out), held ones
+                          // included; 0 where too few were quiet
   double wait_ms = 0;     // per schedule step, what after_step waited for a fragment's all-reduce
   double sync_ms = 0;     // one fragment's all-reduce, from its launch to its end (median; 0: none ended)
   int quiet = 0;          // the quiet steps it read (0: too few to trust)
 };
-constexpr int kQuietSteps = 6;  // the steps of a quiet window auto holds where the schedule leaves too few
+constexpr int kQuietSteps = 6;  // the steps of a quiet window auto keeps where the schedule leaves too few
 // The window's mean step and what compute alone took in the same minutes: on a VM whose speed swings by 15% their
 // ratio is the syncs' share, not the VM's drift since the probe. A quiet step above 3x the quiet median is a pause
 // too (the trainer's own); a syncing step always counts. Too few quiet steps (fewer than 4 and than an eighth of
@@ -73,6 +74,7 @@ struct CheckDecision {
   enum class Kind { kKeep, kChange, kAgain } kind = Kind::kKeep;  // kAgain: read another window, change nothing
   OuterSettings next;  // kChange: the settings from here on (the outer step set by the rule for `inner`)
   std::string why;     // the reading and the reason, one line
+  bool below = false;  // the window read under kLengthenBelow (counted towards two in a row)
 };
 // The quality rule: where the window reads below the target, a delay or more fragments (where the steps waited on
 // the link), then fewer bits, before a longer period; the period grows only where the syncs' waits outlast what
@@ -88,14 +90,16 @@ CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const
 // The outer step (lr, momentum, nesterov) for the inner optimizer's family at s.period (outer_rule.h), set in s;
 // returns why.
 std::string set_outer_rule(OuterSettings& s, const std::string& inner);
-// The probe's settings: plain local steps, nothing synced until the choice.
+// The probe's settings: the streamed schedule (kStreamedPeriod fragments of period kStreamedPeriod, int4, plain
+// averaging) synced blocking, so the replicas do not drift apart while compute is timed between the syncs.
 OuterSettings probe_settings(const AveragingSpec& spec);
 // The machine's cores are busy with compute (80% and more): a codec's encoding and decoding on the progress thread
 // then takes a core from compute rather than an idle one, so the pick counts it against compute, hidden by no delay.
 constexpr double kCoresBusy = 0.8;
 // The shortest period (then the shortest delay, the fewest lost bits, the fewest fragments) whose predicted compute
-// utilization reaches spec.target, and outer settings for spec.inner. Every rank gets the same choice from the
-// same figures.
+// utilization reaches spec.target, and outer settings for spec.inner. On busy cores the period starts at
+// kStreamedPeriod, where the check would take it, and more fragments come before a shorter delay and more bits.
+// Every rank gets the same choice from the same figures.
 AutoChoice pick_outer(const LinkProbe& link, const AveragingSpec& spec, int world);
 
 }  // namespace hopwise::comm::detail

@@ -48,12 +48,17 @@ void AutoTuner::decided(const std::string& why) {
 
 std::optional<OuterSettings> AutoTuner::probe(std::int64_t t, Clock::time_point now) {
   if (t <= ctx_.spec.warmup) return std::nullopt;
-  if (probe_steps_ > 0) probe_ms_.push_back(ms_between(last_, now));
-  last_ = now;
-  if (probe_steps_ == 0) probe_cpu_ = cpu_ticks();
+  // Compute alone: from the end of the last after_step (its blocking sync done) to this one's start.
+  const std::pair<double, double> ticks = cpu_ticks();
+  if (probe_steps_ > 0) {
+    probe_ms_.push_back(ms_between(resumed_, now));
+    probe_cpu_.first += ticks.first - resumed_cpu_.first;
+    probe_cpu_.second += ticks.second - resumed_cpu_.second;
+  }
+  resumed_ = now;  // where no step_done follows (a caller timing the probe alone)
+  resumed_cpu_ = ticks;
   if (++probe_steps_ <= kProbeSteps) return std::nullopt;
-  const auto [busy, all] = cpu_ticks();
-  const double cores_busy = all > probe_cpu_.second ? (busy - probe_cpu_.first) / (all - probe_cpu_.second) : 0;
+  const double cores_busy = probe_cpu_.second > 0 ? probe_cpu_.first / probe_cpu_.second : 0;
   const LinkProbe link = measure_link(ctx_, median(probe_ms_), cores_busy);
   const AutoChoice c = pick_outer(link, ctx_.spec, ctx_.comm.size());
   OuterSettings chosen = c.settings;
@@ -71,6 +76,10 @@ std::optional<OuterSettings> AutoTuner::probe(std::int64_t t, Clock::time_point 
 void AutoTuner::step_done(bool syncing, double waited_ms) {
   next_syncing_ = syncing;
   next_waited_ms_ = waited_ms;
+  if (probing_) {
+    resumed_ = Clock::now();
+    resumed_cpu_ = cpu_ticks();
+  }
 }
 
 void AutoTuner::sync_ended(double ms) {
@@ -83,6 +92,7 @@ void AutoTuner::restore(bool probing, std::string said) {
   said_ = std::move(said);
   probe_steps_ = 0;  // a probe cut short by the restart starts again
   probe_ms_.clear();
+  probe_cpu_ = {0, 0};
   window_.clear();
   syncs_ms_.clear();
   hold_left_ = 0;
@@ -109,8 +119,8 @@ std::optional<OuterSettings> AutoTuner::check(std::int64_t t, Clock::time_point 
     held_ = true;
     hold_left_ = kQuietSteps;
     decided(
-        fmt::format("diloco:auto holds its launches for {} steps: no step of the last {} went without a sync, so "
-                    "it reads compute on a quiet window of its own ({})",
+        fmt::format("diloco:auto blocks on its syncs for {} steps: no step of the last {} went without a sync at "
+                    "work, so it reads compute on a quiet window of its own, each fragment still synced on time ({})",
                     kQuietSteps, window_.size(), s.to_string()));
     return std::nullopt;
   }

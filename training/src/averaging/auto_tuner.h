@@ -1,9 +1,11 @@
-// diloco:auto over a run, the one thing Outer asks (outer.cpp): the probe (kProbeSteps local steps timed, then the
-// link and the codecs measured and the settings picked: pick_outer), then the check of that choice on the windows
-// of steps that follow (decide_check). Where the schedule leaves too few steps without a sync to read compute from
-// (a fragment on every step), the tuner holds the launches for a quiet window of its own and says so: compute and
-// the schedule's step are then read in the same minutes. Every decision is taken on figures agreed over the ranks
-// (the slowest's), at a step where no fragment is in flight, so every rank takes the same one at the same step.
+// diloco:auto over a run, the one thing Outer asks (outer.cpp): the probe (kProbeSteps steps under probe_settings,
+// each fragment synced blocking so that compute runs alone between the syncs and is timed there; then the link and
+// the codecs measured and the settings picked: pick_outer), then the check of that choice on the windows of steps
+// that follow (decide_check). Where the schedule leaves too few steps without a sync at work to read compute from
+// (a fragment on every step), the tuner has Outer sync blocking for a quiet window of its own and says so: each
+// fragment is still synced on time, and compute and the schedule's step are read in the same minutes. Every
+// decision is taken on figures agreed over the ranks (the slowest's), at a step where no fragment is in flight, so
+// every rank takes the same one at the same step.
 #pragma once
 
 #include <chrono>
@@ -27,13 +29,14 @@ class AutoTuner {
 
   bool probing() const { return probing_; }
   bool checking() const { return checking_; }
-  // A quiet window: Outer launches nothing while true.
+  // A quiet window: Outer syncs each due fragment at once (launched and applied in one after_step) while true.
   bool holding() const { return hold_left_ > 0; }
   // What auto chose or decided last, and why (empty before the choice).
   const std::string& said() const { return said_; }
 
   // After step t, in the probe: the choice once the probe is done (collective then, every rank alike); its warmup
-  // is t, the schedule counting from here, where the probe's closing average left every rank equal.
+  // is t, the schedule counting from here, where the probe's closing average left every rank equal. A step's
+  // compute is read from the last step_done to `now`.
   std::optional<OuterSettings> probe(std::int64_t t, Clock::time_point now);
   // After step t, once its fragment (if due) was applied and before the next launch: the settings to change to, if
   // any (collective where a window ends; `in_flight` defers that to the next step with nothing in flight). Their
@@ -58,7 +61,9 @@ class AutoTuner {
   int probe_steps_ = 0;
   std::vector<double> probe_ms_;
   Clock::time_point last_;
-  std::pair<double, double> probe_cpu_;  // the machine's CPU ticks (busy, all) at the probe's first step
+  Clock::time_point resumed_;                 // the last after_step's end: compute starts there
+  std::pair<double, double> resumed_cpu_;     // the machine's CPU ticks (busy, all) there
+  std::pair<double, double> probe_cpu_{0, 0};  // the ticks (busy, all) summed over the probe's compute
   // the check
   double probe_step_ms_ = 0;       // a local step's time in the probe (the slowest rank's)
   std::vector<CodecCost> codecs_;  // the probe's, for a lighter codec before a longer period

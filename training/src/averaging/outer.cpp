@@ -14,9 +14,9 @@
 // x += a - s with s the snapshot (or, with a codec, its difference from the synced model), as before. Plain
 // averaging (lr 1, no momentum) keeps no synced copy unless a codec needs one.
 //
-// diloco:auto runs the probe's plain local steps, then whatever its tuner (auto_tuner.h) chose or changed to; Outer
-// asks the tuner at every step and does what it says (reconfigure after a resync, hold the launches for a quiet
-// window).
+// diloco:auto runs the probe's schedule (its syncs blocking), then whatever its tuner (auto_tuner.h) chose or changed
+// to; Outer asks the tuner at every step and does what it says (reconfigure after a resync, sync blocking for a
+// quiet window).
 //
 // What each setting keeps beside the model, per parameter (stats.state_bytes): the synced copy 4 B (diloco, or a
 // codec), momentum 4 B (momentum > 0), the codec's residual 4 B (a codec), and the fragment in flight's send and
@@ -76,14 +76,13 @@ class Outer final : public AveragingMethodBase {
     const auto t0 = Clock::now();
     last_step_ = t;
     if (t == ctx_.spec.warmup && t > 0) ranks_equal();  // the synchronous steps left every rank the same model
-    if (picking()) {
+    if (picking())
       if (const auto chosen = tuner_->probe(t, t0)) {
         s_ = *chosen;  // every rank holds the same model: the probe ended in a plain average
         configure();
+        ctx_.stats.wait_ms += ms_between(t0, Clock::now());
+        return;
       }
-      ctx_.stats.wait_ms += ms_between(t0, Clock::now());
-      return;
-    }
     const bool applied = flight_.on && t >= flight_.launched_at + s_.delay;
     double waited = applied ? apply() : 0;
     if (tuner_ && tuner_->checking())  // between an apply and a launch: where nothing may be in flight
@@ -92,16 +91,19 @@ class Outer final : public AveragingMethodBase {
         s_ = *next;
         configure();
       }
-    const int f = tuner_ && tuner_->holding() ? -1 : due(t);
+    // auto's quiet window: each due fragment synced at once, so the next step computes with no sync at work
+    const bool quiet = tuner_ && tuner_->holding();
+    const int f = due(t);
     if (f >= 0) {
       const auto l0 = Clock::now();
       launch(f, t);
-      if (s_.delay == 0) {
-        apply();
+      if (s_.delay == 0 || quiet) {
+        apply();  // launched and applied with no step between: the delayed merge is the blocking one
         waited += ms_between(l0, Clock::now());  // a blocking sync is waited for whole
       }
     }
-    if (tuner_) tuner_->step_done(applied || f >= 0 || flight_.on, waited);  // the next step pays for it
+    // the next step pays for a sync at work in it; in a quiet window what was waited for here is left out of it
+    if (tuner_) tuner_->step_done(flight_.on || (!quiet && (applied || f >= 0)), waited);
     ctx_.stats.wait_ms += ms_between(t0, Clock::now());
   }
 

@@ -36,7 +36,6 @@ papers' ``outer_lr=0.7,momentum=0.9`` stalled this GPT after AdamW at period 32 
 measured to win.
 """
 import contextlib
-import re
 
 import torch
 
@@ -64,7 +63,7 @@ def _with_inner(spec, inner_optimizer):
     """A diloco spec without inner=: the inner optimizer's family added (nothing for one the rule does not know: the
     averager then says it takes the conservative rule)."""
     parsed = parse_averaging(spec)
-    if parsed["method"] != "diloco" or re.search(r"(^|[:,])\s*inner\s*=", spec):
+    if parsed["method"] != "diloco" or parsed["inner"]:
         return spec
     family = inner_family(inner_optimizer)
     if family is None:
