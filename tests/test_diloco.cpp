@@ -217,6 +217,34 @@ TEST(DilocoAuto, MeasuresInTheFirstStepsAndEveryRankTakesTheSameChoice) {
   EXPECT_EQ(choices[0], choices[1]);
 }
 
+// The probe runs the streamed schedule with its syncs blocking: each fragment synced in turn while compute is timed,
+// so after the probe's first period every fragment was synced (the ranks agree on it right after its sync) and no
+// rank drifts for the probe's whole length.
+TEST(DilocoAuto, TheProbeSyncsEveryFragmentWhileItMeasures) {
+  hwtest::Group g(2, hwtest::test_options());
+  ASSERT_EQ(g.run([&](int r, hc::Communicator& comm) {
+    std::vector<float> x(kDim), v(kDim, 0.0f), grad(kDim);
+    for (std::size_t i = 0; i < kDim; ++i) x[i] = std::cos(static_cast<float>(i));
+    hc::ModelAverager a(comm, hc::AveragingSpec::parse("diloco:auto,inner=sgd"), x.data(), kDim);
+    const std::size_t F = hd::kStreamedPeriod;
+    for (std::int64_t t = 1; t < hd::kProbeSteps; ++t) {
+      gradient(r, t, x.data(), grad.data());
+      sgd(x.data(), v.data(), grad.data());
+      a.after_step();
+      if (!a.choice().empty()) throw std::runtime_error("chose before the probe's steps were done: " + a.choice());
+      // fragment (t - 1) % 4 was just synced: every rank holds the same values there
+      const std::size_t f = static_cast<std::size_t>(t - 1) % F, b = kDim * f / F, e = kDim * (f + 1) / F;
+      std::vector<float> other(x.begin() + static_cast<long>(b), x.begin() + static_cast<long>(e));
+      comm.broadcast(other.data(), e - b, hopwise::DataType::kFloat32, 0);
+      if (std::memcmp(other.data(), x.data() + b, (e - b) * sizeof(float)) != 0)
+        throw std::runtime_error(fmt::format("step {}: fragment {} differs across ranks after its sync", t, f));
+    }
+    if (a.stats().syncs != static_cast<std::uint64_t>(hd::kProbeSteps - 1))
+      throw std::runtime_error(fmt::format("{} syncs in {} probe steps", a.stats().syncs, hd::kProbeSteps - 1));
+  }),
+            "");
+}
+
 // After its choice auto times the steps that follow and keeps or changes it; every rank decides alike.
 TEST(DilocoAuto, ChecksItsChoiceOnTheStepsThatFollow) {
   hwtest::Group g(2, hwtest::test_options());
@@ -460,7 +488,8 @@ using Kind = hd::CheckDecision::Kind;
 }  // namespace
 
 // The check's quality rule: a delay, then more fragments where the steps waited on the link; fewer bits; and a
-// longer period last, only where the link cannot carry the syncs or they take over half the step twice in a row.
+// longer period last, only where the link cannot carry the syncs or they take over half the step twice in a row
+// (SGD inner steps: below the target twice in a row).
 TEST(DilocoAuto, TheCheckPrefersDelayFragmentsAndFewerBitsToALongerPeriod) {
   const std::vector<hd::CodecCost> codecs{{"none", 1.0, 0}, {"int8", 0.26, 3}, {"int4", 0.14, 4}};
   const auto decide = [&](const hd::OuterSettings& s, const hd::WindowReading& w, int below_before = 0) {
@@ -513,6 +542,18 @@ TEST(DilocoAuto, TheCheckPrefersDelayFragmentsAndFewerBitsToALongerPeriod) {
   EXPECT_EQ(d.next.period % d.next.fragments, 0);
   // period 512 is the longest
   EXPECT_EQ(decide(settings(512, 8, 1, "int4"), window(300, 80, 220, 9000)).kind, Kind::kKeep);
+  // SGD inner steps: a long period costs them little, so the period grows below the target (the MLP at 1 Gbit/s,
+  // a fragment every 17 ms step: 59%), on the second window in a row, into the Nesterov rule from 128
+  const auto sgd = [&](const hd::OuterSettings& s, const hd::WindowReading& w, int below_before) {
+    return hd::decide_check(s, w, codecs, 0.95, "sgd", below_before);
+  };
+  EXPECT_EQ(sgd(settings(8, 8, 1, "int4"), window(29, 17, 0.5, 8), 0).kind, Kind::kAgain);
+  EXPECT_EQ(decide(settings(8, 8, 1, "int4"), window(29, 17, 0.5, 8), 1).kind, Kind::kKeep) << "adam keeps 59%";
+  d = sgd(settings(8, 8, 1, "int4"), window(29, 17, 0.5, 8), 1);
+  EXPECT_EQ(d.kind, Kind::kChange) << d.why;
+  EXPECT_GE(d.next.period, 128) << d.why;
+  EXPECT_EQ(d.next.fragments, 8);
+  EXPECT_TRUE(d.next.nesterov) << d.why;
 }
 
 // The outer step follows the period auto runs at, also after its check lengthened it: SGD-momentum inner steps get

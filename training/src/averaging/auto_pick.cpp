@@ -95,6 +95,8 @@ std::string lighter_codec(const std::string& codec, const std::vector<CodecCost>
   return lightest && fewest ? fewest->codec : "";
 }
 
+double lengthen_below(const std::string& inner, double target) { return inner == "sgd" ? target : kLengthenBelow; }
+
 std::string set_outer_rule(OuterSettings& s, const std::string& inner) {
   const OuterStep rule = outer_rule(inner, s.period);
   s.lr = rule.lr;
@@ -116,7 +118,8 @@ CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const
     return d;
   }
   const double t = w.compute_ms, u = t / std::max(w.step_ms, t);
-  d.below = u < kLengthenBelow;
+  const double below_at = lengthen_below(inner, target);
+  d.below = u < below_at;
   const double over = std::max(0.0, w.step_ms - t), waited = std::min(w.wait_ms, over);
   const std::string reading = fmt::format(
       "measured {:.2f} ms a step against {:.2f} ms of compute ({} quiet steps), {:.2f} ms of it waiting "
@@ -155,7 +158,7 @@ CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const
     return d;
   }
   // What is left is a longer period. Where the link cannot carry the syncs (the waits stay), it must grow; where the
-  // rest is the cores the syncs share with compute, only past kLengthenBelow and on two readings in a row.
+  // rest is the cores the syncs share with compute, only below lengthen_below and on two readings in a row.
   const bool must = waits && !link_keeps_up;
   if (s.period >= 512) {
     d.kind = CheckDecision::Kind::kKeep;
@@ -173,12 +176,12 @@ CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const
                     s.period, kStreamedPeriod, kStreamedPeriod, kStreamedPeriod / s.period));
     return d;
   }
-  if (!must && (u >= kLengthenBelow || below_before < 1)) {
-    d.kind = u >= kLengthenBelow ? CheckDecision::Kind::kKeep : CheckDecision::Kind::kAgain;
+  if (!must && (u >= below_at || below_before < 1)) {
+    d.kind = u >= below_at ? CheckDecision::Kind::kKeep : CheckDecision::Kind::kAgain;
     d.why = fmt::format(
         "diloco:auto {} {}: {}; the rest is not the link's but the cores the syncs share with compute, and a longer "
         "period costs more loss than that (auto lengthens it only below {:.0f}%, on two windows in a row)",
-        u >= kLengthenBelow ? "keeps" : "reads again before lengthening", s.to_string(), reading, 100 * kLengthenBelow);
+        u >= below_at ? "keeps" : "reads again before lengthening", s.to_string(), reading, 100 * below_at);
     return d;
   }
   d.next.period = lengthened_period(s.period, w, target);

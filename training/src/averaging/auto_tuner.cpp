@@ -125,8 +125,7 @@ std::optional<OuterSettings> AutoTuner::check(std::int64_t t, Clock::time_point 
     return std::nullopt;
   }
   const CheckDecision cd = decide_check(s, w, codecs_, ctx_.spec.target, ctx_.spec.inner, below_);
-  const bool below = w.quiet > 0 && w.compute_ms < kLengthenBelow * w.step_ms;
-  below_ = below ? below_ + 1 : 0;
+  below_ = cd.below ? below_ + 1 : 0;
   window_.clear();
   syncs_ms_.clear();
   held_ = false;
