@@ -95,8 +95,6 @@ std::string lighter_codec(const std::string& codec, const std::vector<CodecCost>
   return lightest && fewest ? fewest->codec : "";
 }
 
-double lengthen_below(const std::string& inner, double target) { return inner == "sgd" ? target : kLengthenBelow; }
-
 std::string set_outer_rule(OuterSettings& s, const std::string& inner) {
   const OuterStep rule = outer_rule(inner, s.period);
   s.lr = rule.lr;
@@ -118,7 +116,7 @@ CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const
     return d;
   }
   const double t = w.compute_ms, u = t / std::max(w.step_ms, t);
-  const double below_at = lengthen_below(inner, target);
+  const double below_at = kLengthenBelow;
   d.below = u < below_at;
   const double over = std::max(0.0, w.step_ms - t), waited = std::min(w.wait_ms, over);
   const std::string reading = fmt::format(
@@ -158,7 +156,7 @@ CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const
     return d;
   }
   // What is left is a longer period. Where the link cannot carry the syncs (the waits stay), it must grow; where the
-  // rest is the cores the syncs share with compute, only below lengthen_below and on two readings in a row.
+  // rest is the cores the syncs share with compute, only below kLengthenBelow and on two readings in a row.
   const bool must = waits && !link_keeps_up;
   if (s.period >= 512) {
     d.kind = CheckDecision::Kind::kKeep;

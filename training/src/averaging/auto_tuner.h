@@ -75,7 +75,7 @@ class AutoTuner {
   bool resyncing_ = false;        // a change's resync lands on the step under way: a pause
   int hold_left_ = 0;             // steps of the quiet window still to run
   bool held_ = false;             // this window has had its quiet window
-  int below_ = 0;                 // windows in a row read below lengthen_below (auto_pick.h)
+  int below_ = 0;                 // windows in a row read below kLengthenBelow
 };
 
 // Averages the model (timed: the link), times each candidate codec on it, and agrees on the slowest rank's figures.
