@@ -228,8 +228,9 @@ AutoChoice pick_outer(const LinkProbe& link, const AveragingSpec& spec, int worl
           s.fragments = f;
           s.delay = d;
           s.codec = c.codec;
-          Candidate cand{busy ? std::make_tuple(h, -f, d, static_cast<int>(ci)) : std::make_tuple(h, d, static_cast<int>(ci), f),
-                         s, util};
+          Candidate cand{
+              busy ? std::make_tuple(h, -f, d, static_cast<int>(ci)) : std::make_tuple(h, d, static_cast<int>(ci), f),
+              s, util};
           if (util >= spec.target) fit.push_back(cand);
           if (util > best_any.util + 1e-9) best_any = cand;
         }

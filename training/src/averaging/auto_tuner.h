@@ -61,8 +61,8 @@ class AutoTuner {
   int probe_steps_ = 0;
   std::vector<double> probe_ms_;
   Clock::time_point last_;
-  Clock::time_point resumed_;                 // the last after_step's end: compute starts there
-  std::pair<double, double> resumed_cpu_;     // the machine's CPU ticks (busy, all) there
+  Clock::time_point resumed_;                  // the last after_step's end: compute starts there
+  std::pair<double, double> resumed_cpu_;      // the machine's CPU ticks (busy, all) there
   std::pair<double, double> probe_cpu_{0, 0};  // the ticks (busy, all) summed over the probe's compute
   // the check
   double probe_step_ms_ = 0;       // a local step's time in the probe (the slowest rank's)
