@@ -73,3 +73,7 @@ gtest_discover_tests(test_train_mnist_checkpoint DISCOVERY_TIMEOUT 60 PROPERTIES
 hopwise_test(test_diloco test_diloco.cpp)
 target_link_libraries(test_diloco PRIVATE hopwise::training GTest::gtest_main Threads::Threads)
 gtest_discover_tests(test_diloco DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 300)
+# diloco:auto's pick on busy cores: the syncs' other work, the fewest bits, the period by the inner family.
+hopwise_test(test_diloco_auto_pick test_diloco_auto_pick.cpp)
+target_link_libraries(test_diloco_auto_pick PRIVATE hopwise::training GTest::gtest_main)
+gtest_discover_tests(test_diloco_auto_pick DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 60)

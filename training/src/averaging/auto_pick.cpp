@@ -5,12 +5,13 @@
 //                                                        ratio, e: its encoding and decoding of the model
 //   exposed per fragment        c if D = 0, else max(0, c - D * t); where the probe found the machine's cores busy
 //                               (a CPU trainer), max(0, T * r / F - D * t) + e / F: the codec's work takes a core
-//                               from compute, whatever the delay
+//                               from compute, whatever the delay; there also the sync's other work on the
+//                               cores, measured on the probe's blocking syncs (sync_overhead_ms), per fragment
 //   backlog                     max(0, F * c - H * t)   (the link busier than the period: syncs queue up)
 //   utilization                 H * t / (H * t + F * exposed + backlog)
 // The least staleness first: the shortest H, then the shortest D, then the fewest lost bits, then the fewest
 // fragments, among the settings that reach the target. On busy cores: H from kStreamedPeriod, then the most
-// fragments, the shortest D, the fewest lost bits.
+// fragments, the shortest D, the fewest bits.
 #include "auto_pick.h"
 
 #include <fmt/core.h>
@@ -192,6 +193,14 @@ CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const
   return d;
 }
 
+double sync_overhead_ms(const LinkProbe& link) {
+  const auto int4 =
+      std::find_if(link.codecs.begin(), link.codecs.end(), [](const CodecCost& c) { return c.codec == "int4"; });
+  if (link.fragment_ms <= 0 || int4 == link.codecs.end()) return 0;
+  const double modelled = (link.full_ms * int4->wire_ratio + int4->cpu_ms) / kStreamedPeriod;
+  return std::max(0.0, link.fragment_ms - modelled) * kStreamedPeriod;  // the whole model's, once
+}
+
 OuterSettings probe_settings(const AveragingSpec& spec) {
   OuterSettings o;
   o.warmup = spec.warmup;
@@ -201,25 +210,32 @@ OuterSettings probe_settings(const AveragingSpec& spec) {
   return o;
 }
 
-AutoChoice pick_outer(const LinkProbe& link, const AveragingSpec& spec, int world) {
-  const bool busy = link.cores_busy >= kCoresBusy;
+namespace {
+
+struct Candidate {
+  std::tuple<int, int, int, int> key;  // H, D, codec rank, F: the least stale first (busy: H, -F, D, -codec rank)
+  OuterSettings s;
+  double util = -1;
+};
+struct Search {
+  Candidate chosen;
+  bool reached = false;
+};
+
+// The first candidate by key that reaches the target among periods up to max_period, else the highest utilization.
+Search search(const LinkProbe& link, double target, bool busy, double overhead, int max_period) {
   const double t = std::max(link.step_ms, 1e-3);
-  struct Candidate {
-    std::tuple<int, int, int, int> key;  // H, D, codec rank, F: the least stale first (busy: H, -F, D, codec rank)
-    OuterSettings s;
-    double util;
-  };
   std::vector<Candidate> fit;
   Candidate best_any{{1 << 30, 0, 0, 0}, {}, -1};
   // On busy cores the check streams any period under kStreamedPeriod at that period (the syncs' own work on the
-  // cores is what they cost there, which this model does not see): the pick starts there rather than take the change
-  // and its full average later, and sends a fragment every step, the smallest burst of work on the cores.
-  for (int h = busy ? kStreamedPeriod : 1; h <= 512; h *= 2)
+  // cores is what they cost there): the pick starts there rather than take the change and its full average later,
+  // and sends a fragment every step, the smallest burst of work on the cores.
+  for (int h = busy ? kStreamedPeriod : 1; h <= max_period; h *= 2)
     for (std::size_t ci = 0; ci < link.codecs.size(); ++ci)
       for (int f = 1; f <= 8 && f <= h; f *= 2)
         for (int d = 0; d <= std::min(h / f, 16); ++d) {
           const CodecCost& c = link.codecs[ci];
-          const double wire = link.full_ms * c.wire_ratio / f, work = c.cpu_ms / f, per = wire + work;
+          const double wire = link.full_ms * c.wire_ratio / f, work = (c.cpu_ms + overhead) / f, per = wire + work;
           const double exposed = d == 0 ? per : busy ? std::max(0.0, wire - d * t) + work : std::max(0.0, per - d * t);
           const double backlog = std::max(0.0, f * per - h * t);
           const double util = h * t / (h * t + f * exposed + backlog);
@@ -229,28 +245,52 @@ AutoChoice pick_outer(const LinkProbe& link, const AveragingSpec& spec, int worl
           s.delay = d;
           s.codec = c.codec;
           Candidate cand{
-              busy ? std::make_tuple(h, -f, d, static_cast<int>(ci)) : std::make_tuple(h, d, static_cast<int>(ci), f),
+              busy ? std::make_tuple(h, -f, d, -static_cast<int>(ci)) : std::make_tuple(h, d, static_cast<int>(ci), f),
               s, util};
-          if (util >= spec.target) fit.push_back(cand);
+          if (util >= target) fit.push_back(cand);
           if (util > best_any.util + 1e-9) best_any = cand;
         }
-  const bool reached = !fit.empty();
-  const Candidate chosen =
-      reached ? *std::min_element(fit.begin(), fit.end(), [](const auto& a, const auto& b) { return a.key < b.key; })
-              : best_any;
+  if (fit.empty()) return {best_any, false};
+  return {*std::min_element(fit.begin(), fit.end(), [](const auto& a, const auto& b) { return a.key < b.key; }), true};
+}
+
+}  // namespace
+
+AutoChoice pick_outer(const LinkProbe& link, const AveragingSpec& spec, int world) {
+  const bool busy = link.cores_busy >= kCoresBusy;
+  const double overhead = busy ? sync_overhead_ms(link) : 0;
+  Search found = search(link, spec.target, busy, overhead, 512);
+  // A longer period costs an adaptive inner optimizer more loss than the cores' share costs time (the LM: H = 4 -> 8
+  // 3.5% of final loss): past the streamed period only where it would keep under kLengthenBelow, as the check does.
+  // SGD's inner steps take the period the target asks (the torch MLP reached 85% soonest at H = 32 to 128).
+  std::string kept;
+  if (busy && spec.inner != "sgd" && found.chosen.s.period > kStreamedPeriod) {
+    const Search streamed = search(link, spec.target, busy, overhead, kStreamedPeriod);
+    if (streamed.chosen.util >= kLengthenBelow) {
+      kept = fmt::format(
+          "; period {} would reach the target, but inner {} keeps period {} above {:.0f}%: a longer period costs an "
+          "adaptive optimizer more loss than that",
+          found.chosen.s.period, spec.inner.empty() ? "not named" : spec.inner, kStreamedPeriod, 100 * kLengthenBelow);
+      found = streamed;
+    }
+  }
+  const Candidate& chosen = found.chosen;
   AutoChoice out;
   out.settings = chosen.s;
   const std::string rule_why = set_outer_rule(out.settings, spec.inner);
   out.utilization = chosen.util;
   out.why = fmt::format(
       "diloco:auto chose {} on {} ranks: a step computes in {:.2f} ms and the model's float32 all-reduce ({:.2f} MB) "
-      "takes {:.2f} ms, the cores were {:.0f}% busy ({}), so this keeps a predicted {:.0f}% compute utilization ({} "
-      "the target {:.0f}%{}); {}",
+      "takes {:.2f} ms, the cores were {:.0f}% busy ({}{}), so this keeps a predicted {:.0f}% compute utilization ({} "
+      "the target {:.0f}%{}){}; {}",
       out.settings.to_string(), world, link.step_ms, link.bytes / 1e6, link.full_ms, 100 * link.cores_busy,
-      busy ? "a codec's work counted against compute" : "a codec's work on an idle core", 100 * chosen.util,
-      reached ? "reaching" : "short of", 100 * spec.target,
-      reached ? ", with the shortest period that does" : ": the highest any setting up to period 512 reaches",
-      rule_why);
+      busy ? "a codec's work counted against compute" : "a codec's work on an idle core",
+      busy ? fmt::format(", and {:.2f} ms a model's worth of the syncs' other work, from the probe's blocking syncs",
+                         overhead)
+           : "",
+      100 * chosen.util, found.reached ? "reaching" : "short of", 100 * spec.target,
+      found.reached ? ", with the shortest period that does" : ": the highest any setting up to that period reaches",
+      kept, rule_why);
   return out;
 }
 

@@ -26,6 +26,9 @@ struct LinkProbe {
   std::size_t bytes = 0;          // the model's float32 bytes
   std::vector<CodecCost> codecs;  // none first, then fewer bits
   double cores_busy = 0;          // the machine's cores busy during the probe's steps, 0..1 (the busiest rank's)
+  double fragment_ms = 0;         // one probe fragment's blocking sync (int4, 1/kStreamedPeriod of the model), all of
+                                  // after_step's part: the median over the probe, the rank that waited least's; 0:
+                                  // not measured
 };
 
 struct AutoChoice {
@@ -96,10 +99,18 @@ std::string set_outer_rule(OuterSettings& s, const std::string& inner);
 OuterSettings probe_settings(const AveragingSpec& spec);
 // The machine's cores are busy with compute (80% and more): a codec's encoding and decoding on the progress thread
 // then takes a core from compute rather than an idle one, so the pick counts it against compute, hidden by no delay.
-constexpr double kCoresBusy = 0.8;
+// The threshold is below what two single-threaded ranks on two cores read (79-85%: they wait for each other at the
+// probe's blocking syncs), far above a GPU trainer's (one core a rank of many).
+constexpr double kCoresBusy = 0.7;
+// On busy cores a sync also costs the cores what the codec's timing leaves out (the reduction, the outer step, the
+// copies, the transport): the probe's blocking fragment sync less its wire and codec share, scaled with a fragment's
+// size, and counted against compute like the codec's work.
+double sync_overhead_ms(const LinkProbe& link);
 // The shortest period (then the shortest delay, the fewest lost bits, the fewest fragments) whose predicted compute
 // utilization reaches spec.target, and outer settings for spec.inner. On busy cores the period starts at
-// kStreamedPeriod, where the check would take it, and more fragments come before a shorter delay and more bits.
+// kStreamedPeriod, where the check would take it, more fragments come before a shorter delay, and the fewest bits
+// first: every byte costs the cores there (on the LM at 100 Mbit/s int8's steps were 5% slower than int4's, whose
+// error-fed loss was within 0.3%).
 // Every rank gets the same choice from the same figures.
 AutoChoice pick_outer(const LinkProbe& link, const AveragingSpec& spec, int world);
 

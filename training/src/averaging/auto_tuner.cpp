@@ -59,7 +59,7 @@ std::optional<OuterSettings> AutoTuner::probe(std::int64_t t, Clock::time_point 
   resumed_cpu_ = ticks;
   if (++probe_steps_ <= kProbeSteps) return std::nullopt;
   const double cores_busy = probe_cpu_.second > 0 ? probe_cpu_.first / probe_cpu_.second : 0;
-  const LinkProbe link = measure_link(ctx_, median(probe_ms_), cores_busy);
+  const LinkProbe link = measure_link(ctx_, median(probe_ms_), cores_busy, median(probe_waits_));
   const AutoChoice c = pick_outer(link, ctx_.spec, ctx_.comm.size());
   OuterSettings chosen = c.settings;
   chosen.warmup = static_cast<int>(t);
@@ -77,6 +77,7 @@ void AutoTuner::step_done(bool syncing, double waited_ms) {
   next_syncing_ = syncing;
   next_waited_ms_ = waited_ms;
   if (probing_) {
+    if (probe_steps_ > 0 && waited_ms > 0) probe_waits_.push_back(waited_ms);
     resumed_ = Clock::now();
     resumed_cpu_ = cpu_ticks();
   }
@@ -93,6 +94,7 @@ void AutoTuner::restore(bool probing, std::string said) {
   probe_steps_ = 0;  // a probe cut short by the restart starts again
   probe_ms_.clear();
   probe_cpu_ = {0, 0};
+  probe_waits_.clear();
   window_.clear();
   syncs_ms_.clear();
   hold_left_ = 0;
@@ -139,7 +141,7 @@ std::optional<OuterSettings> AutoTuner::check(std::int64_t t, Clock::time_point 
   return next;
 }
 
-LinkProbe measure_link(AveragingContext& ctx, double step_ms, double cores_busy) {
+LinkProbe measure_link(AveragingContext& ctx, double step_ms, double cores_busy, double fragment_ms) {
   LinkProbe link;
   const std::size_t n = ctx.count;
   link.bytes = n * sizeof(float);
@@ -176,6 +178,8 @@ LinkProbe measure_link(AveragingContext& ctx, double step_ms, double cores_busy)
     figures.push_back(c.cpu_ms);
   }
   ctx.comm.allreduce(figures.data(), figures.data(), figures.size(), DataType::kFloat64, ReduceOp::kMax);
+  // the least wait over the ranks: the others' waits hold the slowest rank's late arrival
+  ctx.comm.allreduce(&fragment_ms, &link.fragment_ms, 1, DataType::kFloat64, ReduceOp::kMin);
   link.step_ms = figures[0];
   link.full_ms = figures[1];
   link.cores_busy = std::clamp(figures[2], 0.0, 1.0);

@@ -64,6 +64,7 @@ class AutoTuner {
   Clock::time_point resumed_;                  // the last after_step's end: compute starts there
   std::pair<double, double> resumed_cpu_;      // the machine's CPU ticks (busy, all) there
   std::pair<double, double> probe_cpu_{0, 0};  // the ticks (busy, all) summed over the probe's compute
+  std::vector<double> probe_waits_;            // the probe's blocking fragment syncs, each after_step's wait
   // the check
   double probe_step_ms_ = 0;       // a local step's time in the probe (the slowest rank's)
   std::vector<CodecCost> codecs_;  // the probe's, for a lighter codec before a longer period
@@ -80,7 +81,8 @@ class AutoTuner {
 
 // Averages the model (timed: the link), times each candidate codec on it, and agrees on the slowest rank's figures.
 // Collective.
-// cores_busy: this rank's reading of the machine's busy cores over the probe's steps.
-LinkProbe measure_link(AveragingContext& ctx, double step_ms, double cores_busy);
+// cores_busy: this rank's reading of the machine's busy cores over the probe's steps; fragment_ms: its probe's
+// blocking fragment sync (the median; agreed as the least over the ranks: the last to arrive waits for no one).
+LinkProbe measure_link(AveragingContext& ctx, double step_ms, double cores_busy, double fragment_ms = 0);
 
 }  // namespace hopwise::comm::detail
