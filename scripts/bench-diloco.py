@@ -75,7 +75,7 @@ def run(row, args, out):
     wire = d.get("link_bytes_per_step")
     return {"step_ms": d["step_ms"], "compute_ms": d["compute_ms"], "bytes_per_step": sent, "link_bytes_per_step": wire,
             "seconds_to_target": hit[1] if hit else None, "accuracy": d["test_accuracy"],
-            "own_utilization": d["utilization"]}
+            "own_utilization": d["utilization"], "choice": (d.get("diloco_stats") or {}).get("choice", "")}
 
 
 def main():
@@ -120,6 +120,10 @@ def main():
         print(f"| {name} | {len(runs[r])} | {megabytes(m)} | {m['step_ms']:.1f} | "
               f"{min(1.0, ref / m['step_ms']):.0%} | {to} | {m['reached']} | {each(runs[r], 'seconds_to_target')} | "
               f"{100 * m['accuracy']:.2f}% | {delta} | {speed} |")
+    for r in runs:  # what diloco:auto chose (its last decision), run by run
+        for i, x in enumerate(runs[r]):
+            if x.get("choice"):
+                print(f"{r} run {i + 1}: {x['choice']}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"medians": med, "runs": runs, "compute_ms": ref, "args": vars(args)}, fh, indent=1)
