@@ -30,7 +30,7 @@ TEST(DilocoAutoPick, TheSyncsOtherWorkIsWhatTheProbesBlockingSyncLeftUnexplained
   unmeasured.fragment_ms = 0;
   EXPECT_EQ(hd::sync_overhead_ms(unmeasured), 0);
   unmeasured = mlp(17.4);
-  unmeasured.codecs.pop_back();  // no int4: the probe's codec unknown
+  unmeasured.codecs.pop_back();  // no int4 (kProbeCodec): the probe's codec unknown
   EXPECT_EQ(hd::sync_overhead_ms(unmeasured), 0);
 }
 
@@ -65,7 +65,10 @@ TEST(DilocoAutoPick, BusyCoresTakeTheFewestBitsThatReach) {
   // the LM at 100 Mbit/s: int8 and int4 both hidden behind a step's delay; int4's bytes cost the cores less
   hd::LinkProbe link{188, 1294, 13031424, {{"none", 1.0, 0.0}, {"int8", 0.26, 15.0}, {"int4", 0.14, 20.0}}, 0.8};
   const hd::AutoChoice c = hd::pick_outer(link, hc::AveragingSpec::parse("diloco:auto,inner=adam"), 2);
-  EXPECT_EQ(c.settings.to_string().substr(0, 43), "period=4,fragments=4,delay=1,codec=int4,out") << c.why;
+  EXPECT_EQ(c.settings.period, 4) << c.why;
+  EXPECT_EQ(c.settings.fragments, 4) << c.why;
+  EXPECT_EQ(c.settings.delay, 1) << c.why;
+  EXPECT_EQ(c.settings.codec, "int4") << c.why;
   link.cores_busy = 0.5;  // idle cores: the fewest lost bits first
   EXPECT_NE(hd::pick_outer(link, hc::AveragingSpec::parse("diloco:auto,inner=adam"), 2).settings.codec, "int4");
 }

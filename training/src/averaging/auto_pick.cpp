@@ -194,10 +194,10 @@ CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const
 }
 
 double sync_overhead_ms(const LinkProbe& link) {
-  const auto int4 =
-      std::find_if(link.codecs.begin(), link.codecs.end(), [](const CodecCost& c) { return c.codec == "int4"; });
-  if (link.fragment_ms <= 0 || int4 == link.codecs.end()) return 0;
-  const double modelled = (link.full_ms * int4->wire_ratio + int4->cpu_ms) / kStreamedPeriod;
+  const auto probed =
+      std::find_if(link.codecs.begin(), link.codecs.end(), [](const CodecCost& c) { return c.codec == kProbeCodec; });
+  if (link.fragment_ms <= 0 || probed == link.codecs.end()) return 0;
+  const double modelled = (link.full_ms * probed->wire_ratio + probed->cpu_ms) / kStreamedPeriod;
   return std::max(0.0, link.fragment_ms - modelled) * kStreamedPeriod;  // the whole model's, once
 }
 
@@ -206,7 +206,7 @@ OuterSettings probe_settings(const AveragingSpec& spec) {
   o.warmup = spec.warmup;
   o.period = o.fragments = kStreamedPeriod;
   o.delay = 0;
-  o.codec = "int4";
+  o.codec = kProbeCodec;
   return o;
 }
 

@@ -26,7 +26,7 @@ struct LinkProbe {
   std::size_t bytes = 0;          // the model's float32 bytes
   std::vector<CodecCost> codecs;  // none first, then fewer bits
   double cores_busy = 0;          // the machine's cores busy during the probe's steps, 0..1 (the busiest rank's)
-  double fragment_ms = 0;         // one probe fragment's blocking sync (int4, 1/kStreamedPeriod of the model), all of
+  double fragment_ms = 0;         // one probe fragment's blocking sync (probe_settings'), all of
                                   // after_step's part: the median over the probe, the rank that waited least's; 0:
                                   // not measured
 };
@@ -94,12 +94,13 @@ CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const
 // The outer step (lr, momentum, nesterov) for the inner optimizer's family at s.period (outer_rule.h), set in s;
 // returns why.
 std::string set_outer_rule(OuterSettings& s, const std::string& inner);
-// The probe's settings: the streamed schedule (kStreamedPeriod fragments of period kStreamedPeriod, int4, plain
-// averaging) synced blocking, so the replicas do not drift apart while compute is timed between the syncs.
+// The probe's settings: the streamed schedule (kStreamedPeriod fragments of period kStreamedPeriod, kProbeCodec,
+// plain averaging) synced blocking, so the replicas do not drift apart while compute is timed between the syncs.
+constexpr const char* kProbeCodec = "int4";
 OuterSettings probe_settings(const AveragingSpec& spec);
 // The machine's cores are busy with compute (80% and more): a codec's encoding and decoding on the progress thread
 // then takes a core from compute rather than an idle one, so the pick counts it against compute, hidden by no delay.
-// The threshold is below what two single-threaded ranks on two cores read (79-85%: they wait for each other at the
+// The threshold is below what two single-threaded ranks on two cores read (79-96%: they wait for each other at the
 // probe's blocking syncs), far above a GPU trainer's (one core a rank of many).
 constexpr double kCoresBusy = 0.7;
 // On busy cores a sync also costs the cores what the codec's timing leaves out (the reduction, the outer step, the

@@ -83,6 +83,6 @@ class AutoTuner {
 // Collective.
 // cores_busy: this rank's reading of the machine's busy cores over the probe's steps; fragment_ms: its probe's
 // blocking fragment sync (the median; agreed as the least over the ranks: the last to arrive waits for no one).
-LinkProbe measure_link(AveragingContext& ctx, double step_ms, double cores_busy, double fragment_ms = 0);
+LinkProbe measure_link(AveragingContext& ctx, double step_ms, double cores_busy, double fragment_ms);
 
 }  // namespace hopwise::comm::detail
