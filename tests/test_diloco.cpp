@@ -148,29 +148,33 @@ TEST(Diloco, TheAverageKeepsTheStateItSays) {
             "");
 }
 
+// The shortest period that reaches the target, from the period where the inner optimizer's outer rule takes a
+// momentum step (SGD: 128) where it has one.
 TEST(DilocoAuto, PicksTheShortestPeriodThatReachesTheTarget) {
-  const hc::AveragingSpec spec = hc::AveragingSpec::parse("diloco:auto,target=0.9,inner=sgd");
-  for (const double full_ms : {0.5, 20.0, 400.0, 5000.0}) {
-    hd::LinkProbe link;
-    link.step_ms = 10;
-    link.full_ms = full_ms;
-    link.bytes = 4 << 20;
-    link.codecs = {{"none", 1.0, 0.0}, {"int8", 0.26, 3.0}, {"int4", 0.14, 4.0}};
-    const hd::AutoChoice c = hd::pick_outer(link, spec, 2);
-    EXPECT_GE(c.utilization, 0.9) << full_ms;
-    EXPECT_NE(c.why.find("reaching the target 90%"), std::string::npos) << c.why;
-    // no shorter period reaches the target, whatever the rest
-    for (int h = 1; h < c.settings.period; h *= 2)
-      for (const auto& codec : link.codecs)
-        for (int f = 1; f <= std::min(8, h); f *= 2)
-          for (int d = 0; d <= std::min(h / f, 16); ++d) {
-            const double per = (full_ms * codec.wire_ratio + codec.cpu_ms) / f;
-            const double exposed = d == 0 ? per : std::max(0.0, per - d * 10.0);
-            const double util = h * 10.0 / (h * 10.0 + f * exposed + std::max(0.0, f * per - h * 10.0));
-            EXPECT_LT(util, 0.9) << "period " << h << " would do: " << c.why;
-          }
-    EXPECT_EQ(c.settings.lr, c.settings.period >= 128 ? 0.7 : 1.0) << "inner sgd: plain averaging below 128";
-  }
+  for (const auto& [inner, floor] : {std::pair{"sgd", 128}, std::pair{"adam", 1}})
+    for (const double full_ms : {0.5, 20.0, 400.0, 5000.0}) {
+      const hc::AveragingSpec spec = hc::AveragingSpec::parse(std::string("diloco:auto,target=0.9,inner=") + inner);
+      hd::LinkProbe link;
+      link.step_ms = 10;
+      link.full_ms = full_ms;
+      link.bytes = 4 << 20;
+      link.codecs = {{"none", 1.0, 0.0}, {"int8", 0.26, 3.0}, {"int4", 0.14, 4.0}};
+      const hd::AutoChoice c = hd::pick_outer(link, spec, 2);
+      EXPECT_GE(c.utilization, 0.9) << full_ms;
+      EXPECT_NE(c.why.find("reaching the target 90%"), std::string::npos) << c.why;
+      EXPECT_GE(c.settings.period, floor) << c.why;
+      // no shorter period from the floor reaches the target, whatever the rest
+      for (int h = floor; h < c.settings.period; h *= 2)
+        for (const auto& codec : link.codecs)
+          for (int f = 1; f <= std::min(8, h); f *= 2)
+            for (int d = 0; d <= std::min(h / f, 16); ++d) {
+              const double per = (full_ms * codec.wire_ratio + codec.cpu_ms) / f;
+              const double exposed = d == 0 ? per : std::max(0.0, per - d * 10.0);
+              const double util = h * 10.0 / (h * 10.0 + f * exposed + std::max(0.0, f * per - h * 10.0));
+              EXPECT_LT(util, 0.9) << "period " << h << " would do: " << c.why;
+            }
+      EXPECT_EQ(c.settings.lr, floor == 128 ? 0.7 : 1.0) << "inner sgd: the Nesterov step from 128; adam: plain";
+    }
   hd::LinkProbe none_reach{10, 1e9, 4 << 20, {{"none", 1.0, 0.0}}};
   const hd::AutoChoice c = hd::pick_outer(none_reach, hc::AveragingSpec::parse("diloco:auto,inner=adam"), 2);
   EXPECT_NE(c.why.find("short of the target"), std::string::npos) << c.why;
@@ -528,6 +532,11 @@ TEST(DilocoAuto, TheCheckPrefersDelayFragmentsAndFewerBitsToALongerPeriod) {
   d = decide(settings(4, 4, 1, "int4"), window(104, 80, 0.5, 40));
   EXPECT_EQ(d.kind, Kind::kKeep) << d.why;
   EXPECT_NE(d.why.find("cores the syncs share with compute"), std::string::npos) << d.why;
+  // after SGD inner steps, which a longer period costs little, it grows below the target on the first window
+  d = hd::decide_check(settings(4, 4, 1, "int4"), window(104, 80, 0.5, 40), codecs, 0.95, "sgd", 0);
+  EXPECT_EQ(d.kind, Kind::kChange) << d.why;
+  EXPECT_GT(d.next.period, 4) << d.why;
+  EXPECT_NE(d.why.find("lengthens the period 4 -> "), std::string::npos) << d.why;
   // below it, on the second window in a row only
   EXPECT_EQ(decide(settings(4, 4, 1, "int4"), window(200, 80, 1, 40)).kind, Kind::kAgain);
   d = decide(settings(4, 4, 1, "int4"), window(200, 80, 1, 40), /*below_before=*/1);

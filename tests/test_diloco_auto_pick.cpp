@@ -34,14 +34,20 @@ TEST(DilocoAutoPick, TheSyncsOtherWorkIsWhatTheProbesBlockingSyncLeftUnexplained
   EXPECT_EQ(hd::sync_overhead_ms(unmeasured), 0);
 }
 
+// SGD's inner steps start at the period of their outer rule's Nesterov step (128) and take a longer one where the
+// syncs' other work asks it.
 TEST(DilocoAutoPick, SgdInnerStepsTakeThePeriodTheSyncsOtherWorkAsks) {
   const auto spec = hc::AveragingSpec::parse("diloco:auto,inner=sgd");
   const hd::AutoChoice without = hd::pick_outer(mlp(0), spec, 2);
-  const hd::AutoChoice with = hd::pick_outer(mlp(17.4), spec, 2);
-  EXPECT_EQ(without.settings.period, hd::kStreamedPeriod) << without.why;
-  EXPECT_GT(with.settings.period, hd::kStreamedPeriod) << with.why;
+  const hd::AutoChoice with = hd::pick_outer(mlp(300), spec, 2);
+  EXPECT_EQ(without.settings.period, 128) << without.why;
+  EXPECT_EQ(without.settings.momentum, 0.9) << without.why;
+  EXPECT_NE(without.why.find("from 128, where inner sgd's outer rule takes its momentum step"), std::string::npos)
+      << without.why;
+  EXPECT_EQ(hd::pick_outer(mlp(17.4), spec, 2).settings.period, 128);
+  EXPECT_GT(with.settings.period, 128) << with.why;
   EXPECT_GE(with.utilization, 0.95) << with.why;
-  EXPECT_NE(with.why.find("17.40 ms a model's worth of the syncs' other work"), std::string::npos) << with.why;
+  EXPECT_NE(with.why.find("300.00 ms a model's worth of the syncs' other work"), std::string::npos) << with.why;
   // on idle cores the work runs on a core of its own: not counted
   hd::LinkProbe idle = mlp(17.4);
   idle.cores_busy = 0.3;

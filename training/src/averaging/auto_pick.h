@@ -85,8 +85,10 @@ struct CheckDecision {
 // the syncs (it becomes kStreamedPeriod with as many fragments: still a fragment every step, a quarter of the work
 // of period 1), or where utilization stays under kLengthenBelow on two windows in a row. On the LM (AdamW), H =
 // 1 -> 4 streamed cost 0.2% of final loss for steps 1.25x faster, H = 4 -> 8 3.5%, int4 with error feedback under
-// 0.3%. A reading without quiet steps decides nothing. (Below the target for SGD inner steps was tried on the torch
-// MLP: it lengthened 4 -> 32 and reached 85% later, 16.5 s against 11.5 s where it kept period 4 at 59%.)
+// 0.3%. After SGD inner steps, which a longer period costs little (the torch MLP reached 85% soonest at H = 32 to
+// 128), the period grows below the target, as the pick's does: the pick's reading of the syncs' work on busy cores
+// swings (7 to 21 ms a model on the MLP's probe) and a choice on the low reading ran at 63%. A reading without
+// quiet steps decides nothing.
 constexpr double kLengthenBelow = 0.5;
 constexpr int kStreamedPeriod = 4;
 CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const std::vector<CodecCost>& codecs,
@@ -111,7 +113,8 @@ double sync_overhead_ms(const LinkProbe& link);
 // utilization reaches spec.target, and outer settings for spec.inner. On busy cores the period starts at
 // kStreamedPeriod, where the check would take it, more fragments come before a shorter delay, and the fewest bits
 // first: every byte costs the cores there (on the LM at 100 Mbit/s int8's steps were 5% slower than int4's, whose
-// error-fed loss was within 0.3%).
+// error-fed loss was within 0.3%). Where the inner optimizer's outer rule takes a momentum step from some period on
+// (SGD: 128, outer_rule.h), the period is that one at least.
 // Every rank gets the same choice from the same figures.
 AutoChoice pick_outer(const LinkProbe& link, const AveragingSpec& spec, int world);
 

@@ -37,6 +37,9 @@ std::pair<double, double> cpu_ticks() {
 // Candidates in order of the bits they lose: none, then 8 bits, then 4.
 constexpr const char* kCandidates[] = {"none", "int8", "fp8", "int4"};
 
+// A probe step whose after_step waited for no sync (a rank's minimum over the others' waits skips it).
+constexpr double kNoSync = 1e300;
+
 }  // namespace
 
 AutoTuner::AutoTuner(AveragingContext& ctx) : ctx_(ctx) {}
@@ -59,7 +62,7 @@ std::optional<OuterSettings> AutoTuner::probe(std::int64_t t, Clock::time_point 
   resumed_cpu_ = ticks;
   if (++probe_steps_ <= kProbeSteps) return std::nullopt;
   const double cores_busy = probe_cpu_.second > 0 ? probe_cpu_.first / probe_cpu_.second : 0;
-  const LinkProbe link = measure_link(ctx_, median(probe_ms_), cores_busy, median(probe_waits_));
+  const LinkProbe link = measure_link(ctx_, median(probe_ms_), cores_busy, probe_waits_);
   const AutoChoice c = pick_outer(link, ctx_.spec, ctx_.comm.size());
   OuterSettings chosen = c.settings;
   chosen.warmup = static_cast<int>(t);
@@ -77,7 +80,7 @@ void AutoTuner::step_done(bool syncing, double waited_ms) {
   next_syncing_ = syncing;
   next_waited_ms_ = waited_ms;
   if (probing_) {
-    if (probe_steps_ > 0 && waited_ms > 0) probe_waits_.push_back(waited_ms);
+    if (probe_steps_ > 0) probe_waits_.push_back(waited_ms > 0 ? waited_ms : kNoSync);  // one a probe step
     resumed_ = Clock::now();
     resumed_cpu_ = cpu_ticks();
   }
@@ -141,7 +144,7 @@ std::optional<OuterSettings> AutoTuner::check(std::int64_t t, Clock::time_point 
   return next;
 }
 
-LinkProbe measure_link(AveragingContext& ctx, double step_ms, double cores_busy, double fragment_ms) {
+LinkProbe measure_link(AveragingContext& ctx, double step_ms, double cores_busy, std::vector<double> waits) {
   LinkProbe link;
   const std::size_t n = ctx.count;
   link.bytes = n * sizeof(float);
@@ -178,8 +181,12 @@ LinkProbe measure_link(AveragingContext& ctx, double step_ms, double cores_busy,
     figures.push_back(c.cpu_ms);
   }
   ctx.comm.allreduce(figures.data(), figures.data(), figures.size(), DataType::kFloat64, ReduceOp::kMax);
-  // the least wait over the ranks: the others' waits hold the slowest rank's late arrival
-  ctx.comm.allreduce(&fragment_ms, &link.fragment_ms, 1, DataType::kFloat64, ReduceOp::kMin);
+  // Each sync's least wait over the ranks (the last to arrive waits for no one; the others' waits hold its late
+  // arrival), then their median. The ranks took the same probe steps, in the same order.
+  waits.resize(kProbeSteps, kNoSync);
+  ctx.comm.allreduce(waits.data(), waits.data(), waits.size(), DataType::kFloat64, ReduceOp::kMin);
+  std::erase(waits, kNoSync);
+  link.fragment_ms = median(waits);
   link.step_ms = figures[0];
   link.full_ms = figures[1];
   link.cores_busy = std::clamp(figures[2], 0.0, 1.0);

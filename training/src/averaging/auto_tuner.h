@@ -81,8 +81,9 @@ class AutoTuner {
 
 // Averages the model (timed: the link), times each candidate codec on it, and agrees on the slowest rank's figures.
 // Collective.
-// cores_busy: this rank's reading of the machine's busy cores over the probe's steps; fragment_ms: its probe's
-// blocking fragment sync (the median; agreed as the least over the ranks: the last to arrive waits for no one).
-LinkProbe measure_link(AveragingContext& ctx, double step_ms, double cores_busy, double fragment_ms);
+// cores_busy: this rank's reading of the machine's busy cores over the probe's steps; waits: what each of its probe's
+// blocking fragment syncs waited (agreed sync by sync as the least over the ranks: the last to arrive waits for no
+// one; then the median).
+LinkProbe measure_link(AveragingContext& ctx, double step_ms, double cores_busy, std::vector<double> waits);
 
 }  // namespace hopwise::comm::detail

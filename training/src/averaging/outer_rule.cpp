@@ -43,6 +43,14 @@ constexpr Row kRules[] = {
 
 }  // namespace
 
+int momentum_from(const std::string& inner) {
+  int from = 0;
+  for (const Row& r : kRules)
+    if (r.inner != nullptr && inner == r.inner && r.momentum > 0 && (from == 0 || r.from_period < from))
+      from = r.from_period;
+  return from;
+}
+
 const std::vector<std::string>& inner_families() {
   static const std::vector<std::string> names = {"sgd", "adam", "muon"};
   return names;

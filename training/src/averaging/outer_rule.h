@@ -21,4 +21,7 @@ const std::vector<std::string>& inner_families();
 // The outer step for `inner` at `period`.
 OuterStep outer_rule(const std::string& inner, int period);
 
+// The shortest period from which `inner`'s rule takes an outer momentum step (SGD: 128), 0 where it never does.
+int momentum_from(const std::string& inner);
+
 }  // namespace hopwise::comm::detail
