@@ -42,6 +42,9 @@ TEST(DilocoAutoPick, SgdInnerStepsTakeThePeriodTheSyncsOtherWorkAsks) {
   const hd::AutoChoice with = hd::pick_outer(mlp(300), spec, 2);
   EXPECT_EQ(without.settings.period, 128) << without.why;
   EXPECT_EQ(without.settings.momentum, 0.9) << without.why;
+  // the syncs rare there: the idle order, the fewest lost bits and fragments first
+  EXPECT_EQ(without.settings.codec, "none") << without.why;
+  EXPECT_EQ(without.settings.fragments, 1) << without.why;
   EXPECT_NE(without.why.find("from 128, where inner sgd's outer rule takes its momentum step"), std::string::npos)
       << without.why;
   EXPECT_EQ(hd::pick_outer(mlp(17.4), spec, 2).settings.period, 128);

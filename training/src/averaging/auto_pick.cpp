@@ -231,7 +231,10 @@ Search search(const LinkProbe& link, double target, bool busy, double overhead, 
   Candidate best_any{{1 << 30, 0, 0, 0}, {}, -1};
   // On busy cores the check streams any period under kStreamedPeriod at that period (the syncs' own work on the
   // cores is what they cost there): the pick starts there rather than take the change and its full average later,
-  // and sends a fragment every step, the smallest burst of work on the cores.
+  // and sends a fragment every step, the smallest burst of work on the cores. From an outer rule's momentum period
+  // (SGD: 128) the syncs are rare and the idle order holds, the fewest lost bits and fragments first: on the torch
+  // MLP at H = 128 the whole float32 model reached 85% in 509-520 steps, 8 int4 fragments in 640-718.
+  const bool busy_order = busy && min_period <= kStreamedPeriod;
   for (int h = std::max(min_period, busy ? kStreamedPeriod : 1); h <= max_period; h *= 2)
     for (std::size_t ci = 0; ci < link.codecs.size(); ++ci)
       for (int f = 1; f <= 8 && f <= h; f *= 2)
@@ -246,9 +249,9 @@ Search search(const LinkProbe& link, double target, bool busy, double overhead, 
           s.fragments = f;
           s.delay = d;
           s.codec = c.codec;
-          Candidate cand{
-              busy ? std::make_tuple(h, -f, d, -static_cast<int>(ci)) : std::make_tuple(h, d, static_cast<int>(ci), f),
-              s, util};
+          Candidate cand{busy_order ? std::make_tuple(h, -f, d, -static_cast<int>(ci))
+                                    : std::make_tuple(h, d, static_cast<int>(ci), f),
+                         s, util};
           if (util >= target) fit.push_back(cand);
           if (util > best_any.util + 1e-9) best_any = cand;
         }
