@@ -11,7 +11,8 @@
 //   utilization                 H * t / (H * t + F * exposed + backlog)
 // The least staleness first: the shortest H, then the shortest D, then the fewest lost bits, then the fewest
 // fragments, among the settings that reach the target. On busy cores: H from kStreamedPeriod, then the most
-// fragments, the shortest D, the fewest bits.
+// fragments, the shortest D, the fewest bits. H from the inner optimizer's outer momentum period where it has one
+// (SGD: 128), in the first order there.
 #include "auto_pick.h"
 
 #include <fmt/core.h>
