@@ -64,8 +64,8 @@ def test_import_registers_the_backend():
 # One rank, an even and an odd number under the two launchers (MPI's rendezvous is mpirun's); under mpirun with
 # torch's variables exported, and bare (`mpirun -np 2 python train.py`, nothing exported: RANK, WORLD_SIZE and the
 # store's address come from mpirun and MPI).
-@pytest.mark.parametrize("how,np", [("torchrun", n) for n in (1, 2, 4)] + [("mpirun", n) for n in (2, 3)]
-                         + [("mpirun-bare", 2), ("mpirun-bare", 3)])
+# Each launcher once and the world sizes 1 to 4 among them (CI's time: every launch costs 10-20 s on two cores).
+@pytest.mark.parametrize("how,np", [("torchrun", n) for n in (1, 2, 4)] + [("mpirun", 3), ("mpirun-bare", 2)])
 def test_collectives(how, np):
     rc, out = launch(how, np, "collectives_worker.py")
     # mpirun may join two ranks' lines into one: match anywhere, count ranks
@@ -190,14 +190,14 @@ def test_plan_and_stats(how):
     assert rc == 0 and len(lines(out, r"api ok: ring \[")) == 2, out[-6000:]
 
 
-@pytest.mark.parametrize("how,np", [("torchrun", 2), ("torchrun", 3), ("mpirun", 2)])
+@pytest.mark.parametrize("how,np", [("torchrun", 3), ("mpirun", 2)])  # each launcher, an odd and an even world
 def test_averaging(how, np):
     rc, out = launch(how, np, "averaging_worker.py")
     ok = lines(out, r"rank (\d+): 16 methods match the serial simulation")
     assert rc == 0 and len(set(ok)) == np, out[-3000:]
 
 
-@pytest.mark.parametrize("how,np", [("torchrun", 2), ("torchrun", 3), ("mpirun", 2), ("mpirun", 3)])
+@pytest.mark.parametrize("how,np", [("torchrun", 2), ("mpirun", 3)])  # each launcher, an even and an odd world
 def test_compressed_allreduce(how, np):
     """hopwise.torch.allreduce on plain tensors: every codec family on sizes 0 to 1000003 against the exact mean or
     the codec's bound, error feedback over 20 calls, the CodecState's checkpoint and refusals, bad arguments."""
@@ -206,7 +206,7 @@ def test_compressed_allreduce(how, np):
     assert rc == 0 and sorted(set(ok)) == [str(r) for r in range(np)], out[-6000:]
 
 
-@pytest.mark.parametrize("how,np", [("torchrun", 2), ("torchrun", 3), ("mpirun", 2), ("mpirun", 3)])
+@pytest.mark.parametrize("how,np", [("torchrun", 2), ("mpirun", 3)])  # each launcher, even and uneven shards
 def test_fsdp_compress(how, np):
     """hopwise.torch.fsdp: FSDP2's reduce-scatter and all-gather through codecs (float32 and bfloat16, blocks of 1 to
     100003) within each codec's bound of torch's exact collectives, error feedback's identity and a restored state,
