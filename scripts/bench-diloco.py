@@ -75,7 +75,8 @@ def run(row, args, out):
     wire = d.get("link_bytes_per_step")
     return {"step_ms": d["step_ms"], "compute_ms": d["compute_ms"], "bytes_per_step": sent, "link_bytes_per_step": wire,
             "seconds_to_target": hit[1] if hit else None, "accuracy": d["test_accuracy"],
-            "own_utilization": d["utilization"], "choice": (d.get("diloco_stats") or {}).get("choice", "")}
+            "own_utilization": d["utilization"], "choice": (d.get("diloco_stats") or {}).get("choice", ""),
+            "pick": (d.get("diloco_stats") or {}).get("pick", "")}
 
 
 def main():
@@ -122,8 +123,8 @@ def main():
               f"{100 * m['accuracy']:.2f}% | {delta} | {speed} |")
     for r in runs:  # what diloco:auto chose (its last decision), run by run
         for i, x in enumerate(runs[r]):
-            if x.get("choice"):
-                print(f"{r} run {i + 1}: {x['choice']}", file=sys.stderr)
+            for said in dict.fromkeys(s for s in (x.get("pick"), x.get("choice")) if s):  # the pick, the last word
+                print(f"{r} run {i + 1}: {said}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"medians": med, "runs": runs, "compute_ms": ref, "args": vars(args)}, fh, indent=1)

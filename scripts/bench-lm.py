@@ -89,7 +89,8 @@ def run(row, args, out, rnd):
     return {"step_ms": d["step_ms"], "compute_ms": d["compute_ms"], "bytes_per_step": d["bytes_per_step"],
             "link_bytes_per_step": d.get("link_bytes_per_step"), "val_bpb": d["val_bpb"], "trace": d["val_trace"],
             "train_s": d["train_s"], "tokens": d["tokens"],
-            "parameters": d["parameters"], "choice": (d.get("diloco_stats") or {}).get("choice", "")}
+            "parameters": d["parameters"], "choice": (d.get("diloco_stats") or {}).get("choice", ""),
+            "pick": (d.get("diloco_stats") or {}).get("pick", "")}
 
 
 def row_medians(rs):
@@ -196,8 +197,8 @@ def main():
               f"{m['val_bpb']:.4f} | {rel} | {speed} | {m['step_ms'] / ddp['step_ms']:.2f} |")
     for r, rs in runs.items():
         for m in rs:
-            if m["choice"]:
-                print(f"{r}: {m['choice']}", file=sys.stderr)
+            for said in dict.fromkeys(x for x in (m.get("pick"), m["choice"]) if x):  # the pick, then the last word
+                print(f"{r}: {said}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"kind": "bench-lm", "medians": med, "runs": runs, "compute_ms": ref, "target_bpb": target,

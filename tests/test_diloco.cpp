@@ -271,6 +271,9 @@ TEST(DilocoAuto, ChecksItsChoiceOnTheStepsThatFollow) {
         last = std::move(c);
       }
     }
+    // the pick stays readable after the check's decisions: the first thing said
+    if (a.pick().empty() || said[static_cast<std::size_t>(r)].rfind(a.pick() + "\n", 0) != 0)
+      throw std::runtime_error("pick() is not the first decision: " + a.pick());
     a.full_average();
   }),
             "");

@@ -142,8 +142,9 @@ def stats_and_auto(rank, c):
     s = d.stats()
     n = flat(model).numel()
     for key in ("syncs", "bytes", "bytes_per_sync", "comm_ms", "hidden_ms", "hidden_fraction", "state_bytes",
-                "wait_ms", "choice"):
+                "wait_ms", "choice", "pick"):
         c.true(key in s, f"stats lacks {key}: {s}")
+    c.true(s["pick"] == "" and s["choice"] == "", f"a fixed spec picks nothing: {s}")
     c.true(s["syncs"] >= 4 and 0 < s["bytes_per_sync"] < n * 4 / 2 * 0.5, f"int8 fragments' bytes per sync: {s}")
     c.true(0 <= s["hidden_ms"] <= s["comm_ms"] + 1e-9 and s["state_bytes"] > 0, f"stats {s}")
     with d.mean_model():

@@ -27,7 +27,8 @@ class TorchAverager {
   at::Tensor mean_model();  // the world's mean model, a new tensor; every rank's own untouched
   int64_t steps() const { return averager_->steps(); }
   const comm::AveragingStats& stats() const { return averager_->stats(); }
-  std::string choice() const { return averager_->choice(); }  // diloco:auto's pick and why, once measured
+  std::string choice() const { return averager_->choice(); }  // diloco:auto's last decision and why
+  std::string pick() const { return averager_->pick(); }      // diloco:auto's pick and why, once measured
   std::string save() const;
   void load(const std::string& s) { averager_->load(s); }
   // DDP's bucket averaged over the step's scope (world, host), or left as it is (none): a torch Work.

@@ -291,6 +291,7 @@ PYBIND11_MODULE(_C, m) {
              return d;
            })
       .def("choice", &TorchAverager::choice)
+      .def("pick", &TorchAverager::pick)
       // Binary (the outer path's synced model, momentum, residuals): bytes to Python; load takes bytes, or the
       // str an older build's save() returned.
       .def("save",

@@ -72,6 +72,7 @@ std::optional<OuterSettings> AutoTuner::probe(std::int64_t t, Clock::time_point 
   codecs_ = link.codecs;
   out_of_loop_ = ctx_.out_of_loop;
   decided(c.why);
+  picked_ = c.why;
   last_ = Clock::now();  // the link's measurement is not the first checked step's
   return chosen;
 }
@@ -94,6 +95,7 @@ void AutoTuner::restore(bool probing, std::string said) {
   probing_ = probing;
   checking_ = false;  // a saved choice stands: the check is not run again
   said_ = std::move(said);
+  picked_.clear();
   probe_steps_ = 0;  // a probe cut short by the restart starts again
   probe_ms_.clear();
   probe_cpu_ = {0, 0};

@@ -33,6 +33,8 @@ class AutoTuner {
   bool holding() const { return hold_left_ > 0; }
   // What auto chose or decided last, and why (empty before the choice).
   const std::string& said() const { return said_; }
+  // What the probe's pick said (empty before it, and after a restore: the saved choice stands).
+  const std::string& picked() const { return picked_; }
 
   // After step t, in the probe: the choice once the probe is done (collective then, every rank alike); its warmup
   // is t, the schedule counting from here, where the probe's closing average left every rank equal. A step's
@@ -57,6 +59,7 @@ class AutoTuner {
   bool probing_ = true;
   bool checking_ = false;
   std::string said_;
+  std::string picked_;
   // the probe
   int probe_steps_ = 0;
   std::vector<double> probe_ms_;

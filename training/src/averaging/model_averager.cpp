@@ -82,6 +82,7 @@ std::int64_t ModelAverager::steps() const { return impl_->steps; }
 const AveragingStats& ModelAverager::stats() const { return impl_->stats; }
 
 std::string ModelAverager::choice() const { return impl_->method->choice(); }
+std::string ModelAverager::pick() const { return impl_->method->pick(); }
 
 // "hopwise-averaging 2 SPEC STEPS BYTES\n" and the method's own state, BYTES long (version 1: the line alone).
 std::string ModelAverager::save() const {

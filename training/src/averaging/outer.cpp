@@ -208,6 +208,7 @@ class Outer final : public AveragingMethodBase {
     }
   }
   std::string choice() const override { return tuner_ ? tuner_->said() : std::string(); }
+  std::string pick() const override { return tuner_ ? tuner_->picked() : std::string(); }
 
  private:
   struct Flight {

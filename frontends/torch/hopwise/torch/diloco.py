@@ -139,11 +139,13 @@ class DiLoCo:
 
     def stats(self):
         """The averager's counts (syncs, bytes, wait_ms, comm_ms, hidden_ms: the all-reduce time compute ran beside,
-        state_bytes) with bytes_per_sync, hidden_fraction and, for diloco:auto once measured, its choice."""
+        state_bytes) with bytes_per_sync, hidden_fraction and, for diloco:auto once measured, its pick (what it chose
+        and why) and choice (its last decision: the pick, then what its check decided)."""
         s = dict(self.averager.stats())
         s["bytes_per_sync"] = s["bytes"] / s["syncs"] if s["syncs"] else 0.0
         s["hidden_fraction"] = s["hidden_ms"] / s["comm_ms"] if s["comm_ms"] > 0 else 0.0
         s["choice"] = self.averager._impl.choice()
+        s["pick"] = self.averager._impl.pick()
         return s
 
     def state_dict(self):

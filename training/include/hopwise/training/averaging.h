@@ -129,6 +129,8 @@ class ModelAverager {
   // What the method decided last and why (diloco:auto: its choice once it has measured, then what its check of the
   // steps that followed decided), else empty.
   std::string choice() const;
+  // diloco:auto's pick and why (its first decision, which choice() holds until the check decides), else empty.
+  std::string pick() const;
 
   // The method's state for a checkpoint: the spec, the step count (which places the next averaging and gossip
   // round) and the method's own state in binary (diloco: the synced model, momentum, residuals, a fragment's

@@ -58,6 +58,7 @@ class AveragingMethodBase {
   virtual std::string save_state() { return {}; }
   virtual void load_state(const std::string& state) {}
   virtual std::string choice() const { return {}; }
+  virtual std::string pick() const { return {}; }
 };
 
 struct AveragingMethodRow {
