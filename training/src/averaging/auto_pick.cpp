@@ -157,10 +157,10 @@ CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const
     change(fmt::format("swaps the codec {} -> {}", s.codec, lighter));
     return d;
   }
-  // What is left is a longer period. Where the link cannot carry the syncs (the waits stay), it must grow; after SGD
-  // inner steps it grows as the pick's does, to the period the target asks; where the rest is the cores the syncs
-  // share with compute, only below kLengthenBelow and on two readings in a row.
-  const bool must = (waits && !link_keeps_up) || inner == "sgd";
+  // What is left is a longer period. Where the link cannot carry the syncs (the waits stay), it must grow; after inner
+  // steps whose outer rule has a momentum period (SGD) it grows as the pick's does, to the period the target asks;
+  // where the rest is the cores the syncs share with compute, only below kLengthenBelow and on two readings in a row.
+  const bool must = (waits && !link_keeps_up) || momentum_from(inner) > 0;
   if (s.period >= 512) {
     d.kind = CheckDecision::Kind::kKeep;
     d.why = fmt::format("diloco:auto keeps {}: {}; period 512 is the longest", s.to_string(), reading);
@@ -234,7 +234,8 @@ Search search(const LinkProbe& link, double target, bool busy, double overhead, 
   // cores is what they cost there): the pick starts there rather than take the change and its full average later,
   // and sends a fragment every step, the smallest burst of work on the cores. From an outer rule's momentum period
   // (SGD: 128) the syncs are rare and the idle order holds, the fewest lost bits and fragments first: on the torch
-  // MLP at H = 128 the whole float32 model reached 85% in 509-520 steps, 8 int4 fragments in 640-718.
+  // MLP at H = 128, 2-epoch runs crossed 85% at step 520 whole in float32 (2 runs), at 640-680 with 8 fragments,
+  // int4 or both (5 runs); the accuracy hovers at 82-85% there, so a lean rather than a rule.
   const bool busy_order = busy && min_period <= kStreamedPeriod;
   for (int h = std::max(min_period, busy ? kStreamedPeriod : 1); h <= max_period; h *= 2)
     for (std::size_t ci = 0; ci < link.codecs.size(); ++ci)
@@ -266,15 +267,16 @@ AutoChoice pick_outer(const LinkProbe& link, const AveragingSpec& spec, int worl
   const bool busy = link.cores_busy >= kCoresBusy;
   const double overhead = busy ? sync_overhead_ms(link) : 0;
   // Where the inner optimizer's outer rule takes a momentum step from some period on (SGD: the papers' Nesterov step
-  // from 128), the period is that one at least: on the torch MLP at 1 Gbit/s, H = 128 with it reached 85% in 520
-  // steps, H = 16 to 64 with plain averaging in 580 to 640, and its rarer syncs cost the cores less.
+  // from 128), the period is that one at least: on the torch MLP at 1 Gbit/s, H = 128 with it crossed 85% at step
+  // 520 (2 runs), auto's H = 16 to 64 with plain averaging at 580 to 640 (3 runs), and its rarer syncs cost the
+  // cores less. It is also what the best fixed setting ran (results/averaging.md).
   const int min_period = momentum_from(spec.inner);
   Search found = search(link, spec.target, busy, overhead, std::max(1, min_period), 512);
-  // A longer period costs an adaptive inner optimizer more loss than the cores' share costs time (the LM: H = 4 -> 8
-  // 3.5% of final loss): past the streamed period only where it would keep under kLengthenBelow, as the check does.
-  // SGD's inner steps take the period the target asks (the torch MLP reached 85% soonest at H = 32 to 128).
+  // A longer period costs an adaptive inner optimizer (a family without a momentum period: Adam's, Muon, not named)
+  // more loss than the cores' share costs time (the LM: H = 4 -> 8 3.5% of final loss): past the streamed period only
+  // where it would keep under kLengthenBelow, as the check does.
   std::string kept;
-  if (busy && spec.inner != "sgd" && found.chosen.s.period > kStreamedPeriod) {
+  if (busy && min_period == 0 && found.chosen.s.period > kStreamedPeriod) {
     const Search streamed = search(link, spec.target, busy, overhead, 1, kStreamedPeriod);
     if (streamed.chosen.util >= kLengthenBelow) {
       kept = fmt::format(

@@ -26,9 +26,8 @@ struct LinkProbe {
   std::size_t bytes = 0;          // the model's float32 bytes
   std::vector<CodecCost> codecs;  // none first, then fewer bits
   double cores_busy = 0;          // the machine's cores busy during the probe's steps, 0..1 (the busiest rank's)
-  double fragment_ms = 0;         // one probe fragment's blocking sync (probe_settings'), all of
-                                  // after_step's part: the median over the probe, the rank that waited least's; 0:
-                                  // not measured
+  double fragment_ms = 0;         // one probe fragment's blocking sync (probe_settings'), all of after_step's
+                                  // part: sync by sync the least over the ranks, then the median; 0: not measured
 };
 
 struct AutoChoice {
@@ -85,10 +84,10 @@ struct CheckDecision {
 // the syncs (it becomes kStreamedPeriod with as many fragments: still a fragment every step, a quarter of the work
 // of period 1), or where utilization stays under kLengthenBelow on two windows in a row. On the LM (AdamW), H =
 // 1 -> 4 streamed cost 0.2% of final loss for steps 1.25x faster, H = 4 -> 8 3.5%, int4 with error feedback under
-// 0.3%. After SGD inner steps, which a longer period costs little (the torch MLP reached 85% soonest at H = 32 to
-// 128), the period grows below the target, as the pick's does: the pick's reading of the syncs' work on busy cores
-// swings (7 to 21 ms a model on the MLP's probe) and a choice on the low reading ran at 63%. A reading without
-// quiet steps decides nothing.
+// 0.3%. After inner steps whose outer rule has a momentum period (SGD, outer_rule.h), which a longer period costs
+// little, the period grows below the target, as the pick's does: the pick's reading of the syncs' work on busy cores
+// swings (4 to 21 ms a model over eight MLP probes) and choices on low readings (4, 7 ms) ran at 81% and 63% of
+// compute. A reading without quiet steps decides nothing.
 constexpr double kLengthenBelow = 0.5;
 constexpr int kStreamedPeriod = 4;
 CheckDecision decide_check(const OuterSettings& s, const WindowReading& w, const std::vector<CodecCost>& codecs,
