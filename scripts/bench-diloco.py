@@ -31,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_rounds import each, interleaved, medians, megabytes, reached, speedup
+from bench_rounds import auto_lines, auto_said, each, interleaved, medians, megabytes, reached, speedup
 from cluster_torchrun import run_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,8 +75,7 @@ def run(row, args, out):
     wire = d.get("link_bytes_per_step")
     return {"step_ms": d["step_ms"], "compute_ms": d["compute_ms"], "bytes_per_step": sent, "link_bytes_per_step": wire,
             "seconds_to_target": hit[1] if hit else None, "accuracy": d["test_accuracy"],
-            "own_utilization": d["utilization"], "choice": (d.get("diloco_stats") or {}).get("choice", ""),
-            "pick": (d.get("diloco_stats") or {}).get("pick", "")}
+            "own_utilization": d["utilization"], **auto_said(d)}
 
 
 def main():
@@ -121,9 +120,9 @@ def main():
         print(f"| {name} | {len(runs[r])} | {megabytes(m)} | {m['step_ms']:.1f} | "
               f"{min(1.0, ref / m['step_ms']):.0%} | {to} | {m['reached']} | {each(runs[r], 'seconds_to_target')} | "
               f"{100 * m['accuracy']:.2f}% | {delta} | {speed} |")
-    for r in runs:  # what diloco:auto chose (its last decision), run by run
+    for r in runs:  # what diloco:auto chose and decided last, run by run
         for i, x in enumerate(runs[r]):
-            for said in dict.fromkeys(s for s in (x.get("pick"), x.get("choice")) if s):  # the pick, the last word
+            for said in auto_lines(x):
                 print(f"{r} run {i + 1}: {said}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as fh:

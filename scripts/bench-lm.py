@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_rounds import each, interleaved, median, median_reached, megabytes, reached, speedup
+from bench_rounds import auto_lines, auto_said, each, interleaved, median, median_reached, megabytes, reached, speedup
 from cluster_torchrun import run_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,8 +89,7 @@ def run(row, args, out, rnd):
     return {"step_ms": d["step_ms"], "compute_ms": d["compute_ms"], "bytes_per_step": d["bytes_per_step"],
             "link_bytes_per_step": d.get("link_bytes_per_step"), "val_bpb": d["val_bpb"], "trace": d["val_trace"],
             "train_s": d["train_s"], "tokens": d["tokens"],
-            "parameters": d["parameters"], "choice": (d.get("diloco_stats") or {}).get("choice", ""),
-            "pick": (d.get("diloco_stats") or {}).get("pick", "")}
+            "parameters": d["parameters"], **auto_said(d)}
 
 
 def row_medians(rs):
@@ -197,7 +196,7 @@ def main():
               f"{m['val_bpb']:.4f} | {rel} | {speed} | {m['step_ms'] / ddp['step_ms']:.2f} |")
     for r, rs in runs.items():
         for m in rs:
-            for said in dict.fromkeys(x for x in (m.get("pick"), m["choice"]) if x):  # the pick, then the last word
+            for said in auto_lines(m):
                 print(f"{r}: {said}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as fh:

@@ -76,3 +76,15 @@ def speedup(ddp, m):
     if not ddp or not ddp["seconds_to_target"] or not m["seconds_to_target"]:
         return "-"
     return f"{ddp['seconds_to_target'] / m['seconds_to_target']:.2f}x"
+
+
+def auto_said(d):
+    """What diloco:auto said in a run's JSON (train.py's diloco_stats): its pick and its last decision, for the run's
+    record."""
+    st = d.get("diloco_stats") or {}
+    return {"pick": st.get("pick", ""), "choice": st.get("choice", "")}
+
+
+def auto_lines(m):
+    """The pick, then the last decision where it differs: what to print of a run's auto_said()."""
+    return list(dict.fromkeys(x for x in (m.get("pick"), m.get("choice")) if x))
