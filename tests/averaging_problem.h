@@ -47,6 +47,21 @@ struct Run {
   std::string spec;
   int steps = 24;
   int eval_every = 10;  // full_average() every this many steps, and at the end
+  bool staged = false;  // the averager works on a host copy of the model (ParameterStaging), as for a GPU model
+};
+
+// The staging a GPU model has, on the CPU: the model is the trainer's buffer, the averager works on a copy, and
+// every step of the trainer leaves that copy stale (NaN), so a read without fetch or a write without publish shows.
+class CopyStaging final : public hc::ParameterStaging {
+ public:
+  CopyStaging(float* model, float* host) : model_(model), host_(host) {}
+  void fetch(std::size_t b, std::size_t e) override { std::memcpy(host_ + b, model_ + b, (e - b) * sizeof(float)); }
+  void publish(std::size_t b, std::size_t e) override { std::memcpy(model_ + b, host_ + b, (e - b) * sizeof(float)); }
+  void stale() { std::fill(host_, host_ + kDim, std::nanf("")); }
+
+ private:
+  float* model_;
+  float* host_;
 };
 
 using Models = std::vector<std::vector<float>>;
@@ -173,7 +188,10 @@ inline std::vector<float> train_rank(int r, hc::Communicator& comm, const Run& r
   reducer.add_parameter("a", grad.data(), kSplit);
   reducer.add_parameter("b", grad.data() + kSplit, kDim - kSplit);
   reducer.finalize();
-  hc::ModelAverager avg(comm, hc::AveragingSpec::parse(run.spec), x.data(), kDim);
+  std::vector<float> host(run.staged ? kDim : 0, std::nanf(""));
+  CopyStaging staging(x.data(), host.data());
+  hc::ModelAverager avg(comm, hc::AveragingSpec::parse(run.spec), run.staged ? host.data() : x.data(), kDim,
+                        run.staged ? &staging : nullptr);
   for (std::int64_t t = 1; t <= run.steps; ++t) {
     reducer.set_scope(avg.gradient_scope());
     gradient(r, t, x.data(), grad.data());
@@ -182,6 +200,7 @@ inline std::vector<float> train_rank(int r, hc::Communicator& comm, const Run& r
     reducer.finish();
     avg.before_step();
     sgd(x.data(), v.data(), grad.data());
+    if (run.staged) staging.stale();
     avg.after_step();
     if (t % run.eval_every == 0) avg.full_average();
   }

@@ -49,6 +49,29 @@ TEST(Averaging, EveryMethodMatchesTheSerialSimulationOnOneToEightRanks) {
   }
 }
 
+// A model that lives elsewhere (a GPU, bfloat16) is averaged through a host copy the averager fetches and publishes
+// range by range (ParameterStaging): every method, codec and fragment setting ends with the direct path's bits.
+TEST(Averaging, EveryMethodOnAStagedHostCopyKeepsTheDirectPathsBits) {
+  std::vector<std::string> specs = kSpecs;
+  for (const char* more : {"diloco:period=4,fragments=4,delay=1,codec=int4", "diloco:period=6,fragments=2,codec=int8",
+                           "diloco:period=4,fragments=2,delay=1,alpha=0.5,codec=topk", "async:period=3,codec=int8",
+                           "gossip:peers=1,codec=int8", "local:period=2,warmup=2"})
+    specs.emplace_back(more);
+  for (int n : {1, 2, 3}) {
+    hwtest::Group g(n, hwtest::test_options());
+    for (const std::string& spec : specs) {
+      const Models direct = train(g, {spec});
+      hwtest::averaging::Run staged{spec};
+      staged.staged = true;
+      const Models copy = train(g, staged);
+      for (std::size_t r = 0; r < direct.size(); ++r)
+        EXPECT_EQ(std::memcmp(direct[r].data(), copy[r].data(), kDim * sizeof(float)), 0)
+            << spec << " on " << n << " ranks, staged: rank " << r << " ended with other bits (first: " << copy[r][0]
+            << " against " << direct[r][0] << ")";
+    }
+  }
+}
+
 TEST(Averaging, HierarchicalAveragesGradientsWithinEachHost) {
   // 2 hosts x 2 ranks, 3 hosts of 2, 2 and 1, 2 hosts x 4.
   for (auto [hosts, gpus, n] : {std::tuple{2, 2, 4}, std::tuple{3, 2, 5}, std::tuple{2, 4, 8}}) {

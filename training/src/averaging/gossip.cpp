@@ -17,15 +17,20 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 class Gossip final : public AveragingMethodBase {
  public:
+  // The exchange reads the parameters at construction (its reference): the averager fetched them for the broadcast.
   explicit Gossip(AveragingContext& ctx) : ctx_(ctx), exchange_(ctx.comm, ctx.spec, ctx.params, ctx.count) {}
   GradientScope gradient_scope(std::int64_t) const override { return GradientScope::kNone; }
   void before_step() override {
     const auto t0 = std::chrono::steady_clock::now();
-    exchange_.finish_and_mix();
+    if (exchange_.in_flight()) {
+      exchange_.finish_and_mix();
+      ctx_.publish_all();  // the partners' models mixed in
+    }
     ctx_.stats.wait_ms += ms_since(t0);
   }
   void after_step(std::int64_t t) override {
     const auto t0 = std::chrono::steady_clock::now();
+    ctx_.fetch_all();  // sent from where it is: the model after this step
     exchange_.start(t - 1);
     ctx_.stats.averages += exchange_.partners() > 0;
     ctx_.stats.bytes += exchange_.bytes_sent_per_round() * static_cast<std::uint64_t>(exchange_.partners());
@@ -33,7 +38,10 @@ class Gossip final : public AveragingMethodBase {
   }
   void drain() override { exchange_.drop(); }
   bool in_flight() const override { return exchange_.in_flight(); }
-  void ranks_equal() override { exchange_.set_reference(); }
+  void ranks_equal() override {
+    ctx_.fetch_all();
+    exchange_.set_reference();
+  }
 
  private:
   AveragingContext& ctx_;

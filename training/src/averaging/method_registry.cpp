@@ -78,7 +78,9 @@ std::vector<std::string> averaging_method_names() {
 }
 
 void AveragingContext::average_world() {
+  fetch_all();
   comm.allreduce(params, params, count, DataType::kFloat32, ReduceOp::kAvg);
+  publish_all();
   ++stats.averages;
   stats.bytes += count * sizeof(float);
 }

@@ -22,19 +22,23 @@ struct ModelAverager::Impl {
   std::unique_ptr<AveragingMethodBase> method;
   std::int64_t steps = 0;
 
-  Impl(Communicator& c, AveragingSpec s, float* p, std::size_t n)
+  Impl(Communicator& c, AveragingSpec s, float* p, std::size_t n, ParameterStaging* staging)
       : spec(std::move(s)), row(find_averaging_method(spec.method)), ctx{c, spec, p, n, stats} {
+    ctx.staging = staging;
     if (!row)
       throw InvalidArgument(fmt::format("ModelAverager: no averaging method is named '{}'; methods: {}", spec.method,
                                         fmt::join(averaging_method_names(), ", ")));
   }
 };
 
-ModelAverager::ModelAverager(Communicator& comm, AveragingSpec spec, float* params, std::size_t count)
-    : impl_(std::make_unique<Impl>(comm, std::move(spec), params, count)) {
+ModelAverager::ModelAverager(Communicator& comm, AveragingSpec spec, float* params, std::size_t count,
+                             ParameterStaging* staging)
+    : impl_(std::make_unique<Impl>(comm, std::move(spec), params, count, staging)) {
   if (params == nullptr && count > 0)
     throw InvalidArgument(fmt::format("ModelAverager: the parameter pointer is null for {} elements", count));
+  impl_->ctx.fetch_all();
   comm.broadcast(params, count, DataType::kFloat32, 0);
+  impl_->ctx.publish_all();
   impl_->method = impl_->row->make(impl_->ctx);
 }
 
@@ -65,6 +69,7 @@ void ModelAverager::full_average() {
 void ModelAverager::average_into(float* out) {
   Impl& m = *impl_;
   ++m.ctx.out_of_loop;
+  m.ctx.fetch_all();
   if (m.row->ranks_always_equal) {
     std::memcpy(out, m.ctx.params, m.ctx.count * sizeof(float));
     return;

@@ -114,7 +114,9 @@ class Outer final : public AveragingMethodBase {
   }
   bool in_flight() const override { return flight_.on; }
   void ranks_equal() override {
-    if (!synced_.empty()) std::memcpy(synced_.data(), ctx_.params, ctx_.count * sizeof(float));
+    if (synced_.empty()) return;
+    ctx_.fetch_all();
+    std::memcpy(synced_.data(), ctx_.params, ctx_.count * sizeof(float));
   }
 
   // Plain averaging keeps the mean whatever is dropped; an outer optimizer takes its step on everything instead,
@@ -230,7 +232,10 @@ class Outer final : public AveragingMethodBase {
     const std::size_t n = ctx_.count;
     const bool need_synced = !direct();
     synced_.assign(need_synced ? n : 0, 0.0f);
-    if (need_synced) std::memcpy(synced_.data(), ctx_.params, n * sizeof(float));
+    if (need_synced) {
+      ctx_.fetch_all();
+      std::memcpy(synced_.data(), ctx_.params, n * sizeof(float));
+    }
     momentum_.assign(s_.momentum > 0 ? n : 0, 0.0f);
     codec_.reset();
     codec_states_.clear();
@@ -268,9 +273,11 @@ class Outer final : public AveragingMethodBase {
     ++ctx_.stats.averages;
     ++ctx_.stats.syncs;
     flight_ = {true, false, f, t, Work(), Clock::now()};
+    ctx_.fetch(b, e);
     if (direct() && s_.delay == 0 && s_.alpha == 0.0) {  // post-local SGD's own call: the parameters in place
       const auto c0 = Clock::now();
       ctx_.comm.allreduce(x, x, m, DataType::kFloat32, ReduceOp::kAvg);
+      ctx_.publish(b, e);
       const double took = ms_between(c0, Clock::now());
       ctx_.stats.comm_ms += took;  // blocking: none of it hidden
       ctx_.stats.bytes += m * sizeof(float);
@@ -320,16 +327,20 @@ class Outer final : public AveragingMethodBase {
     const float keep = static_cast<float>(s_.alpha), take = static_cast<float>(1.0 - s_.alpha);
     if (direct()) {
       if (s_.delay == 0 && s_.alpha == 0.0) return waited;  // averaged in place at the launch
+      ctx_.fetch(b, e);  // the local model as it is now (D > 0: steps on since the launch)
       if (s_.delay == 0)
         for (std::size_t i = 0; i < m; ++i) x[i] = keep * x[i] + take * a[i];
       else
         for (std::size_t i = 0; i < m; ++i) x[i] += take * (a[i] - s[i]);
+      ctx_.publish(b, e);
       return waited;
     }
     float* y = synced_.data() + b;
     const float lr = static_cast<float>(s_.lr), mu = static_cast<float>(s_.momentum);
     float* mom = momentum_.empty() ? nullptr : momentum_.data() + b;
     const bool blocking = s_.delay == 0 || everyone_equal;
+    // x is read unless it becomes the synced model outright (then the launch just before fetched this range)
+    if (!everyone_equal && !(blocking && s_.alpha == 0.0)) ctx_.fetch(b, e);
     for (std::size_t i = 0; i < m; ++i) {
       float step = a[i];
       if (mom) {
@@ -345,6 +356,7 @@ class Outer final : public AveragingMethodBase {
       else
         x[i] += take * (u - s[i]);
     }
+    ctx_.publish(b, e);
     return waited;
   }
 

@@ -95,11 +95,26 @@ struct AveragingStats {
   std::uint64_t state_bytes = 0;  // memory the method keeps beside the model (synced copy, momentum, residuals)
 };
 
+// Where the model is not the float32 buffer the averager works on (on a GPU, in bfloat16 or float16), that buffer is
+// a host copy, and the model's owner keeps the two in step: the averager says which range it is about to read and
+// which it wrote. Called on the caller's thread, inside the averager's calls, never on the progress thread.
+class ParameterStaging {
+ public:
+  virtual ~ParameterStaging() = default;
+  // params[begin, end) hold the model's current values when this returns.
+  virtual void fetch(std::size_t begin, std::size_t end) = 0;
+  // params[begin, end) were written: the model takes them before its next use. The copy may still be running when
+  // this returns; the averager calls fetch (or publish) before it writes that range again.
+  virtual void publish(std::size_t begin, std::size_t end) = 0;
+};
+
 class ModelAverager {
  public:
   // `params`: the model's float32 parameters, one buffer the caller owns and updates in place. Collective: rank
-  // 0's parameters are broadcast, so every rank starts from the same model.
-  ModelAverager(Communicator& comm, AveragingSpec spec, float* params, std::size_t count);
+  // 0's parameters are broadcast, so every rank starts from the same model. With `staging`, `params` is a host copy
+  // of a model that lives elsewhere (ParameterStaging); the caller keeps `staging` alive as long as the averager.
+  ModelAverager(Communicator& comm, AveragingSpec spec, float* params, std::size_t count,
+                ParameterStaging* staging = nullptr);
   ~ModelAverager();  // waits for an exchange in flight, so nothing lands in freed memory
   ModelAverager(const ModelAverager&) = delete;
   ModelAverager& operator=(const ModelAverager&) = delete;

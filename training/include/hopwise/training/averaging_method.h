@@ -26,6 +26,17 @@ struct AveragingContext {
   AveragingStats& stats;
   // The trainer's own averages between steps (evaluations, checkpoints): pauses that diloco:auto's check leaves out.
   std::int64_t out_of_loop = 0;
+  // Where params is a host copy of the model (ParameterStaging): a method calls fetch before it reads a range and
+  // publish after it wrote one. No-ops without staging.
+  ParameterStaging* staging = nullptr;
+  void fetch(std::size_t begin, std::size_t end) {
+    if (staging && end > begin) staging->fetch(begin, end);
+  }
+  void publish(std::size_t begin, std::size_t end) {
+    if (staging && end > begin) staging->publish(begin, end);
+  }
+  void fetch_all() { fetch(0, count); }
+  void publish_all() { publish(0, count); }
   void average_world();  // the parameters replaced by the world's mean (blocking), counted in stats
 };
 
