@@ -2,7 +2,7 @@
 # spawn_ranks.sh) ----
 if(HOPWISE_TORCH_ENABLED)
   set(pytest ${HOPWISE_PYTHON} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/python/test_torch_backend.py)
-  foreach(part collectives ddp hook faults averaging monitor elastic compressed diloco fsdp)
+  foreach(part collectives ddp hook faults averaging monitor elastic compressed diloco fsdp placement)
     if(part STREQUAL "faults")
       set(select "import or bad or mismatch or stopped or plan or barrier")
     elseif(part STREQUAL "ddp")

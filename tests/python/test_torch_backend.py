@@ -225,6 +225,17 @@ def test_diloco(how):
     assert rc == 0 and sorted(set(ok)) == ["0", "1"], out[-6000:]
 
 
+@pytest.mark.parametrize("how,np", [("torchrun", 2), ("mpirun", 3)])
+def test_placement(how, np):
+    """The averagers on models that are not float32 CPU tensors (placement_worker.py): the host-staged path equals the
+    direct one bit for bit for every periodic method and codec, resumes mid-period, bf16 and fp16 models track a
+    float32 run, and the refusals name the class called."""
+    # one algorithm for both paths: the tuner may time another for the second run, whose sums round otherwise
+    rc, out = launch(how, np, "placement_worker.py", env={"HOPWISE_ALGO": "ring"})
+    ok = lines(out, r"rank (\d+): placement ok: \d+ checks")
+    assert rc == 0 and sorted(set(ok)) == [str(r) for r in range(np)], out[-6000:]
+
+
 def test_diloco_documented_specs():
     """Each averaging spec the docs, docstrings and examples show, with the optimizer shown beside it, trains a small
     model on 2 ranks and its loss falls (documented_specs_worker.py)."""

@@ -16,15 +16,28 @@ void check_float(const at::Tensor& t, const char* what) {
                     t.is_contiguous() ? "" : " (not contiguous)");
 }
 
+class CallStaging final : public comm::ParameterStaging {
+ public:
+  CallStaging(StagingCall fetch, StagingCall publish) : fetch_(std::move(fetch)), publish_(std::move(publish)) {}
+  void fetch(std::size_t b, std::size_t e) override { fetch_(b, e); }
+  void publish(std::size_t b, std::size_t e) override { publish_(b, e); }
+
+ private:
+  StagingCall fetch_, publish_;
+};
+
 }  // namespace
 
 TorchAverager::TorchAverager(c10::intrusive_ptr<c10d::ProcessGroup> keep, HopwiseBackend& pg, const std::string& spec,
-                             at::Tensor flat)
+                             at::Tensor flat, StagingCall fetch, StagingCall publish)
     : keep_(std::move(keep)), pg_(&pg), flat_(std::move(flat)) {
   check_float(flat_, "ModelAverager");
+  TORCH_CHECK_VALUE(!fetch == !publish, "hopwise: ModelAverager's staging needs both fetch and publish");
+  if (fetch) staging_ = std::make_unique<CallStaging>(std::move(fetch), std::move(publish));
   averager_ = translated([&] {
     return std::make_unique<comm::ModelAverager>(pg_->communicator(), comm::AveragingSpec::parse(spec),
-                                                 flat_.data_ptr<float>(), static_cast<std::size_t>(flat_.numel()));
+                                                 flat_.data_ptr<float>(), static_cast<std::size_t>(flat_.numel()),
+                                                 staging_.get());
   });
 }
 

@@ -3,6 +3,7 @@
 // asks for (DDP's comm hook, or a plain model's gradients).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -13,11 +14,16 @@
 
 namespace hopwise::torch_backend {
 
+// A model on a GPU or in bfloat16/float16: the averager works on a float32 host copy, and hopwise.torch's staging
+// (averaging.py) copies ranges between it and the model when the averager says (comm::ParameterStaging).
+using StagingCall = std::function<void(std::size_t, std::size_t)>;
+
 class TorchAverager {
  public:
-  // `flat`: contiguous float32 CPU tensor holding every parameter (kept alive here). Collective over the group.
+  // `flat`: contiguous float32 CPU tensor holding every parameter, or their host copy where `fetch` and `publish`
+  // are given (kept alive here). Collective over the group.
   TorchAverager(c10::intrusive_ptr<c10d::ProcessGroup> keep, HopwiseBackend& pg, const std::string& spec,
-                at::Tensor flat);
+                at::Tensor flat, StagingCall fetch = {}, StagingCall publish = {});
   std::string spec() const { return averager_->spec().to_string(); }
   std::string gradient_scope() const { return comm::to_string(averager_->gradient_scope()); }
   void before_step() { averager_->before_step(); }
@@ -40,6 +46,7 @@ class TorchAverager {
   c10::intrusive_ptr<c10d::ProcessGroup> keep_;  // the group outlives the averager
   HopwiseBackend* pg_;
   at::Tensor flat_;
+  std::unique_ptr<comm::ParameterStaging> staging_;  // null: flat_ is the model itself
   std::unique_ptr<comm::ModelAverager> averager_;
 };
 

@@ -1,5 +1,6 @@
 // hopwise.torch._C: the ProcessGroup class torch's creator returns, the hook states and the plan, for Python.
 #include <pybind11/chrono.h>
+#include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
@@ -260,10 +261,13 @@ PYBIND11_MODULE(_C, m) {
       });
 
   py::class_<TorchAverager, std::shared_ptr<TorchAverager>>(m, "ModelAverager")
-      .def(py::init([](const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& spec, at::Tensor flat) {
-             return std::make_shared<TorchAverager>(pg, hopwise_group(pg), spec, std::move(flat));
+      .def(py::init([](const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& spec, at::Tensor flat,
+                       hopwise::torch_backend::StagingCall fetch, hopwise::torch_backend::StagingCall publish) {
+             return std::make_shared<TorchAverager>(pg, hopwise_group(pg), spec, std::move(flat), std::move(fetch),
+                                                    std::move(publish));
            }),
-           py::arg("group"), py::arg("spec"), py::arg("flat"), py::call_guard<py::gil_scoped_release>())
+           py::arg("group"), py::arg("spec"), py::arg("flat"), py::arg("fetch") = py::none(),
+           py::arg("publish") = py::none(), py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("spec", &TorchAverager::spec)
       .def_property_readonly("steps", &TorchAverager::steps)
       .def("gradient_scope", &TorchAverager::gradient_scope)

@@ -1,5 +1,6 @@
 """Fewer synchronization points for torch trainers: hopwise's averaging methods (the C++ ModelAverager, one
-implementation for C++ and Python) on a hopwise process group, on CPU, any group (the world or a ``new_group``).
+implementation for C++ and Python) on a hopwise process group, any group (the world or a ``new_group``), for a model
+on the CPU or a GPU, in float32, bfloat16 or float16.
 
     import hopwise.torch
     dist.init_process_group("hopwise")
@@ -20,8 +21,18 @@ every step, parameters across hosts every H), gossip[:peers=K][,codec=fp16|bf16|
 planned ring, the exchange overlapping the next gradient), async:period=H[,warmup=W][,delay=D][,codec=...] (a
 background average applied D steps later, H by default). Momentum stays local, as in torch's PostLocalSGDOptimizer.
 
-The parameters are moved into one flat float32 buffer (each ``p.data`` becomes a view of it), which the averager
-reads and writes in place. Without DDP, call ``avg.average_gradients(model)`` after backward instead of the hook.
+The parameters are moved into one flat buffer of their device and dtype (each ``p.data`` becomes a view of it).
+Without DDP, call ``avg.average_gradients(model)`` after backward instead of the hook.
+
+Placement (``placement=``): a float32 CPU model is averaged in place. Any other (a GPU, bfloat16, float16) is
+*host-staged*: the averager works on a float32 copy in host memory (pinned for a GPU), with its state beside it (the
+synced model, outer momentum, codec residuals, all float32: a bf16 model's outer state stays exact); at a sync only
+the fragment due is copied out, on a side CUDA stream after the trainer's queued steps (events, no device-wide
+synchronize), and the result is copied back on that stream before the trainer's next kernels (the current stream
+waits for it). The all-reduce itself runs behind compute as on the CPU (``delay``). Memory: 4 bytes a parameter of
+host memory for the copy, plus the method's state (``stats()["state_bytes"]``), none on the device beyond a
+fragment's float32 temporary where the model is not float32. ``placement="host"`` stages a float32 CPU model too
+(the same code, for tests). State on the device with NCCL (``placement="device"``) is not built.
 """
 import contextlib
 
@@ -40,29 +51,100 @@ def parse_averaging(spec):
     return _C.parse_averaging(spec)
 
 
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_PLACEMENTS = ("auto", "host")
+
+
+def check_parameters(params, caller):
+    """The parameters as a list, or ValueError naming `caller` and what is wrong: none, several devices or dtypes,
+    a dtype the averager does not keep, a device other than the CPU or CUDA."""
+    params = list(params)
+    if not params:
+        raise ValueError(f"hopwise: {caller} needs the model's parameters (none were given)")
+    for i, p in enumerate(params):
+        if p.dtype not in _DTYPES:
+            raise ValueError(f"hopwise: {caller} averages float32, bfloat16 or float16 parameters; parameter {i} is "
+                             f"{p.dtype}")
+        if p.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"hopwise: {caller} averages parameters on the CPU or a CUDA device; parameter {i} is "
+                             f"on {p.device}")
+        if p.layout != torch.strided or p.is_sparse:
+            raise ValueError(f"hopwise: {caller} averages dense parameters; parameter {i} is {p.layout}")
+        if (p.device, p.dtype) != (params[0].device, params[0].dtype):
+            raise ValueError(f"hopwise: {caller} averages parameters of one device and dtype; parameter 0 is "
+                             f"{params[0].dtype} on {params[0].device}, parameter {i} {p.dtype} on {p.device} "
+                             f"(move the model with .to() first)")
+    return params
+
+
+class _HostStaging:
+    """The averager's float32 host copy of a model that lives elsewhere (comm::ParameterStaging): fetch(b, e) copies
+    the model's range out before the averager reads it, publish(b, e) copies it back after the averager wrote it.
+    On a GPU both copies run on a side stream ordered by events against the trainer's current stream; on the CPU
+    they are plain copies (the same order, no streams)."""
+
+    def __init__(self, model_flat):
+        self.model = model_flat
+        cuda = model_flat.device.type == "cuda"
+        self.host = torch.empty(model_flat.numel(), dtype=torch.float32, pin_memory=cuda)
+        self.stream = torch.cuda.Stream(device=model_flat.device) if cuda else None
+
+    def fetch(self, b, e):
+        with torch.no_grad():
+            if self.stream is None:
+                self.host[b:e].copy_(self.model[b:e])
+                return
+            queued = torch.cuda.current_stream(self.model.device).record_event()  # the trainer's steps so far
+            with torch.cuda.stream(self.stream):
+                self.stream.wait_event(queued)
+                part = self.model[b:e].float()  # converted on the device: the float32 bytes alone cross PCIe
+                self.host[b:e].copy_(part, non_blocking=True)
+                done = self.stream.record_event()
+            done.synchronize()  # the averager reads the range as soon as this returns
+
+    def publish(self, b, e):
+        with torch.no_grad():
+            if self.stream is None:
+                self.model[b:e].copy_(self.host[b:e])
+                return
+            current = torch.cuda.current_stream(self.model.device)
+            queued = current.record_event()  # the trainer's last use of the old values
+            with torch.cuda.stream(self.stream):
+                self.stream.wait_event(queued)
+                part = self.host[b:e].to(self.model.device, non_blocking=True)
+                self.model[b:e].copy_(part)
+                done = self.stream.record_event()
+            current.wait_event(done)  # the trainer's next kernels see the averaged range
+
+
 class ModelAverager:
-    def __init__(self, spec, params, process_group=None, optimizer=None):
+    def __init__(self, spec, params, process_group=None, optimizer=None, placement="auto", _caller="ModelAverager"):
         """optimizer: the trainer's optimizer, for a diloco spec without inner=: the outer step where the spec names
-        none follows its family (hopwise.torch.DiLoCo passes its own)."""
+        none follows its family (hopwise.torch.DiLoCo passes its own). placement: "auto" (in place for a float32
+        CPU model, host-staged otherwise) or "host" (host-staged always); see the module's note."""
         if optimizer is not None:
             from .diloco import _with_inner
             spec = _with_inner(spec, optimizer)
         if isinstance(params, torch.nn.Module):
             params = params.parameters()
-        self.params = [p for p in params]
-        if not self.params:
-            raise ValueError("hopwise: ModelAverager needs the model's parameters (none were given)")
-        for i, p in enumerate(self.params):
-            if p.dtype != torch.float32 or p.device.type != "cpu":
-                raise ValueError(f"hopwise: ModelAverager averages float32 CPU parameters; parameter {i} is "
-                                 f"{p.dtype} on {p.device}")
+        if placement not in _PLACEMENTS:
+            raise ValueError(f"hopwise: {_caller}'s placement is 'auto' or 'host', not {placement!r} (state on the "
+                             f"device with NCCL, 'device', is not built)")
+        self.params = check_parameters(params, _caller)
         self.process_group = process_group
         with torch.no_grad():
             flat = torch._utils._flatten_dense_tensors([p.detach() for p in self.params]).contiguous()
             for p, view in zip(self.params, torch._utils._unflatten_dense_tensors(flat, self.params)):
                 p.data = view
         self.flat = flat
-        self._impl = _C.ModelAverager(_group(process_group), spec, flat)  # broadcasts rank 0's model
+        direct = placement == "auto" and flat.dtype == torch.float32 and flat.device.type == "cpu"
+        self.placement = "direct" if direct else "host"
+        self._staging = None if direct else _HostStaging(flat)
+        if direct:
+            self._impl = _C.ModelAverager(_group(process_group), spec, flat)  # broadcasts rank 0's model
+        else:
+            self._impl = _C.ModelAverager(_group(process_group), spec, self._staging.host, self._staging.fetch,
+                                          self._staging.publish)
 
     @property
     def spec(self):
@@ -113,9 +195,16 @@ class ModelAverager:
         return self._impl.stats()
 
     def comm_hook(self):
-        """(state, hook) for ``ddp.register_comm_hook``: each bucket averaged over the step's scope."""
+        """(state, hook) for ``ddp.register_comm_hook``: each bucket averaged over the step's scope (a GPU or bf16
+        bucket through a float32 host copy, on the hook's call)."""
         def hook(state, bucket):
-            return state._impl.average_bucket(bucket.buffer()).get_future().then(lambda f: f.value()[0])
+            buf = bucket.buffer()
+            if buf.dtype == torch.float32 and buf.device.type == "cpu":
+                return state._impl.average_bucket(buf).get_future().then(lambda f: f.value()[0])
+            state._average_staged([buf])
+            done = torch.futures.Future()
+            done.set_result(buf)
+            return done
 
         hook.__name__ = "hopwise_averaging_hook"
         return self, hook
@@ -127,7 +216,22 @@ class ModelAverager:
         elif isinstance(params, torch.nn.Module):
             params = params.parameters()
         grads = [p.grad for p in params if p.grad is not None]
-        self._impl.average_gradients(grads)
+        if all(g.dtype == torch.float32 and g.device.type == "cpu" and g.is_contiguous() for g in grads):
+            self._impl.average_gradients(grads)
+        else:
+            self._average_staged(grads)
+
+    def _average_staged(self, tensors):
+        """Gradients on a GPU or in bf16/fp16 averaged over the step's scope through one float32 host copy."""
+        if self._impl.gradient_scope() == "none" or not tensors:
+            return
+        with torch.no_grad():
+            host = torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors])
+            self._impl.average_gradients([host])
+            at = 0
+            for t in tensors:
+                t.copy_(host[at:at + t.numel()].view_as(t))
+                at += t.numel()
 
     def state_dict(self):
         """The method's state for a checkpoint: the spec, the step count and the method's own state, as bytes

@@ -72,7 +72,10 @@ def _with_inner(spec, inner_optimizer):
 
 
 class DiLoCo:
-    def __init__(self, model, inner_optimizer, spec, group=None):
+    def __init__(self, model, inner_optimizer, spec, group=None, placement="auto"):
+        """placement: "auto" (a float32 CPU model in place; a GPU or bf16/fp16 model host-staged: the synced copy,
+        outer momentum and residuals in float32 host memory, fragments copied on a side stream) or "host"; see
+        hopwise.torch.averaging."""
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"hopwise: DiLoCo takes the model (a torch.nn.Module), not {type(model).__name__}")
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
@@ -94,7 +97,7 @@ class DiLoCo:
         self.model = model
         self.inner_optimizer = inner_optimizer
         self.process_group = group
-        self.averager = ModelAverager(spec, model, group)
+        self.averager = ModelAverager(spec, model, group, placement=placement, _caller="DiLoCo")
         self._spec = self.averager.spec  # canonical, as constructed (diloco:auto's pick is the averager's state)
 
     @property
