@@ -3,13 +3,18 @@ buffer of the trainer's own loop, through any hopwise codec.
 
     state = hopwise.torch.CodecState("int8:ef=1")       # one per tensor, kept between calls
     for outer_step in range(steps):
-        delta = ...                                       # float32, CPU, contiguous
+        delta = ...                                       # float32 (or bf16, fp16), CPU or CUDA
         hopwise.torch.allreduce(delta, state=state)       # averaged over the group in place
     ckpt["delta_state"] = state.state_dict()             # the residual travels with the checkpoint
 
 Codecs: what ``compression_hook`` takes but PowerSGD (fp16, bf16, int8, qsgd, terngrad, sign, topk, randomk, none,
 each with its parameters, e.g. "topk:ratio=0.01,ef=1", and "network:CODEC" to compress only between hosts).
 The call is ordered with the group's other collectives (it starts through the backend's own sequencer).
+
+A float32 CPU tensor is reduced in place. A CUDA tensor, or a bfloat16 or float16 one, is *host-staged*: converted
+to float32 on its device, copied to the host, reduced there through the codec (the state's residual is float32 on
+the host), and copied back into the tensor, in its dtype, on the caller's current stream when the call completes
+(``wait()``; an ``async_op`` future copies back from its callback).
 """
 import torch
 import torch.distributed as dist
@@ -20,6 +25,38 @@ from . import _C
 DEFAULT_SEED = 0x686F7077697365  # "hopwise"
 
 _OPS = {"sum": "sum", "avg": "avg", "mean": "avg"}
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_STAGE_ALWAYS = False  # tests: float32 CPU tensors through the host-staged path too
+
+
+class _StagedWork(dist.Work):
+    """The Work of a host-staged call: its result is copied into the caller's tensor once, when it is waited for
+    (or from the future's callback)."""
+
+    def __init__(self, work, tensor, host):
+        super().__init__()
+        self._work, self._tensor, self._host, self._copied = work, tensor, host, False
+
+    def _copy_back(self):
+        if not self._copied:
+            with torch.no_grad():
+                self._tensor.copy_(self._host.view_as(self._tensor))
+            self._copied = True
+
+    def wait(self, timeout=None):
+        self._work.wait() if timeout is None else self._work.wait(timeout)
+        self._copy_back()
+        return True
+
+    def is_completed(self):
+        return self._work.is_completed() and self._copied
+
+    def get_future(self):
+        def done(f):
+            f.value()  # raises the call's error
+            self._copy_back()
+            return [self._tensor]
+        return self._work.get_future().then(done)
 
 
 def _group(group):
@@ -115,7 +152,8 @@ torch.serialization.add_safe_globals([CodecState])
 def allreduce(tensor, codec=None, group=None, op="avg", state=None, async_op=False):
     """Sums or averages ``tensor`` over the hopwise ``group`` (default: the world) in place through ``codec``.
 
-    tensor: float32, on the CPU, contiguous. group: None is the state's group (the world for a state made without
+    tensor: float32, bfloat16 or float16, on the CPU or a CUDA device (host-staged unless float32 on the CPU),
+    contiguous. group: None is the state's group (the world for a state made without
     one). codec: a spec ("int8", "int8:ef=1", "topk:ratio=0.1,ef=1", "fp16",
     "none", "network:int8", ...); None: the state's codec, else "int8". op: "avg" (default) or "sum" (or
     ``dist.ReduceOp.AVG``/``SUM``): codecs add payloads, so no other op. state: this tensor's ``CodecState``, kept
@@ -126,12 +164,12 @@ def allreduce(tensor, codec=None, group=None, op="avg", state=None, async_op=Fal
     """
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"hopwise.torch.allreduce: expected a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.dtype != torch.float32:
+    if tensor.dtype not in _DTYPES:
         raise ValueError(f"hopwise.torch.allreduce: the tensor's dtype is {tensor.dtype}; codecs compress "
-                         f"torch.float32 (convert it, or use dist.all_reduce)")
-    if tensor.device.type != "cpu":
+                         f"float32, bfloat16 and float16 (convert it, or use dist.all_reduce)")
+    if tensor.device.type not in ("cpu", "cuda"):
         raise ValueError(f"hopwise.torch.allreduce: the tensor is on {tensor.device}; compressed allreduce takes CPU "
-                         f"tensors")
+                         f"and CUDA tensors")
     if tensor.layout != torch.strided:
         raise ValueError(f"hopwise.torch.allreduce: the tensor's layout is {tensor.layout}; pass a dense tensor")
     if not tensor.is_contiguous():
@@ -157,7 +195,12 @@ def allreduce(tensor, codec=None, group=None, op="avg", state=None, async_op=Fal
     if state.numel is not None and state.numel != tensor.numel():
         raise ValueError(f"hopwise.torch.allreduce: this CodecState belongs to a tensor of {state.numel} elements; "
                          f"this one has {tensor.numel()} (keep one state per tensor, or reset() it)")
-    work = state._impl.allreduce(_group(group), tensor, _OPS[name])
+    staged = _STAGE_ALWAYS or tensor.dtype != torch.float32 or tensor.device.type != "cpu"
+    if staged:  # float32 on its device first: the wider copy crosses to the host once
+        host = tensor.detach().reshape(-1).to(torch.float32).to("cpu", copy=True)
+        work = _StagedWork(state._impl.allreduce(_group(group), host, _OPS[name]), tensor, host)
+    else:
+        work = state._impl.allreduce(_group(group), tensor, _OPS[name])
     if async_op:
         return work
     work.wait()
