@@ -136,6 +136,34 @@ def check_all_gather(c, rank, p, spec, dtype):
         c.true(all(torch.equal(o, out) for o in everyone(out)), f"all_gather {spec} n={n}: ranks differ")
 
 
+def check_staged(c, rank, p):
+    """The host-staged path a GPU's buffers take, run on CPU buffers: the same bits as the direct call, both
+    directions, float32 and bfloat16, residuals carried over calls."""
+    for spec, dtype in (("int8:ef=1", torch.float32), ("int4:ef=1", torch.bfloat16), ("fp16", torch.float32)):
+        n = 1009
+        states = [hopwise.torch._C.ShardedCodecState(spec, rank, p, fsdp.DEFAULT_SEED) for _ in range(2)]
+        gathers = [hopwise.torch._C.ShardedCodecState("int8", rank, p, fsdp.DEFAULT_SEED) for _ in range(2)]
+        for call in range(3):
+            x = data(rank, n * p, 40 + call, dtype)
+            outs, gathered = [], []
+            for staged in (False, True):
+                fsdp._STAGE_ALWAYS = staged
+                try:
+                    out = torch.empty(n, dtype=dtype)
+                    fsdp.CompressedReduceScatter(states[staged], "staged")(out, x, dist.group.WORLD,
+                                                                         dist.ReduceOp.AVG)
+                    full = torch.empty(n * p, dtype=dtype)
+                    work = fsdp.CompressedAllGather(gathers[staged], "staged")(full, out, dist.group.WORLD,
+                                                                              async_op=True)
+                    work.wait()
+                finally:
+                    fsdp._STAGE_ALWAYS = False
+                outs.append(out)
+                gathered.append(full)
+            c.true(torch.equal(outs[0], outs[1]), f"staged reduce_scatter {spec} {dtype} call {call}: other bits")
+            c.true(torch.equal(gathered[0], gathered[1]), f"staged all_gather {dtype} call {call}: other bits")
+
+
 class Block(nn.Module):
     def __init__(self, d, h):
         super().__init__()
@@ -244,6 +272,7 @@ def main():
             check_all_gather(c, rank, p, spec, dtype)
     for spec in ("int8:ef=1", "int4:ef=1", "topk:ratio=0.1,ef=1"):
         check_error_feedback(c, rank, p, spec)
+    check_staged(c, rank, p)
     check_training(c, rank, p)
     check_refusals(c, p)
     print(f"rank {rank}: fsdp ok: {c.count} checks", flush=True)

@@ -15,7 +15,12 @@ module's unsharded gradients a rank). The all-gather: each rank encodes its shar
 shard, its own too, so all ranks compute with the same parameters; parameters take codecs that keep every element at
 a bounded error (int8, int4, fp8, fp16, bf16) and no error feedback. float32 and bfloat16 buffers are compressed
 (bfloat16 through float32); any other dtype, or a module whose parameters mix dtypes, goes through the plain
-collective. CPU tensors only in this release.
+collective.
+
+On a GPU the buffers are *host-staged*: each collective copies its input to the host in its dtype (bfloat16 stays
+bfloat16 on PCIe), runs the codecs there (the residuals live in host memory) and copies the result back on the
+caller's stream before it returns. Encoding on the device, so that only the compressed bytes cross PCIe, is not built
+yet. ``compress()`` refuses a module on any other device when it is called, naming the module.
 """
 import torch
 import torch.distributed as dist
@@ -26,6 +31,8 @@ from . import _C
 
 DEFAULT_SEED = 0x686F7077697365  # "hopwise": every rank seeds a module's states alike
 _COMPRESSED = (torch.float32, torch.bfloat16)
+_DEVICES = ("cpu", "cuda", "meta")  # meta: sharded before its parameters are materialized
+_STAGE_ALWAYS = False  # tests: CPU buffers through the host-staged path too
 
 
 def _canonical(spec, what):
@@ -61,10 +68,20 @@ class _Comm:
         return torch.empty(size, dtype=dtype, device=device)
 
     def _compressible(self, output, input):
-        if input.device.type != "cpu":
-            raise ValueError(f"hopwise.torch.fsdp: module '{self.name}' is on {input.device}; compressed FSDP "
-                             f"collectives run on CPU tensors in this release")
         return input.dtype in _COMPRESSED and output.dtype == input.dtype
+
+    def _run(self, output, input, call, async_op):
+        """call(output, input) starts the codecs' collective on CPU buffers; a GPU's buffers go through host copies,
+        done by the time this returns (the copy back runs on the caller's current stream)."""
+        if not (_STAGE_ALWAYS or input.device.type != "cpu" or output.device.type != "cpu"):
+            return _finish(call(output, input), async_op)
+        with torch.no_grad():
+            host_in = input.detach().to("cpu", copy=True)
+            host_out = torch.empty(output.shape, dtype=output.dtype)
+            work = call(host_out, host_in)
+            work.wait()
+            output.copy_(host_out)
+        return work if async_op else None
 
 
 def _finish(work, async_op):
@@ -80,7 +97,7 @@ class CompressedReduceScatter(_Comm, ReduceScatter):
     def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
         if not self._compressible(output_tensor, input_tensor):
             return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
-        return _finish(self.state.reduce_scatter(group, output_tensor, input_tensor, op), async_op)
+        return self._run(output_tensor, input_tensor, lambda o, i: self.state.reduce_scatter(group, o, i, op), async_op)
 
 
 class CompressedAllGather(_Comm, AllGather):
@@ -89,7 +106,7 @@ class CompressedAllGather(_Comm, AllGather):
     def __call__(self, output_tensor, input_tensor, group, async_op=False):
         if not self._compressible(output_tensor, input_tensor):
             return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
-        return _finish(self.state.all_gather(group, output_tensor, input_tensor), async_op)
+        return self._run(output_tensor, input_tensor, lambda o, i: self.state.all_gather(group, o, i), async_op)
 
 
 class FsdpCompression:
@@ -164,6 +181,12 @@ def compress(module, grads="int8:ef=1", params="int8", seed=DEFAULT_SEED):
                              f"module, so shard it with one mesh")
         if not groups:
             continue  # no parameters of its own: nothing to gather or scatter
+        for fp in getattr(groups[0], "fsdp_params", []):
+            where, fqn = fp.sharded_param.device, getattr(fp, "_param_fqn", "?")
+            if where.type not in _DEVICES:
+                raise ValueError(f"hopwise.torch.fsdp.compress: module '{name}' holds parameter '{fqn}' "
+                                 f"on {where}; compressed collectives run on CPU and CUDA buffers (move the model "
+                                 f"or leave this module uncompressed)")
         group = groups[0].mesh_info.shard_process_group
         backend = _backend_name(group)
         if backend != "hopwise":
