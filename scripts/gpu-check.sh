@@ -12,7 +12,8 @@
 # --prebuilt DIR: no build; run the binaries scripts/gpu-bundle.sh packed (for a GPU machine without the project's
 # packages or a network): its libraries first on the loader path, then CUDA's from /usr/local/cuda and from the
 # Python wheels (nvidia-cublas, nvidia-nccl) where the machine has them. The NCCL tests need mpirun there.
-# --torch: also hopwise.torch on CUDA tensors (ctest torch_cuda: tests/python/cuda_worker.py, one rank). With
+# --torch: also hopwise.torch on CUDA tensors (ctest torch_cuda: tests/python/cuda_worker.py, one rank; and
+# torch_cuda_placement: cuda_placement_worker.py, the averagers, allreduce and FSDP2 host-staged, 2 ranks). With
 # --prebuilt it unpacks DIR/dev-packages.tar.gz into / (adding files only, as mpi-runtime.tar.gz), builds the
 # extension alone (build-gpu-torch/; CUDA for this GPU, or $HOPWISE_CUDA_ARCH) against this machine's python3 and
 # its torch, with NCCL from its wheel, and runs the test as ctest does (tests/spawn_ranks.sh 1,
@@ -116,17 +117,23 @@ PY
     { grep -E -B2 -A8 'error|Error' "$out/torch-build.log" | head -80; tail -20 "$out/torch-build.log"; return 1; }
   tail -1 "$out/torch-build.log"
 
-  step "torch_cuda: tests/python/cuda_worker.py, one rank (as ctest runs it)"
-  local rc=0
-  PYTHONPATH=$PWD/$build/python timeout 300 tests/spawn_ranks.sh 1 "$py" tests/python/cuda_worker.py 2>&1 |
-    tee "$out/torch_cuda.log" || rc=${PIPESTATUS[0]}
+  torch_worker torch_cuda 1 tests/python/cuda_worker.py 'CUDA checks ok' || return 1
+  torch_worker torch_cuda_placement 2 tests/python/cuda_placement_worker.py 'CUDA placement ok' || return 1
+}
+
+# One of the torch CUDA workers as ctest runs it: NAME RANKS SCRIPT LINE (the line every passing run prints).
+torch_worker() {
+  local name=$1 ranks=$2 script=$3 line=$4 rc=0
+  step "$name: $script, $ranks rank(s) (as ctest runs it)"
+  PYTHONPATH=$PWD/$build/python timeout 300 tests/spawn_ranks.sh "$ranks" "$py" "$script" 2>&1 |
+    tee "$out/$name.log" || rc=${PIPESTATUS[0]}
   case "$rc" in
-    0) grep -q 'CUDA checks ok' "$out/torch_cuda.log" ||
-         { echo "gpu-check: torch_cuda FAILED: it exited 0 without its 'CUDA checks ok' line" >&2; return 1; }
-       echo "gpu-check: torch_cuda passed: $(grep 'CUDA checks ok' "$out/torch_cuda.log")" ;;
-    77) echo "gpu-check: torch_cuda SKIPPED (exit 77) although a GPU is visible: a failure here" >&2; return 1 ;;
-    124) echo "gpu-check: torch_cuda FAILED: timed out after 300 s" >&2; return 1 ;;
-    *) echo "gpu-check: torch_cuda FAILED (exit $rc; see $out/torch_cuda.log)" >&2; return 1 ;;
+    0) grep -q "$line" "$out/$name.log" ||
+         { echo "gpu-check: $name FAILED: it exited 0 without its '$line' line" >&2; return 1; }
+       echo "gpu-check: $name passed: $(grep "$line" "$out/$name.log" | head -1)" ;;
+    77) echo "gpu-check: $name SKIPPED (exit 77) although a GPU is visible: a failure here" >&2; return 1 ;;
+    124) echo "gpu-check: $name FAILED: timed out after 300 s" >&2; return 1 ;;
+    *) echo "gpu-check: $name FAILED (exit $rc; see $out/$name.log)" >&2; return 1 ;;
   esac
 }
 
@@ -150,17 +157,19 @@ if [ -z "$prebuilt" ]; then
   set +e
   if [ -n "$torch_only" ]; then
     step "GPU tests (ctest -R torch_cuda)"
-    ctest --test-dir build-gpu -R '^torch_cuda$' --output-on-failure --timeout 300 2>&1 | tee "$out/tests.log"
+    ctest --test-dir build-gpu -R '^torch_cuda' --output-on-failure --timeout 300 2>&1 | tee "$out/tests.log"
   else
     step "GPU tests (ctest -L cuda)"
     ctest --test-dir build-gpu -L cuda --output-on-failure -j4 --timeout 300 2>&1 | tee "$out/tests.log"
   fi
   tests_rc=${PIPESTATUS[0]}
   set -e
-  if [ -n "$torch" ] && ! grep -q 'torch_cuda .*Passed' "$out/tests.log"; then
-    echo "gpu-check: torch_cuda did not pass (see $out/tests.log)" >&2
-    torch_rc=1
-  fi
+  for name in torch_cuda torch_cuda_placement; do
+    if [ -n "$torch" ] && ! grep -q "$name .*Passed" "$out/tests.log"; then
+      echo "gpu-check: $name did not pass (see $out/tests.log)" >&2
+      torch_rc=1
+    fi
+  done
 else
   [ -d "$prebuilt/bin" ] || { echo "gpu-check: $prebuilt/bin not found; make it with scripts/gpu-bundle.sh" >&2; exit 2; }
   bin=$prebuilt/bin

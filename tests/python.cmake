@@ -36,6 +36,11 @@ if(HOPWISE_TORCH_ENABLED)
                                    ${CMAKE_CURRENT_SOURCE_DIR}/python/cuda_worker.py)
   set_tests_properties(torch_cuda PROPERTIES ENVIRONMENT "PYTHONPATH=${CMAKE_BINARY_DIR}/python"
                        LABELS "python;torch;cuda" TIMEOUT 300 SKIP_RETURN_CODE 77)
+  # the averagers, compressed all-reduce and FSDP2 collectives on CUDA tensors, host-staged: 2 ranks on one GPU
+  add_test(NAME torch_cuda_placement COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/spawn_ranks.sh 2 ${HOPWISE_PYTHON}
+                                             ${CMAKE_CURRENT_SOURCE_DIR}/python/cuda_placement_worker.py)
+  set_tests_properties(torch_cuda_placement PROPERTIES ENVIRONMENT "PYTHONPATH=${CMAKE_BINARY_DIR}/python"
+                       LABELS "python;torch;cuda" TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
 
 # ---- scripts/diloco_recipe.py (plain PyTorch DiLoCo over gloo, the peer of hopwise's diloco): its outer step
