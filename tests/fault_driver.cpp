@@ -6,6 +6,7 @@
 //                [--linger S]
 //
 //   stop      rank R stops itself with SIGSTOP before iteration I (a hung or descheduled process)
+//   stop-inside  rank R stops itself 20 ms after it starts iteration I's collective: inside it, for a large one
 //   kill      rank R kills itself with SIGKILL before iteration I (a crashed process)
 //   skip      rank R leaves out the collective of iteration I (a rank taking another branch)
 //   mismatch  rank R calls iteration I's collective with another count, dtype, op or root
@@ -78,9 +79,9 @@ Args parse(int argc, char** argv) {
       usage("unknown flag " + k);
   }
   if (a.coll != "allreduce" && a.coll != "broadcast") usage("--coll must be allreduce or broadcast");
-  if (a.fault != "none" && a.fault != "stop" && a.fault != "kill" && a.fault != "skip" && a.fault != "mismatch" &&
-      a.fault != "absent")
-    usage("--fault must be none, stop, kill, skip, mismatch or absent");
+  if (a.fault != "none" && a.fault != "stop" && a.fault != "stop-inside" && a.fault != "kill" && a.fault != "skip" &&
+      a.fault != "mismatch" && a.fault != "absent")
+    usage("--fault must be none, stop, stop-inside, kill, skip, mismatch or absent");
   if (a.what != "count" && a.what != "dtype" && a.what != "op" && a.what != "root")
     usage("--what must be count, dtype, op or root");
   return a;
@@ -160,6 +161,14 @@ int main(int argc, char** argv) {
           continue;
         } else if (mine && a.fault == "mismatch") {
           say(fmt::format("rank {}: calling iteration {}'s {} with another {}", rank, i, a.coll, a.what));
+        }
+        if (mine && a.fault == "stop-inside") {
+          buf.assign(a.count, 0.0);  // the iteration's own fill then takes no time before the call
+          say(fmt::format("rank {}: stopping itself (SIGSTOP) 20 ms into iteration {}'s {}", rank, i, a.coll));
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            std::raise(SIGSTOP);  // the whole process, the calling thread inside the collective
+          }).detach();
         }
         iteration(comm, a, i, buf, mine && a.fault == "mismatch");
       }

@@ -40,6 +40,19 @@ hopwise_fault_test(fault_sigstop_ring_np4 NP 4 MAX_SECONDS 40
                           "rank 1: FAILED after [12][0-9]\\.[0-9] s .*algo=ring.*rank 2 did not answer"
                           "rank 3: FAILED after [12][0-9]\\.[0-9] s .*algo=ring.*rank 2 did not answer"
                    REJECT "ok after")
+# The same inside MPI's own collective (native: MPI_Iallreduce, waited for with the timeout): a rank stopped after
+# the neighbours' exchange that precedes the call is named too, where a blocking MPI_Allreduce hung the others.
+hopwise_fault_test(fault_sigstop_inside_native_np3 NP 3 MAX_SECONDS 40
+                   ARGS --fault stop-inside --rank 2 --at 3 --algo native --count 8000000 --linger 5
+                   EXPECT "rank 0: FAILED after [12][0-9]\\.[0-9] s .*algo=native.*rank 2 did not answer"
+                          "rank 1: FAILED after [12][0-9]\\.[0-9] s .*algo=native.*rank 2 did not answer"
+                   REJECT "ok after")
+# The same while the tuner tries its candidates (native among them) on the first calls of a size.
+hopwise_fault_test(fault_sigstop_inside_tuning_np3 NP 3 MAX_SECONDS 40
+                   ARGS --fault stop-inside --rank 2 --at 1 --count 8000000 --linger 5
+                   EXPECT "rank 0: FAILED after [12][0-9]\\.[0-9] s .*rank 2 did not answer"
+                          "rank 1: FAILED after [12][0-9]\\.[0-9] s .*rank 2 did not answer"
+                   REJECT "ok after")
 # (b) Rank 1 dies (SIGKILL): Open MPI notices at once and kills the job (exit 137) long before any timeout, so
 # the survivors print nothing.
 hopwise_fault_test(fault_sigkill_np4 NP 4 MAX_SECONDS 20

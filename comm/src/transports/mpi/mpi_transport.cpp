@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -97,54 +98,102 @@ void finalize_at_exit() {
   MPI_Finalize();
 }
 
-// MPI's collectives. MPI does not say what its collectives sent, to whom: each call counts what a
-// bandwidth-optimal algorithm sends from this rank (allreduce 2(n-1)/n of the data, reduce-scatter and allgather
-// (n-1) blocks, the root's data for a broadcast, every other rank's for a reduce), to the next rank (the root for
-// a reduce), so that the monitor's link bytes do not fall to zero when the tuner picks MPI.
+// MPI's collectives, in their nonblocking form and waited for with the transport's timeout: a blocking
+// MPI_Allreduce has no deadline, so a peer stopped inside it (after the neighbours' exchange that precedes a native
+// call) would hang this rank for ever. MPI cannot cancel a collective: a timed-out request is left behind with the
+// communicator, which is unusable from then on (the progress thread abandons the transport).
+// MPI does not say what its collectives sent, to whom: each call counts what a bandwidth-optimal algorithm sends
+// from this rank (allreduce 2(n-1)/n of the data, reduce-scatter and allgather (n-1) blocks, the root's data for a
+// broadcast, every other rank's for a reduce), to the next rank (the root for a reduce), so that the monitor's link
+// bytes do not fall to zero when the tuner picks MPI.
 class MpiNative final : public NativeCollectives {
  public:
   using Count = std::function<void(int peer, std::size_t bytes)>;
-  MpiNative(MPI_Comm comm, int rank, int size, Count count)
-      : comm_(comm), rank_(rank), size_(size), count_(std::move(count)) {}
+  MpiNative(MPI_Comm comm, const Transport& owner, bool oversubscribed, Count count)
+      : comm_(comm),
+        owner_(owner),
+        rank_(owner.rank()),
+        size_(owner.size()),
+        oversubscribed_(oversubscribed),
+        count_(std::move(count)) {}
   void allreduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op) override {
-    check_mpi(MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, to_int_count(count, "MPI_Allreduce"), mpi_datatype(dt),
-                            mpi_op(dt, op), comm_),
-              "MPI_Allreduce");
+    MPI_Request r;
+    check_mpi(MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, to_int_count(count, "MPI_Iallreduce"),
+                             mpi_datatype(dt), mpi_op(dt, op), comm_, &r),
+              "MPI_Iallreduce");
+    finish(r, "MPI_Iallreduce");
     to_next(2 * (count * dtype_size(dt) / static_cast<std::size_t>(size_)) * static_cast<std::size_t>(size_ - 1));
   }
   void reduce_scatter(const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op) override {
-    check_mpi(MPI_Reduce_scatter_block(in, out, to_int_count(recvcount, "MPI_Reduce_scatter_block"), mpi_datatype(dt),
-                                       mpi_op(dt, op), comm_),
-              "MPI_Reduce_scatter_block");
+    MPI_Request r;
+    check_mpi(MPI_Ireduce_scatter_block(in, out, to_int_count(recvcount, "MPI_Ireduce_scatter_block"),
+                                        mpi_datatype(dt), mpi_op(dt, op), comm_, &r),
+              "MPI_Ireduce_scatter_block");
+    finish(r, "MPI_Ireduce_scatter_block");
     to_next(recvcount * dtype_size(dt) * static_cast<std::size_t>(size_ - 1));
   }
   // `in` at this rank's block of `out` is the in-place form, which MPI spells MPI_IN_PLACE.
   void allgather(const void* in, void* out, std::size_t sendcount, DataType dt) override {
     const char* mine = static_cast<const char*>(out) + static_cast<std::size_t>(rank_) * sendcount * dtype_size(dt);
     if (in == mine) in = MPI_IN_PLACE;
-    check_mpi(MPI_Allgather(in, to_int_count(sendcount, "MPI_Allgather"), mpi_datatype(dt), out,
-                            static_cast<int>(sendcount), mpi_datatype(dt), comm_),
-              "MPI_Allgather");
+    MPI_Request r;
+    check_mpi(MPI_Iallgather(in, to_int_count(sendcount, "MPI_Iallgather"), mpi_datatype(dt), out,
+                             static_cast<int>(sendcount), mpi_datatype(dt), comm_, &r),
+              "MPI_Iallgather");
+    finish(r, "MPI_Iallgather");
     to_next(sendcount * dtype_size(dt) * static_cast<std::size_t>(size_ - 1));
   }
   void broadcast(void* buf, std::size_t count, DataType dt, int root) override {
-    check_mpi(MPI_Bcast(buf, to_int_count(count, "MPI_Bcast"), mpi_datatype(dt), root, comm_), "MPI_Bcast");
+    MPI_Request r;
+    check_mpi(MPI_Ibcast(buf, to_int_count(count, "MPI_Ibcast"), mpi_datatype(dt), root, comm_, &r), "MPI_Ibcast");
+    finish(r, "MPI_Ibcast");
     if (rank_ == root) to_next(count * dtype_size(dt));
   }
   void reduce(const void* in, void* out, std::size_t count, DataType dt, ReduceOp op, int root) override {
     const void* send = (rank_ == root && in == out) ? MPI_IN_PLACE : in;
-    check_mpi(MPI_Reduce(send, out, to_int_count(count, "MPI_Reduce"), mpi_datatype(dt), mpi_op(dt, op), root, comm_),
-              "MPI_Reduce");
+    MPI_Request r;
+    check_mpi(
+        MPI_Ireduce(send, out, to_int_count(count, "MPI_Ireduce"), mpi_datatype(dt), mpi_op(dt, op), root, comm_, &r),
+        "MPI_Ireduce");
+    finish(r, "MPI_Ireduce");
     if (rank_ != root) count_(root, count * dtype_size(dt));
   }
-  void barrier() override { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
+  void barrier() override {
+    MPI_Request r;
+    check_mpi(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
+    finish(r, "MPI_Ibarrier");
+  }
 
  private:
+  // Polls as wait_all does (spinning briefly, then giving the core back) until the request completes or the
+  // transport's timeout passes. MPI does not say which peer its collective waits for: the TimeoutError names none,
+  // and the communicator then asks who else gave up (explain_timeout), which names the rank at fault.
+  void finish(MPI_Request& r, const char* what) {
+    const auto start = std::chrono::steady_clock::now();
+    const int yield_every = oversubscribed_ ? 1 : 64;
+    for (long spins = 1;; ++spins) {
+      int done = 0;
+      check_mpi(MPI_Test(&r, &done, MPI_STATUS_IGNORE), what);
+      if (done) return;
+      if (spins % yield_every == 0) sched_yield();
+      const auto now = std::chrono::steady_clock::now();
+      if (spins % 64 == 0 && now - start > std::chrono::microseconds(300))
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (now - start > owner_.timeout())
+        throw TimeoutError(fmt::format("rank {} timed out after {:.1f} s in {} (MPI's own collective, which does not "
+                                       "say whom it waits for); a peer died, stalled or skipped this call (raise "
+                                       "HOPWISE_TIMEOUT_S if it is only slow)",
+                                       rank_, owner_.timeout().count(), what),
+                           {});
+    }
+  }
   void to_next(std::size_t bytes) {
     if (size_ > 1) count_((rank_ + 1) % size_, bytes);
   }
   MPI_Comm comm_;
+  const Transport& owner_;  // its timeout, read at each call (set_timeout may change it)
   int rank_, size_;
+  bool oversubscribed_;
   Count count_;
 };
 
@@ -263,7 +312,7 @@ MpiTransport::MpiTransport(MPI_Comm comm) {
     if (r == rank_) host_id_ = ids[h];
   }
   oversubscribed_ = local_size_ > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  native_ = std::make_unique<MpiNative>(comm_, rank_, size_,
+  native_ = std::make_unique<MpiNative>(comm_, *this, oversubscribed_,
                                         [this](int peer, std::size_t bytes) { count_sent(peer, bytes); });
 
   // One host: a shared window of per-rank slots lets small allreduces skip MPI's message path.
