@@ -126,8 +126,8 @@ class MpiNative final : public NativeCollectives {
   }
   void reduce_scatter(const void* in, void* out, std::size_t recvcount, DataType dt, ReduceOp op) override {
     MPI_Request r;
-    check_mpi(MPI_Ireduce_scatter_block(in, out, to_int_count(recvcount, "MPI_Ireduce_scatter_block"),
-                                        mpi_datatype(dt), mpi_op(dt, op), comm_, &r),
+    check_mpi(MPI_Ireduce_scatter_block(in, out, to_int_count(recvcount, "MPI_Ireduce_scatter_block"), mpi_datatype(dt),
+                                        mpi_op(dt, op), comm_, &r),
               "MPI_Ireduce_scatter_block");
     finish(r, "MPI_Ireduce_scatter_block");
     to_next(recvcount * dtype_size(dt) * static_cast<std::size_t>(size_ - 1));
