@@ -98,6 +98,24 @@ void finalize_at_exit() {
   MPI_Finalize();
 }
 
+// Polls `done` (true once MPI's requests completed) as every MPI wait here does: spinning, yielding every spin where
+// the host is oversubscribed, and after 300 us polling every 50 us (a long wait means the peer is busy elsewhere:
+// stop burning the core this rank's own compute needs; short waits, a transfer in flight, still spin). False once
+// `timeout` has passed.
+template <class Done>
+bool poll_until(Done done, bool oversubscribed, std::chrono::duration<double> timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  const int yield_every = oversubscribed ? 1 : 64;
+  for (long spins = 1;; ++spins) {
+    if (done()) return true;
+    if (spins % yield_every == 0) sched_yield();
+    const auto now = std::chrono::steady_clock::now();  // every spin: under load a yield may take milliseconds
+    if (spins % 64 == 0 && now - start > std::chrono::microseconds(300))
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (now - start > timeout) return false;
+  }
+}
+
 // MPI's collectives, in their nonblocking form and waited for with the transport's timeout: a blocking
 // MPI_Allreduce has no deadline, so a peer stopped inside it (after the neighbours' exchange that precedes a native
 // call) would hang this rank for ever. MPI cannot cancel a collective: a timed-out request is left behind with the
@@ -165,27 +183,20 @@ class MpiNative final : public NativeCollectives {
   }
 
  private:
-  // Polls as wait_all does (spinning briefly, then giving the core back) until the request completes or the
-  // transport's timeout passes. MPI does not say which peer its collective waits for: the TimeoutError names none,
-  // and the communicator then asks who else gave up (explain_timeout), which names the rank at fault.
+  // Waits as wait_all does, with the transport's timeout. MPI does not say which peer its collective waits for: the
+  // TimeoutError names none, and the communicator then asks who else gave up (explain_timeout), which names the rank.
   void finish(MPI_Request& r, const char* what) {
-    const auto start = std::chrono::steady_clock::now();
-    const int yield_every = oversubscribed_ ? 1 : 64;
-    for (long spins = 1;; ++spins) {
-      int done = 0;
-      check_mpi(MPI_Test(&r, &done, MPI_STATUS_IGNORE), what);
-      if (done) return;
-      if (spins % yield_every == 0) sched_yield();
-      const auto now = std::chrono::steady_clock::now();
-      if (spins % 64 == 0 && now - start > std::chrono::microseconds(300))
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-      if (now - start > owner_.timeout())
-        throw TimeoutError(fmt::format("rank {} timed out after {:.1f} s in {} (MPI's own collective, which does not "
-                                       "say whom it waits for); a peer died, stalled or skipped this call (raise "
-                                       "HOPWISE_TIMEOUT_S if it is only slow)",
-                                       rank_, owner_.timeout().count(), what),
-                           {});
-    }
+    const auto done = [&] {
+      int flag = 0;
+      check_mpi(MPI_Test(&r, &flag, MPI_STATUS_IGNORE), what);
+      return flag != 0;
+    };
+    if (!poll_until(done, oversubscribed_, owner_.timeout()))
+      throw TimeoutError(fmt::format("rank {} timed out after {:.1f} s in {} (MPI's own collective, which does not "
+                                     "say whom it waits for); a peer died, stalled or skipped this call (raise "
+                                     "HOPWISE_TIMEOUT_S if it is only slow)",
+                                     rank_, owner_.timeout().count(), what),
+                         {});
   }
   void to_next(std::size_t bytes) {
     if (size_ > 1) count_((rank_ + 1) % size_, bytes);
@@ -369,36 +380,28 @@ void MpiTransport::wait_all(std::span<Request> reqs) {
       index.push_back(i);
     }
   if (mpi.empty()) return;
-  const auto start = std::chrono::steady_clock::now();
-  const int yield_every = oversubscribed_ ? 1 : 64;
-  for (long spins = 1;; ++spins) {
-    int done = 0;
-    check_mpi(MPI_Testall(static_cast<int>(mpi.size()), mpi.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
-    if (done) break;
-    if (spins % yield_every == 0) sched_yield();
-    // A long wait means the peer is busy elsewhere (computing, or late): stop burning the core that this rank's
-    // own compute thread needs, polling every 50 us instead. Short waits (a transfer in flight) still spin.
-    const auto now = std::chrono::steady_clock::now();  // every spin: under load a yield may take milliseconds
-    if (spins % 64 == 0 && now - start > std::chrono::microseconds(300))
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    if (now - start > timeout_) {
-      std::vector<int> pending;
-      for (std::size_t k = 0; k < mpi.size(); ++k) {
-        int flag = 0;
-        MPI_Test(&mpi[k], &flag, MPI_STATUS_IGNORE);
-        if (!flag) {
-          pending.push_back(reqs[index[k]].peer);
-          if (reqs[index[k]].is_recv) MPI_Cancel(&mpi[k]);
-        }
-        reqs[index[k]].active = false;
+  const auto done = [&] {
+    int flag = 0;
+    check_mpi(MPI_Testall(static_cast<int>(mpi.size()), mpi.data(), &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+    return flag != 0;
+  };
+  if (!poll_until(done, oversubscribed_, timeout_)) {
+    std::vector<int> pending;
+    for (std::size_t k = 0; k < mpi.size(); ++k) {
+      int flag = 0;
+      MPI_Test(&mpi[k], &flag, MPI_STATUS_IGNORE);
+      if (!flag) {
+        pending.push_back(reqs[index[k]].peer);
+        if (reqs[index[k]].is_recv) MPI_Cancel(&mpi[k]);
       }
-      std::sort(pending.begin(), pending.end());
-      pending.erase(std::unique(pending.begin(), pending.end()), pending.end());
-      throw TimeoutError(fmt::format("rank {} timed out after {:.1f} s waiting for rank(s) {}; a peer died, stalled or "
-                                     "skipped this call (raise HOPWISE_TIMEOUT_S if it is only slow)",
-                                     rank_, timeout_.count(), fmt::join(pending, ",")),
-                         pending);
+      reqs[index[k]].active = false;
     }
+    std::sort(pending.begin(), pending.end());
+    pending.erase(std::unique(pending.begin(), pending.end()), pending.end());
+    throw TimeoutError(fmt::format("rank {} timed out after {:.1f} s waiting for rank(s) {}; a peer died, stalled or "
+                                   "skipped this call (raise HOPWISE_TIMEOUT_S if it is only slow)",
+                                   rank_, timeout_.count(), fmt::join(pending, ",")),
+                       pending);
   }
   for (std::size_t i : index) reqs[i].active = false;
 }
