@@ -55,9 +55,13 @@ struct Run {
 class CopyStaging final : public hc::ParameterStaging {
  public:
   CopyStaging(float* model, float* host) : model_(model), host_(host) {}
-  void fetch(std::size_t b, std::size_t e) override { std::memcpy(host_ + b, model_ + b, (e - b) * sizeof(float)); }
+  void fetch(std::size_t b, std::size_t e) override {
+    std::memcpy(host_ + b, model_ + b, (e - b) * sizeof(float));
+    fetched += e - b;
+  }
   void publish(std::size_t b, std::size_t e) override { std::memcpy(model_ + b, host_ + b, (e - b) * sizeof(float)); }
   void stale() { std::fill(host_, host_ + kDim, std::nanf("")); }
+  std::size_t fetched = 0;  // elements copied out so far (what crosses PCIe on a GPU)
 
  private:
   float* model_;

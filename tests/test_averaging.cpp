@@ -72,6 +72,24 @@ TEST(Averaging, EveryMethodOnAStagedHostCopyKeepsTheDirectPathsBits) {
   }
 }
 
+// The whole model crosses from the device once per averager call at most: the constructor's broadcast and the
+// outer path's synced copy share one fetch, a full average and the reference it restarts from another.
+TEST(Averaging, AStagedModelIsFetchedWholeOnceACall) {
+  hwtest::Group g(2, hwtest::test_options());
+  for (const std::string spec : {"diloco:period=4,codec=int8", "local:period=3", "gossip:peers=1,codec=int8"}) {
+    ASSERT_EQ(g.run([&](int, hc::Communicator& comm) {
+      std::vector<float> model(kDim, 1.0f), host(kDim);
+      CopyStaging staging(model.data(), host.data());
+      hc::ModelAverager avg(comm, hc::AveragingSpec::parse(spec), host.data(), kDim, &staging);
+      EXPECT_EQ(staging.fetched, kDim) << spec << ": construction";
+      avg.full_average();
+      EXPECT_EQ(staging.fetched, 2 * kDim) << spec << ": a full average";
+    }),
+              "")
+        << spec;
+  }
+}
+
 TEST(Averaging, HierarchicalAveragesGradientsWithinEachHost) {
   // 2 hosts x 2 ranks, 3 hosts of 2, 2 and 1, 2 hosts x 4.
   for (auto [hosts, gpus, n] : {std::tuple{2, 2, 4}, std::tuple{3, 2, 5}, std::tuple{2, 4, 8}}) {

@@ -53,13 +53,20 @@ const AveragingSpec& ModelAverager::spec() const { return impl_->spec; }
 
 GradientScope ModelAverager::gradient_scope() const { return impl_->method->gradient_scope(impl_->steps); }
 
-void ModelAverager::before_step() { impl_->method->before_step(); }
+void ModelAverager::before_step() {
+  impl_->ctx.whole_copy_current = false;
+  impl_->method->before_step();
+}
 
-void ModelAverager::after_step() { impl_->method->after_step(++impl_->steps); }
+void ModelAverager::after_step() {
+  impl_->ctx.whole_copy_current = false;
+  impl_->method->after_step(++impl_->steps);
+}
 
 void ModelAverager::full_average() {
   Impl& m = *impl_;
   if (m.row->ranks_always_equal) return;
+  m.ctx.whole_copy_current = false;
   ++m.ctx.out_of_loop;
   const auto t0 = std::chrono::steady_clock::now();
   m.method->full_average(m.ctx);
@@ -69,6 +76,7 @@ void ModelAverager::full_average() {
 void ModelAverager::average_into(float* out) {
   Impl& m = *impl_;
   ++m.ctx.out_of_loop;
+  m.ctx.whole_copy_current = false;
   m.ctx.fetch_all();
   if (m.row->ranks_always_equal) {
     std::memcpy(out, m.ctx.params, m.ctx.count * sizeof(float));
@@ -118,6 +126,7 @@ void ModelAverager::load(const std::string& saved) {
                     "resume with the same --averaging",
                     spec, impl_->spec.to_string()));
   impl_->method->drain();
+  impl_->ctx.whole_copy_current = false;  // the trainer loaded its own parameters
   impl_->steps = steps;
   impl_->method->ranks_equal();
   if (own > 0) impl_->method->load_state(saved.substr(eol + 1));

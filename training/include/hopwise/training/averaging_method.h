@@ -35,8 +35,17 @@ struct AveragingContext {
   void publish(std::size_t begin, std::size_t end) {
     if (staging && end > begin) staging->publish(begin, end);
   }
-  void fetch_all() { fetch(0, count); }
-  void publish_all() { publish(0, count); }
+  // The whole copy fetched or published in this call of the averager: the model has not changed since (the trainer
+  // steps between calls), so a second fetch_all in the same call copies nothing. ModelAverager clears it per call.
+  bool whole_copy_current = false;
+  void fetch_all() {
+    if (!whole_copy_current) fetch(0, count);
+    whole_copy_current = true;
+  }
+  void publish_all() {
+    publish(0, count);
+    whole_copy_current = true;
+  }
   void average_world();  // the parameters replaced by the world's mean (blocking), counted in stats
 };
 
