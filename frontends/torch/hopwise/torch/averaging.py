@@ -51,8 +51,15 @@ def parse_averaging(spec):
     return _C.parse_averaging(spec)
 
 
-_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# What hopwise's host path averages and reduces in place; the other dtypes (and CUDA tensors) go through a float32
+# host copy. compressed.py takes the same.
+STAGED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _PLACEMENTS = ("auto", "host")
+
+
+def in_place(t):
+    """A float32 CPU tensor: the host path works on it where it is, with no copy."""
+    return t.dtype == torch.float32 and t.device.type == "cpu"
 
 
 def check_parameters(params, caller):
@@ -62,7 +69,7 @@ def check_parameters(params, caller):
     if not params:
         raise ValueError(f"hopwise: {caller} needs the model's parameters (none were given)")
     for i, p in enumerate(params):
-        if p.dtype not in _DTYPES:
+        if p.dtype not in STAGED_DTYPES:
             raise ValueError(f"hopwise: {caller} averages float32, bfloat16 or float16 parameters; parameter {i} is "
                              f"{p.dtype}")
         if p.device.type not in ("cpu", "cuda"):
@@ -111,8 +118,10 @@ class _HostStaging:
             queued = current.record_event()  # the trainer's last use of the old values
             with torch.cuda.stream(self.stream):
                 self.stream.wait_event(queued)
-                part = self.host[b:e].to(self.model.device, non_blocking=True)
-                self.model[b:e].copy_(part)
+                if self.model.dtype == torch.float32:
+                    self.model[b:e].copy_(self.host[b:e], non_blocking=True)
+                else:  # narrowed on the device: the float32 bytes cross PCIe, then one kernel
+                    self.model[b:e].copy_(self.host[b:e].to(self.model.device, non_blocking=True))
                 done = self.stream.record_event()
             current.wait_event(done)  # the trainer's next kernels see the averaged range
 
@@ -137,7 +146,7 @@ class ModelAverager:
             for p, view in zip(self.params, torch._utils._unflatten_dense_tensors(flat, self.params)):
                 p.data = view
         self.flat = flat
-        direct = placement == "auto" and flat.dtype == torch.float32 and flat.device.type == "cpu"
+        direct = placement == "auto" and in_place(flat)
         self.placement = "direct" if direct else "host"
         self._staging = None if direct else _HostStaging(flat)
         if direct:
@@ -199,7 +208,7 @@ class ModelAverager:
         bucket through a float32 host copy, on the hook's call)."""
         def hook(state, bucket):
             buf = bucket.buffer()
-            if buf.dtype == torch.float32 and buf.device.type == "cpu":
+            if in_place(buf):
                 return state._impl.average_bucket(buf).get_future().then(lambda f: f.value()[0])
             state._average_staged([buf])
             done = torch.futures.Future()
@@ -216,7 +225,7 @@ class ModelAverager:
         elif isinstance(params, torch.nn.Module):
             params = params.parameters()
         grads = [p.grad for p in params if p.grad is not None]
-        if all(g.dtype == torch.float32 and g.device.type == "cpu" and g.is_contiguous() for g in grads):
+        if all(in_place(g) and g.is_contiguous() for g in grads):
             self._impl.average_gradients(grads)
         else:
             self._average_staged(grads)

@@ -20,12 +20,12 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from .averaging import STAGED_DTYPES, in_place
 
 # Every rank seeds a tensor's state alike unless told otherwise (randomk's indices, stochastic rounding's streams).
 DEFAULT_SEED = 0x686F7077697365  # "hopwise"
 
 _OPS = {"sum": "sum", "avg": "avg", "mean": "avg"}
-_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _STAGE_ALWAYS = False  # tests: float32 CPU tensors through the host-staged path too
 
 
@@ -164,7 +164,7 @@ def allreduce(tensor, codec=None, group=None, op="avg", state=None, async_op=Fal
     """
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"hopwise.torch.allreduce: expected a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.dtype not in _DTYPES:
+    if tensor.dtype not in STAGED_DTYPES:
         raise ValueError(f"hopwise.torch.allreduce: the tensor's dtype is {tensor.dtype}; codecs compress "
                          f"float32, bfloat16 and float16 (convert it, or use dist.all_reduce)")
     if tensor.device.type not in ("cpu", "cuda"):
@@ -195,7 +195,7 @@ def allreduce(tensor, codec=None, group=None, op="avg", state=None, async_op=Fal
     if state.numel is not None and state.numel != tensor.numel():
         raise ValueError(f"hopwise.torch.allreduce: this CodecState belongs to a tensor of {state.numel} elements; "
                          f"this one has {tensor.numel()} (keep one state per tensor, or reset() it)")
-    staged = _STAGE_ALWAYS or tensor.dtype != torch.float32 or tensor.device.type != "cpu"
+    staged = _STAGE_ALWAYS or not in_place(tensor)
     if staged:  # float32 on its device first: the wider copy crosses to the host once
         host = tensor.detach().reshape(-1).to(torch.float32).to("cpu", copy=True)
         work = _StagedWork(state._impl.allreduce(_group(group), host, _OPS[name]), tensor, host)
