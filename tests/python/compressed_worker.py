@@ -13,20 +13,12 @@ import torch
 import torch.distributed as dist
 
 import hopwise.torch
+from checks import Checks
 
 SIZES = [0, 1, 7, 1000, 1000003]
 CODECS = ["none", "network:int8", "fp16", "bf16", "int8", "int8:ef=1", "topk:ratio=0.1,ef=0", "topk:ratio=0.1,ef=1"]
 CALLS = 20
 
-
-class Checks:
-    def __init__(self):
-        self.count = 0
-
-    def true(self, ok, what):
-        if not ok:
-            raise AssertionError(what)
-        self.count += 1
 
 
 def data(rank, n, seed):

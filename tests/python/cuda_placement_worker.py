@@ -23,21 +23,13 @@ if DEVICE == "cuda" and not torch.cuda.is_available():
     sys.exit(77)
 
 import hopwise.torch  # noqa: E402
+from checks import Checks  # noqa: E402
 from hopwise.torch import fsdp  # noqa: E402
 
 IN, HIDDEN, OUT, LR = 11, 17, 3, 0.01
 SPECS = ["diloco:period=4,fragments=4,delay=1,codec=int4,inner=adam", "diloco:period=4,outer_lr=0.7,momentum=0.9",
          "local:period=3", "async:period=3,delay=1,codec=int8", "gossip:peers=1"]
 
-
-class Checks:
-    def __init__(self, rank):
-        self.count, self.rank = 0, rank
-
-    def true(self, ok, what):
-        if not ok:
-            raise AssertionError(f"rank {self.rank}: {what}")
-        self.count += 1
 
 
 def data(r, t):

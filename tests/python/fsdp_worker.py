@@ -21,19 +21,11 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 import hopwise.torch
+from checks import Checks
 from hopwise.torch import fsdp
 
 BLOCKS = [1, 7, 1000, 100003]
 
-
-class Checks:
-    def __init__(self):
-        self.count = 0
-
-    def true(self, ok, what):
-        if not ok:
-            raise AssertionError(what)
-        self.count += 1
 
 
 def data(rank, n, seed, dtype=torch.float32):

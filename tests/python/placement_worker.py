@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 import hopwise.torch
+from checks import Checks
 
 IN, HIDDEN, OUT, LR = 11, 17, 3, 0.05
 SPECS = ["local:period=3", "local:period=2,warmup=2", "hier:period=2", "async:period=3,delay=1,codec=int8",
@@ -24,15 +25,6 @@ SPECS = ["local:period=3", "local:period=2,warmup=2", "hier:period=2", "async:pe
          "diloco:period=4,outer_lr=0.7,momentum=0.9", "diloco:period=6,fragments=3,delay=2,alpha=0.5,codec=int8",
          "diloco:period=4,fragments=2,codec=topk,inner=sgd"]
 
-
-class Checks:
-    def __init__(self):
-        self.count = 0
-
-    def true(self, ok, what):
-        if not ok:
-            raise AssertionError(what)
-        self.count += 1
 
 
 def data(r, t):
