@@ -40,3 +40,8 @@ add_test(NAME train_mnist_elastic_shrink_np4
                  "kill 2" "kill 0" "kill 2 local:period=8" "stop" grow grow-dies)
 set_tests_properties(train_mnist_elastic_shrink_np4 PROPERTIES LABELS "ucx;elastic" TIMEOUT 300 PROCESSORS 4
                      PASS_REGULAR_EXPRESSION "elastic ok")
+
+# ---- DiLoCo through a change of members: survivors keep the shared outer state, a newcomer takes it ----
+hopwise_test(test_elastic_diloco test_elastic_diloco.cpp)
+target_link_libraries(test_elastic_diloco PRIVATE hopwise::training GTest::gtest_main Threads::Threads)
+gtest_discover_tests(test_elastic_diloco DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit TIMEOUT 120)

@@ -307,7 +307,7 @@ class Halves final : public hc::AveragingMethodBase {
   hc::GradientScope gradient_scope(std::int64_t) const override { return hc::GradientScope::kNone; }
   void after_step(std::int64_t t) override {
     if (t % ctx_.spec.period != 0) return;
-    ctx_.comm.allreduce(ctx_.params, mean_.data(), ctx_.count, hopwise::DataType::kFloat32, hopwise::ReduceOp::kAvg);
+    ctx_.comm->allreduce(ctx_.params, mean_.data(), ctx_.count, hopwise::DataType::kFloat32, hopwise::ReduceOp::kAvg);
     for (std::size_t i = 0; i < ctx_.count; ++i) ctx_.params[i] = 0.5f * (ctx_.params[i] + mean_[i]);
     ++ctx_.stats.averages;
   }

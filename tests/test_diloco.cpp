@@ -293,7 +293,7 @@ TEST(DilocoAuto, ABusyScheduleIsReadOnAQuietWindowAndNeverLengthenedOnContention
     std::vector<float> x(4096, 1.0f);
     const hc::AveragingSpec spec = hc::AveragingSpec::parse("diloco:auto,inner=adam");
     hc::AveragingStats stats;
-    hc::AveragingContext ctx{comm, spec, x.data(), x.size(), stats};
+    hc::AveragingContext ctx{&comm, spec, x.data(), x.size(), stats};
     hd::AutoTuner tuner(ctx);
     Clock::time_point now = Clock::now();
     std::int64_t t = 0;

@@ -14,6 +14,7 @@
 #include <thread>
 #include <tuple>
 
+#include "elastic_worlds.h"
 #include "hopwise/comm/transports/inproc_transport.h"
 #include "hopwise/common/error.h"
 #include "hopwise/training/elastic.h"
@@ -25,28 +26,8 @@ namespace {
 namespace hc = hopwise::comm;
 using hopwise::DataType;
 using hopwise::ReduceOp;
-
-// One in-process world per generation's key, made by the first of its members to ask.
-struct Worlds {
-  std::mutex mutex;
-  std::map<std::string, std::shared_ptr<hc::InProcessWorld>> by_key;
-  hc::ElasticGroup::TransportFactory factory() {
-    return [this](std::shared_ptr<hc::Store>, int rank, int size, const std::string& key, hc::Store::Seconds) {
-      std::lock_guard lock(mutex);
-      auto& w = by_key[key];
-      if (!w) w = hc::make_inprocess_world(size);
-      return std::make_unique<hc::InProcessTransport>(w, rank);
-    };
-  }
-};
-
-hc::ElasticOptions options(bool grow = false) {
-  hc::ElasticOptions o;
-  o.shrink = true;
-  o.grow = grow;
-  o.settle_s = 0.5;
-  return o;
-}
+using hwtest::elastic_options;
+using hwtest::Worlds;
 
 using hwtest::on_threads;
 
@@ -62,7 +43,7 @@ TEST(Elastic, SurvivorsOfALostRankAgreeAndGoOn) {
   std::vector<std::vector<int>> seen(4);
   std::vector<double> sums(4, 0);
   const auto errors = on_threads(4, [&](int id) {
-    hc::ElasticGroup g(store, id, 4, options(), hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 1),
+    hc::ElasticGroup g(store, id, 4, elastic_options(), hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 1),
                        worlds.factory());
     if (id == 2) return;  // this rank is lost: it never calls again
     double v = 1;
@@ -88,7 +69,7 @@ TEST(Elastic, ARankThatAnswersAfterTheAgreementIsRefused) {
   auto store = std::make_shared<hc::InProcessStore>();
   Worlds worlds;
   const auto errors = on_threads(3, [&](int id) {
-    hc::ElasticGroup g(store, id, 3, options(), hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 1),
+    hc::ElasticGroup g(store, id, 3, elastic_options(), hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 1),
                        worlds.factory());
     if (id == 1) {  // beating, but silent past the others' wait (settle + timeout), then back
       while (!store->check({"hopwise/elastic/1/members"})) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -115,7 +96,7 @@ TEST(Elastic, ARankThatAnswersAfterTheAgreementIsRefused) {
 // busy machine's late beat does not look like silence), and a timeout of 60 s, which neither test may wait out: the
 // agreement must end on the members' answers and heartbeats, not on the clock.
 hc::ElasticOptions beating() {
-  hc::ElasticOptions o = options();
+  hc::ElasticOptions o = elastic_options();
   o.settle_s = 1;
   return o;
 }
@@ -171,7 +152,7 @@ TEST(Elastic, AFailureThatLostNoRankIsNotHidden) {
   auto store = std::make_shared<hc::InProcessStore>();
   Worlds worlds;
   const auto errors = on_threads(2, [&](int id) {
-    hc::ElasticGroup g(store, id, 2, options(), hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 1),
+    hc::ElasticGroup g(store, id, 2, elastic_options(), hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 1),
                        worlds.factory());
     g.shrink("a mismatch");
   });
@@ -188,11 +169,11 @@ TEST(Elastic, ANewcomerIsLetInAtABoundary) {
     const auto opts = hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 30);
     std::unique_ptr<hc::ElasticGroup> g;
     if (t == 2) {
-      g = hc::ElasticGroup::join(store, options(true), opts, worlds.factory());
+      g = hc::ElasticGroup::join(store, elastic_options(true), opts, worlds.factory());
       EXPECT_TRUE(g->joined_late());
       joined = true;
     } else {
-      g = std::make_unique<hc::ElasticGroup>(store, t, 2, options(true), opts, worlds.factory());
+      g = std::make_unique<hc::ElasticGroup>(store, t, 2, elastic_options(true), opts, worlds.factory());
       // Steps go on until the newcomer has a ticket. Only every grow_every-th step asks (a collective): thread 1
       // makes extra calls at the steps between, which must answer without one (it would pair with nothing).
       std::int64_t step = 0;
@@ -257,7 +238,7 @@ TEST(Elastic, ANewcomerThatDiesAfterItsTicketIsTimedOut) {
   const auto errors = on_threads(2, [&](int id) {
     // 3 s for the two members to meet (a loaded machine); the newcomer never does.
     const auto opts = hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 3);
-    hc::ElasticGroup g(store, id, 2, options(true), opts, meeting(worlds));
+    hc::ElasticGroup g(store, id, 2, elastic_options(true), opts, meeting(worlds));
     if (id == 0) store->add("hopwise/elastic/tickets", 1);  // the newcomer's ticket; it dies before anything else
     events[static_cast<std::size_t>(id)] = admit_at_a_boundary(g);
     sums[static_cast<std::size_t>(id)] = sum_of_ids(g);
@@ -283,7 +264,7 @@ TEST(Elastic, TicketCountsOutOfReachLetNobodyIn) {
     auto store = std::make_shared<hc::InProcessStore>();
     Worlds worlds;
     const auto errors = on_threads(2, [&](int id) {
-      hc::ElasticGroup g(store, id, 2, options(true), hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 30),
+      hc::ElasticGroup g(store, id, 2, elastic_options(true), hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 30),
                          worlds.factory());
       if (id == 0) store->set("hopwise/elastic/tickets", planted);
       g.comm().barrier();
@@ -311,7 +292,7 @@ TEST(Elastic, ANewcomerRefusesAGarbledAnswer) {
     store->set("hopwise/elastic/admitted/1", answer);
     store->set("hopwise/elastic/1/members", members);
     try {
-      hc::ElasticGroup::join(store, options(true), hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 1),
+      hc::ElasticGroup::join(store, elastic_options(true), hwtest::test_options(hc::Algorithm::kAuto, 256 << 10, 1),
                              worlds.factory());
       ADD_FAILURE() << answer << " / " << members << " was taken";
     } catch (const hopwise::Error& e) {

@@ -14,6 +14,7 @@
 #include "checkpoint.h"
 #include "hopwise/common/error.h"
 #include "hopwise/common/log.h"
+#include "hopwise/training/averaging_method.h"
 
 namespace hopwise::examples {
 
@@ -57,7 +58,13 @@ Trainer::Trainer(hc::Communicator& comm, Flags flags, hc::ElasticGroup* elastic)
   split_batch();
   make_reducer();
   if (elastic_ && elastic_->joined_late()) {  // a newcomer: the members send where they stand
-    averager_.emplace(comm, hc::AveragingSpec::parse(f_.averaging), model_.params(), model_.parameter_count());
+    const auto spec = hc::AveragingSpec::parse(f_.averaging);
+    if (hc::averaging_regroups(spec)) {  // the members keep theirs and send this one its outer state
+      averager_.emplace(comm, spec, model_.params(), model_.parameter_count(), nullptr, /*joining=*/true);
+      averager_->regroup(comm);
+    } else {
+      averager_.emplace(comm, spec, model_.params(), model_.parameter_count());
+    }
     share_state();
     resumed_steps_ = steps_done_;  // share_state() set the place: steps, epochs ended, last checkpoint
     resumed_from_ = "the running job (joined)";

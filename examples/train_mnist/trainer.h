@@ -53,7 +53,7 @@ class Trainer {
   void make_reducer();
   // The elastic side (trainer_elastic.cpp).
   bool survive(const std::function<void()>& part);
-  void rejoin_group();
+  std::string rejoin_group();
   void grow();
   void share_state();
   void note_change(const comm::ElasticEvent& ev, Clock::time_point t0, const std::string& what);

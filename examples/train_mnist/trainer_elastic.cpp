@@ -34,9 +34,10 @@ bool Trainer::parameters_identical() {
 }
 
 // Over the group's new communicator: this rank's place, its slice of the batch, a reducer, averager and monitor.
-// The averager starts from rank 0's parameters, which are every member's by then (catch_up(), average_in_lost(),
-// share_state()).
-void Trainer::rejoin_group() {
+// An averager that regroups (diloco) is kept and aligned over the new members (its outer state goes on; a newcomer
+// takes it); any other starts anew from rank 0's parameters, which are every member's by then (catch_up(),
+// average_in_lost(), share_state()). Returns what the kept averager did, for the event's line.
+std::string Trainer::rejoin_group() {
   comm_ = &elastic_->comm();
   rank_ = comm_->rank();
   p_ = comm_->size();
@@ -44,8 +45,13 @@ void Trainer::rejoin_group() {
   comm_->set_algorithm(hc::parse_algorithm(f_.algo));
   split_batch();
   make_reducer();
-  averager_.emplace(*comm_, hc::AveragingSpec::parse(f_.averaging), model_.params(), model_.parameter_count());
+  std::string kept;
+  if (averager_ && averager_->regroups())
+    kept = "; " + averager_->regroup(*comm_);
+  else
+    averager_.emplace(*comm_, hc::AveragingSpec::parse(f_.averaging), model_.params(), model_.parameter_count());
   neighbour_.reset();  // its copies are of the old ring
+  return kept;
 }
 
 // HOPWISE_ELASTIC=grow, at a step boundary (every HOPWISE_ELASTIC_GROW_EVERY steps): newcomers waiting are let in and
@@ -58,7 +64,7 @@ void Trainer::grow() {
   if (monitor_) monitor_->finish();  // collective on the old communicator, which still works
   monitor_.reset();
   reducer_.reset();
-  averager_.reset();
+  if (!averager_->regroups()) averager_.reset();  // else kept, and its outer state sent to the newcomers
   const hc::ElasticEvent ev = elastic_->admit();
   rejoin_group();
   share_state();
@@ -104,7 +110,9 @@ void Trainer::share_state() {
 void Trainer::keep_step_start() {
   start_step_ = steps_done_;
   step_applied_ = false;
-  if (!elastic_ || !elastic_->options().shrink || !models_differ_) return;
+  // A method that regroups (diloco) keeps what the lost rank shared (the synced model and outer momentum); its
+  // progress since the last sync goes with it, as a replica's does in DiLoCo: no copy.
+  if (!elastic_ || !elastic_->options().shrink || !models_differ_ || averager_->regroups()) return;
   if (!neighbour_) neighbour_.emplace(model_.parameter_count());
   if (steps_done_ % elastic_->options().copy_every == 0)
     neighbour_->start(*comm_, model_.params(), steps_done_, elastic_->members());
@@ -115,7 +123,7 @@ void Trainer::keep_step_start() {
 // counted once), so that the job goes on from the mean of every rank's model rather than from rank 0's. Returns
 // what was averaged in, for the event's line. Collective over the new communicator.
 std::string Trainer::average_in_lost(const hc::ElasticEvent& ev) {
-  if (!models_differ_) return "";
+  if (!models_differ_ || averager_) return "";  // a kept averager (regroups) aligns the members itself
   hc::Communicator& c = elastic_->comm();
   const std::size_t n = model_.parameter_count();
   const bool adds = neighbour_ && neighbour_->holds() &&
@@ -193,18 +201,21 @@ bool Trainer::survive(const std::function<void()>& part) {
     if (start_step_ == steps_done_ && step_applied_) ++steps_done_;  // failed in the averaging (keep_step_start())
     const bool in_step = start_step_ == steps_done_;
     reducer_.reset();  // each holds the old communicator, which failed (no collective on it now)
-    averager_.reset();
+    if (averager_->regroups())
+      averager_->detach();  // kept: its sync in flight resolved, to be redone over the survivors
+    else
+      averager_.reset();
     monitor_.reset();
     const std::int64_t was = steps_done_;
     const hc::ElasticEvent ev = elastic_->shrink(why);
     const std::string averaged = average_in_lost(ev);
     const std::string place = catch_up();
-    rejoin_group();
+    const std::string kept = rejoin_group();
     const bool redone = in_step && steps_done_ == was;
     sum_.steps_redone += redone ? 1 : 0;
     note_change(ev, t0,
-                fmt::format("{} with {} image(s) per rank ({}){}{}", redone ? "the step is done again" : "going on",
-                            local_, batch_policy(), averaged, place));
+                fmt::format("{} with {} image(s) per rank ({}){}{}{}", redone ? "the step is done again" : "going on",
+                            local_, batch_policy(), averaged, place, kept));
     return false;
   }
 }

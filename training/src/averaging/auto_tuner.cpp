@@ -46,7 +46,7 @@ AutoTuner::AutoTuner(AveragingContext& ctx) : ctx_(ctx) {}
 
 void AutoTuner::decided(const std::string& why) {
   said_ = why;
-  if (ctx_.comm.rank() == 0) log::info("{}", said_);
+  if (ctx_.comm->rank() == 0) log::info("{}", said_);
 }
 
 std::optional<OuterSettings> AutoTuner::probe(std::int64_t t, Clock::time_point now) {
@@ -63,7 +63,7 @@ std::optional<OuterSettings> AutoTuner::probe(std::int64_t t, Clock::time_point 
   if (++probe_steps_ <= kProbeSteps) return std::nullopt;
   const double cores_busy = probe_cpu_.second > 0 ? probe_cpu_.first / probe_cpu_.second : 0;
   const LinkProbe link = measure_link(ctx_, median(probe_ms_), cores_busy, probe_waits_);
-  const AutoChoice c = pick_outer(link, ctx_.spec, ctx_.comm.size());
+  const AutoChoice c = pick_outer(link, ctx_.spec, ctx_.comm->size());
   OuterSettings chosen = c.settings;
   chosen.warmup = static_cast<int>(t);
   probing_ = false;
@@ -119,7 +119,7 @@ std::optional<OuterSettings> AutoTuner::check(std::int64_t t, Clock::time_point 
   WindowReading w = read_window(window_, syncs_ms_);
   // the slowest rank's figures, and the fewest quiet steps (0 where any rank read too few)
   double figures[5] = {w.step_ms, w.compute_ms, w.wait_ms, w.sync_ms, -static_cast<double>(w.quiet)};
-  ctx_.comm.allreduce(figures, figures, 5, DataType::kFloat64, ReduceOp::kMax);
+  ctx_.comm->allreduce(figures, figures, 5, DataType::kFloat64, ReduceOp::kMax);
   w = {figures[0], figures[1], figures[2], figures[3], static_cast<int>(-figures[4])};
   if (w.quiet == 0 && !held_) {
     // A fragment at work on every step: compute is read on a few steps auto keeps quiet itself, in these minutes.
@@ -163,7 +163,7 @@ LinkProbe measure_link(AveragingContext& ctx, double step_ms, double cores_busy,
     CodecCost c{name, 1.0, 0.0};
     if (c.codec != "none") {
       const auto codec = compression::make_codec(c.codec);
-      compression::CodecState st(1, ctx.comm.rank(), ctx.comm.size());
+      compression::CodecState st(1, ctx.comm->rank(), ctx.comm->size());
       std::vector<std::byte> payload(codec->payload_bytes(n));
       std::vector<float> scales(codec->scale_count(n));
       const auto t0 = Clock::now();
@@ -177,16 +177,16 @@ LinkProbe measure_link(AveragingContext& ctx, double step_ms, double cores_busy,
       // An aggregatable payload is all-reduced as the floats are; a gathered one travels to every rank.
       c.wire_ratio = codec->pattern() == compression::Pattern::kAggregatable
                          ? payload_ratio
-                         : payload_ratio * std::max(1.0, ctx.comm.size() / 2.0);
+                         : payload_ratio * std::max(1.0, ctx.comm->size() / 2.0);
     }
     link.codecs.push_back(c);
     figures.push_back(c.cpu_ms);
   }
-  ctx.comm.allreduce(figures.data(), figures.data(), figures.size(), DataType::kFloat64, ReduceOp::kMax);
+  ctx.comm->allreduce(figures.data(), figures.data(), figures.size(), DataType::kFloat64, ReduceOp::kMax);
   // Each sync's least wait over the ranks (the last to arrive waits for no one; the others' waits hold its late
   // arrival), then their median. The ranks took the same probe steps, in the same order.
   waits.resize(kProbeSteps, kNoSync);
-  ctx.comm.allreduce(waits.data(), waits.data(), waits.size(), DataType::kFloat64, ReduceOp::kMin);
+  ctx.comm->allreduce(waits.data(), waits.data(), waits.size(), DataType::kFloat64, ReduceOp::kMin);
   std::erase(waits, kNoSync);
   link.fragment_ms = median(waits);
   link.step_ms = figures[0];

@@ -18,7 +18,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 class Gossip final : public AveragingMethodBase {
  public:
   // The exchange reads the parameters at construction (its reference): the averager fetched them for the broadcast.
-  explicit Gossip(AveragingContext& ctx) : ctx_(ctx), exchange_(ctx.comm, ctx.spec, ctx.params, ctx.count) {}
+  explicit Gossip(AveragingContext& ctx) : ctx_(ctx), exchange_(*ctx.comm, ctx.spec, ctx.params, ctx.count) {}
   GradientScope gradient_scope(std::int64_t) const override { return GradientScope::kNone; }
   void before_step() override {
     const auto t0 = std::chrono::steady_clock::now();

@@ -69,6 +69,11 @@ std::shared_ptr<const AveragingMethodRow> find_averaging_method(const std::strin
   return nullptr;
 }
 
+bool averaging_regroups(const AveragingSpec& spec) {
+  const auto row = find_averaging_method(spec.method);
+  return row && row->regroups && row->regroups(spec);
+}
+
 std::vector<std::string> averaging_method_names() {
   Table& t = table();
   std::lock_guard lock(t.mutex);
@@ -79,7 +84,7 @@ std::vector<std::string> averaging_method_names() {
 
 void AveragingContext::average_world() {
   fetch_all();
-  comm.allreduce(params, params, count, DataType::kFloat32, ReduceOp::kAvg);
+  comm->allreduce(params, params, count, DataType::kFloat32, ReduceOp::kAvg);
   publish_all();
   ++stats.averages;
   stats.bytes += count * sizeof(float);

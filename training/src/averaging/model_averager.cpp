@@ -23,7 +23,7 @@ struct ModelAverager::Impl {
   std::int64_t steps = 0;
 
   Impl(Communicator& c, AveragingSpec s, float* p, std::size_t n, ParameterStaging* staging)
-      : spec(std::move(s)), row(find_averaging_method(spec.method)), ctx{c, spec, p, n, stats} {
+      : spec(std::move(s)), row(find_averaging_method(spec.method)), ctx{&c, spec, p, n, stats} {
     ctx.staging = staging;
     if (!row)
       throw InvalidArgument(fmt::format("ModelAverager: no averaging method is named '{}'; methods: {}", spec.method,
@@ -32,14 +32,37 @@ struct ModelAverager::Impl {
 };
 
 ModelAverager::ModelAverager(Communicator& comm, AveragingSpec spec, float* params, std::size_t count,
-                             ParameterStaging* staging)
+                             ParameterStaging* staging, bool joining)
     : impl_(std::make_unique<Impl>(comm, std::move(spec), params, count, staging)) {
   if (params == nullptr && count > 0)
     throw InvalidArgument(fmt::format("ModelAverager: the parameter pointer is null for {} elements", count));
-  impl_->ctx.fetch_all();
-  comm.broadcast(params, count, DataType::kFloat32, 0);
-  impl_->ctx.publish_all();
+  impl_->ctx.joining = joining;
+  if (!joining) {
+    impl_->ctx.fetch_all();
+    comm.broadcast(params, count, DataType::kFloat32, 0);
+    impl_->ctx.publish_all();
+  }
   impl_->method = impl_->row->make(impl_->ctx);
+  if (joining && !regroups())
+    throw InvalidArgument(fmt::format(
+        "ModelAverager: '{}' keeps no shared state to join with (regroups() is false); a newcomer builds its "
+        "averager with the members, as at the start",
+        impl_->spec.to_string()));
+}
+
+bool ModelAverager::regroups() const { return impl_->row->regroups && impl_->row->regroups(impl_->spec); }
+
+void ModelAverager::detach() { impl_->method->detach(); }
+
+std::string ModelAverager::regroup(Communicator& comm) {
+  if (!regroups())
+    throw InvalidArgument(fmt::format(
+        "ModelAverager::regroup: '{}' keeps no state across a change of members; build a new averager over the "
+        "new communicator",
+        impl_->spec.to_string()));
+  impl_->ctx.comm = &comm;
+  impl_->ctx.whole_copy_current = false;
+  return impl_->method->regroup(impl_->steps);
 }
 
 ModelAverager::~ModelAverager() {
@@ -82,7 +105,7 @@ void ModelAverager::average_into(float* out) {
     std::memcpy(out, m.ctx.params, m.ctx.count * sizeof(float));
     return;
   }
-  m.ctx.comm.allreduce(m.ctx.params, out, m.ctx.count, DataType::kFloat32, ReduceOp::kAvg);
+  m.ctx.comm->allreduce(m.ctx.params, out, m.ctx.count, DataType::kFloat32, ReduceOp::kAvg);
 }
 
 void ModelAverager::settle() {

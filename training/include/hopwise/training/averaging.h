@@ -113,8 +113,10 @@ class ModelAverager {
   // `params`: the model's float32 parameters, one buffer the caller owns and updates in place. Collective: rank
   // 0's parameters are broadcast, so every rank starts from the same model. With `staging`, `params` is a host copy
   // of a model that lives elsewhere (ParameterStaging); the caller keeps `staging` alive as long as the averager.
+  // `joining`: this process joins a running group (an elastic newcomer): no first broadcast; its state and place
+  // come from the members at regroup(), which it calls with them.
   ModelAverager(Communicator& comm, AveragingSpec spec, float* params, std::size_t count,
-                ParameterStaging* staging = nullptr);
+                ParameterStaging* staging = nullptr, bool joining = false);
   ~ModelAverager();  // waits for an exchange in flight, so nothing lands in freed memory
   ModelAverager(const ModelAverager&) = delete;
   ModelAverager& operator=(const ModelAverager&) = delete;
@@ -138,6 +140,18 @@ class ModelAverager {
   // Waits for what is in flight, keeping it (it is applied at its step as ever): an evaluation that follows then
   // does not wait on it off the trainer's clock. Nothing else changes.
   void settle();
+
+  // Elastic membership. regroups(): the method keeps state every member shares (diloco with an outer step or a
+  // codec: the synced model, outer momentum, residuals), which a change of members must not lose, so the averager
+  // is kept and regroup()ed rather than built anew (the spec alone decides it). After a collective failed and before
+  // the old communicator goes, detach(): a sync in flight is kept where it completed here, else marked to be redone.
+  // Then regroup(comm) over the new members, every one of them (a newcomer built with `joining` too): the
+  // furthest member's shared state and step count go to any member behind it, and the sync that failed is redone
+  // over the members here, their pseudo-gradients averaged over them (the lost ones' contributions since the last
+  // sync are gone with them). Returns what happened, for a log line. InvalidArgument where !regroups().
+  bool regroups() const;
+  void detach();
+  std::string regroup(Communicator& comm);
 
   std::int64_t steps() const;  // after_step() calls so far (restored by load())
   const AveragingStats& stats() const;

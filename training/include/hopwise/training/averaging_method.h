@@ -19,7 +19,7 @@ namespace hopwise::comm {
 
 // What a method works on: the averager's communicator, spec, parameters and statistics.
 struct AveragingContext {
-  Communicator& comm;
+  Communicator* comm;  // a pointer: regroup() points it at the next membership's communicator
   const AveragingSpec& spec;
   float* params;
   std::size_t count;
@@ -47,6 +47,8 @@ struct AveragingContext {
     whole_copy_current = true;
   }
   void average_world();  // the parameters replaced by the world's mean (blocking), counted in stats
+  // This process joins a running group (ModelAverager's `joining`): its state comes from the members at regroup().
+  bool joining = false;
 };
 
 class AveragingMethodBase {
@@ -79,6 +81,14 @@ class AveragingMethodBase {
   virtual void load_state(const std::string& state) {}
   virtual std::string choice() const { return {}; }
   virtual std::string pick() const { return {}; }
+  // Where the row's `regroups` says so for the spec. A collective failed and the communicator is about to go: what is
+  // in flight is resolved (kept where it completed, else marked to be redone) so that nothing refers to the old
+  // communicator. Never throws.
+  virtual void detach() {}
+  // Over ctx.comm, the next membership's (collective): the members align (the furthest one's shared state and step
+  // count to all, a newcomer included) and the sync that failed is redone over those here. `steps` is the
+  // averager's step count, set to the furthest member's. Returns what happened, for the event's line.
+  virtual std::string regroup(std::int64_t& steps) { return {}; }
 };
 
 struct AveragingMethodRow {
@@ -91,6 +101,10 @@ struct AveragingMethodRow {
   std::function<std::unique_ptr<AveragingMethodBase>(AveragingContext&)> make;
   bool any_codec = false;           // codec= takes every codec (diloco, error feedback on), not only the model ones
   bool delay_up_to_period = false;  // delay=period is the default, written 0 (async)
+  // Whether a spec keeps state every member shares (diloco's synced model and outer momentum), carried across a
+  // change of members (detach(), regroup()) instead of starting over. The spec alone decides, so that a newcomer
+  // and the members take the same path. Unset: never.
+  std::function<bool(const AveragingSpec&)> regroups;
 };
 
 // The table. A name that is there is replaced. InvalidArgument for a row without a name or factory, or with a field
@@ -99,6 +113,9 @@ void register_averaging_method(AveragingMethodRow row);
 // The row of `name`, or null.
 std::shared_ptr<const AveragingMethodRow> find_averaging_method(const std::string& name);
 std::vector<std::string> averaging_method_names();
+// Whether `spec`'s method carries its state across a change of members (the row's `regroups`; false for an unknown
+// method).
+bool averaging_regroups(const AveragingSpec& spec);
 // AveragingSpec's fields, the names a row may list (alpha, auto, codec, delay, fragments, ...).
 std::vector<std::string> averaging_spec_fields();
 
