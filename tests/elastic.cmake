@@ -41,6 +41,18 @@ add_test(NAME train_mnist_elastic_shrink_np4
 set_tests_properties(train_mnist_elastic_shrink_np4 PROPERTIES LABELS "ucx;elastic" TIMEOUT 300 PROCESSORS 4
                      PASS_REGULAR_EXPRESSION "elastic ok")
 
+# Under DiLoCo (outer_regroup.cpp): a replica killed between syncs (blocking), one killed with a fragment's sync
+# always in flight (delay 4 of a gap of 4, int8), one stopped past the timeout, one joining: the survivors keep the
+# outer state, redo the broken sync over themselves and end on one model bit for bit; the newcomer takes the state.
+add_test(NAME train_mnist_elastic_diloco_np4
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/elastic_check.sh $<TARGET_FILE:train_mnist> ${CMAKE_BINARY_DIR}/elastic_diloco
+                 "kill 2 diloco:period=8,outer_lr=0.7,momentum=0.9"
+                 "kill 1 diloco:period=8,fragments=2,delay=4,codec=int8,outer_lr=0.7,momentum=0.9"
+                 "stop 1 diloco:period=8,fragments=4,delay=1,codec=int4,inner=sgd"
+                 "grow - diloco:period=8,fragments=2,delay=1,outer_lr=0.7,momentum=0.9")
+set_tests_properties(train_mnist_elastic_diloco_np4 PROPERTIES LABELS "ucx;elastic" TIMEOUT 400 PROCESSORS 4
+                     PASS_REGULAR_EXPRESSION "elastic ok")
+
 # ---- DiLoCo through a change of members: survivors keep the shared outer state, a newcomer takes it ----
 hopwise_test(test_elastic_diloco test_elastic_diloco.cpp)
 target_link_libraries(test_elastic_diloco PRIVATE hopwise::training GTest::gtest_main Threads::Threads)

@@ -11,11 +11,15 @@
 #           steps take a third of the batch rather than a quarter, and 3 models are averaged, not 4, which moves
 #           local SGD's course more than sync's (its test accuracy over 4 seeds spans 80.5-82.3%; over 5 kills
 #           80.0-80.7% against 80.7% uninterrupted).
-#   stop:   rank 1 is stopped (SIGSTOP) for STOP_S seconds (default 20: well past the survivors' 3 s timeout and 3 s
+#   kill R diloco:...: under DiLoCo no copy is kept: the survivors keep the outer state they share (synced model,
+#           outer momentum), redo the sync the loss broke over themselves, and end on one synced model, bit for bit
+#           (outer_regroup.cpp); the lost replica's progress since the last sync is gone with it.
+#   stop [R SPEC]: rank 1 (R) is stopped (SIGSTOP) for STOP_S seconds (default 20: well past the survivors' 3 s timeout and 3 s
 #           agreement, even on a busy machine), then continued: the survivors go on without
 #           it, and it is refused with a line naming the generation it was left out of.
-#   grow:   3 ranks start; once they train, a fourth process starts and joins (HOPWISE_ELASTIC_JOIN=1): it comes in at a step
-#           boundary, and at the end every rank holds the same parameters, bit for bit.
+#   grow [- SPEC]:   3 ranks start; once they train, a fourth process starts and joins (HOPWISE_ELASTIC_JOIN=1): it comes in at a step
+#           boundary, and at the end every rank holds the same parameters, bit for bit. Under DiLoCo it takes the
+#           synced model, outer momentum and step from the members (the line says so).
 #   grow-dies: 3 ranks start under shrink,grow (3 epochs), and a newcomer with them; once it took its ticket it is
 #           killed with SIGKILL: the members let it in, time out waiting for it (or lose it after it came in), agree
 #           on who is here and go on. Then a hostile ticket count (2^40) is planted in the store: the members warn,
@@ -73,8 +77,8 @@ for scenario in "$@"; do
   set -- $scenario
   name=$1${2:-} victim=${2:-1} averaging=${3:-}
   against=$straight
-  if [ -n "$averaging" ]; then  # an uninterrupted run of the method, to compare with
-    name=$name-${averaging%%:*}
+  [ -n "$averaging" ] && name=$name-${averaging%%:*}
+  if [ -n "$averaging" ] && [ "$1" != grow ]; then  # an uninterrupted run of the method, to compare with
     start "straight-$name"
     finish > "$dir/straight-$name.rc"
     grep -q "rank 0: 0" "$dir/straight-$name.rc" ||
@@ -111,20 +115,26 @@ for scenario in "$@"; do
     continue
   fi
   if [ "$1" = grow ]; then
-    size=3 start grow HOPWISE_ELASTIC=shrink,grow
-    quarter grow "^model "  # training starts: the newcomer, starting now, comes in some steps later
+    method=()
+    [ -n "$averaging" ] && method=(--averaging "$averaging")
+    size=3 start "$name" HOPWISE_ELASTIC=shrink,grow
+    quarter "$name" "^model "  # training starts: the newcomer, starting now, comes in some steps later
     env RANK=1 WORLD_SIZE=3 LOCAL_RANK=1 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      HOPWISE_STORE="file://$dir/grow.store" HOPWISE_TIMEOUT_S=3 HOPWISE_ELASTIC=shrink,grow HOPWISE_ELASTIC_JOIN=1 \
-      "$train" "${flags[@]}" > "$dir/grow.rank3" 2>&1 &
+      HOPWISE_STORE="file://$dir/$name.store" HOPWISE_TIMEOUT_S=3 HOPWISE_ELASTIC=shrink,grow HOPWISE_ELASTIC_JOIN=1 \
+      "$train" "${flags[@]}" "${method[@]}" > "$dir/$name.rank3" 2>&1 &
     pids+=($!)
-    finish > "$dir/grow.rc"
-    [ "$(grep -c ": 0$" "$dir/grow.rc")" = 4 ] || { cat "$dir/grow.rc" "$dir"/grow.rank*; echo "grow: a rank failed"; exit 1; }
-    line=$(grep -h "^elastic: generation 1: rank(s) 3 joined; 4 rank(s) go on" "$dir/grow.rank0" || true)
-    [ -n "$line" ] || { cat "$dir"/grow.rank*; echo "grow: no line said that rank 3 joined"; exit 1; }
-    grep -q "^elastic: the parameters are bit-identical on the 4 rank(s)" "$dir/grow.rank0" ||
-      { cat "$dir/grow.rank0"; echo "grow: the ranks' parameters differ"; exit 1; }
-    got=$(accuracy "$dir/grow.json" test_accuracy)
-    echo "grow: $line; parameters bit-identical on 4 ranks; test accuracy $got (4 ranks throughout: $straight)"
+    finish > "$dir/$name.rc"
+    [ "$(grep -c ": 0$" "$dir/$name.rc")" = 4 ] ||
+      { cat "$dir/$name.rc" "$dir/$name".rank*; echo "$scenario: a rank failed"; exit 1; }
+    line=$(grep -h "^elastic: generation 1: rank(s) 3 joined; 4 rank(s) go on" "$dir/$name.rank0" || true)
+    [ -n "$line" ] || { cat "$dir/$name".rank*; echo "$scenario: no line said that rank 3 joined"; exit 1; }
+    grep -q "^elastic: the parameters are bit-identical on the 4 rank(s)" "$dir/$name.rank0" ||
+      { cat "$dir/$name.rank0"; echo "$scenario: the ranks' parameters differ"; exit 1; }
+    if [[ "$averaging" == diloco* ]] && ! grep -q "the outer state (synced model, momentum, step [0-9]*) sent to the newcomer(s)" <<< "$line"; then
+      echo "$scenario: the line does not say that the newcomer took the outer state"; exit 1
+    fi
+    got=$(accuracy "$dir/$name.json" test_accuracy)
+    echo "$scenario: $line; parameters bit-identical on 4 ranks; test accuracy $got (4 ranks throughout: $straight)"
     continue
   fi
   start "$name" HOPWISE_ELASTIC=shrink HOPWISE_METRICS_FILE="$dir/$name.prom" HOPWISE_METRICS_JSON="$dir/$name.jsonl"
@@ -151,7 +161,12 @@ for scenario in "$@"; do
     { cat "$dir/$name.prom"; echo "$scenario: the Prometheus file lacks the event"; exit 1; }
   grep -q '"type":"elastic"' "$dir/$name.jsonl" && grep -q '"type":"interval"' "$dir/$name.jsonl" ||
     { cat "$dir/$name.jsonl"; echo "$scenario: the JSON lines lack the event or the intervals"; exit 1; }
-  if [ -n "$averaging" ] && ! grep -q "the survivors' models averaged with rank $victim's (step [0-9]*, kept by rank" <<< "$line"; then
+  if [[ "$averaging" == diloco* ]]; then
+    grep -qE "the outer state (kept|taken from rank)" <<< "$line" ||
+      { echo "$scenario: the line does not say that the outer state went on"; exit 1; }
+    grep -qs "^elastic: the parameters are bit-identical on the 3 rank(s)" "$dir/$name".rank* ||
+      { cat "$dir/$name".rank*; echo "$scenario: the survivors end on different models"; exit 1; }
+  elif [ -n "$averaging" ] && ! grep -q "the survivors' models averaged with rank $victim's (step [0-9]*, kept by rank" <<< "$line"; then
     echo "$scenario: the line does not say that rank $victim's model was averaged in from its neighbour's copy"; exit 1
   fi
   echo "$scenario: test accuracy $got (uninterrupted $against); stood still ${still} s"

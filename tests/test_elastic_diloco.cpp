@@ -177,19 +177,20 @@ TEST(ElasticDiloco, ANewcomerTakesTheSyncedModelMomentumAndStep) {
   });
   for (int t = 0; t < 3; ++t) {
     EXPECT_EQ(errors[static_cast<std::size_t>(t)], "") << "thread " << t;
-    EXPECT_NE(said[static_cast<std::size_t>(t)].find("taken from rank"), std::string::npos) << said[static_cast<std::size_t>(t)];
+    EXPECT_NE(said[static_cast<std::size_t>(t)].find("sent to the newcomer(s) from rank 0"), std::string::npos)
+        << said[static_cast<std::size_t>(t)];
   }
   expect_same(got, replay(spec, 2, kSteps, -1, 0, kJoinAt), 2e-4, "a newcomer at step 8");
 }
 
 TEST(ElasticDiloco, OnlyFixedDilocoRegroups) {
-  for (const auto& [spec, want] : std::vector<std::pair<std::string, bool>>{
-           {"diloco:period=8", true},
-           {"diloco:period=8,codec=int8,outer_lr=1,momentum=0", true},
-           {"diloco:period=8,outer_lr=1,momentum=0", true},
-           {"diloco:auto", false},
-           {"local:period=4", false},
-           {"sync", false}})
+  for (const auto& [spec, want] :
+       std::vector<std::pair<std::string, bool>>{{"diloco:period=8", true},
+                                                 {"diloco:period=8,codec=int8,outer_lr=1,momentum=0", true},
+                                                 {"diloco:period=8,outer_lr=1,momentum=0", true},
+                                                 {"diloco:auto", false},
+                                                 {"local:period=4", false},
+                                                 {"sync", false}})
     EXPECT_EQ(hc::averaging_regroups(hc::AveragingSpec::parse(spec)), want) << spec;
   hwtest::Group g(1, hwtest::test_options());
   std::vector<float> x(4, 0.0f);

@@ -66,9 +66,9 @@ void Trainer::grow() {
   reducer_.reset();
   if (!averager_->regroups()) averager_.reset();  // else kept, and its outer state sent to the newcomers
   const hc::ElasticEvent ev = elastic_->admit();
-  rejoin_group();
+  const std::string kept = rejoin_group();
   share_state();
-  note_change(ev, t0, fmt::format("{} image(s) per rank ({})", local_, batch_policy()));
+  note_change(ev, t0, fmt::format("{} image(s) per rank ({}){}", local_, batch_policy(), kept));
 }
 
 // After a change of membership: a monitor over the new communicator (its files continued), the event's line on the

@@ -273,7 +273,8 @@ class Outer final : public AveragingMethodBase {
     if (s_.codec != "none") {
       codec_ = compression::make_codec(s_.codec + ":ef=1");  // what one sync's rounding leaves out goes into the next
       for (int f = 0; f < s_.fragments; ++f)
-        codec_states_.emplace_back(0x6f75746572ull + static_cast<std::uint64_t>(f), ctx_.comm->rank(), ctx_.comm->size());
+        codec_states_.emplace_back(0x6f75746572ull + static_cast<std::uint64_t>(f), ctx_.comm->rank(),
+                                   ctx_.comm->size());
     }
     std::size_t largest = 0;
     for (int f = 0; f < s_.fragments; ++f) largest = std::max(largest, range(f).second - range(f).first);
@@ -336,7 +337,7 @@ class Outer final : public AveragingMethodBase {
     const std::size_t m = range(f).second - range(f).first;
     if (codec_) {
       flight_.work = ctx_.comm->allreduce_compressed_async(send_.data(), recv_.data(), m, *codec_,
-                                                          codec_states_[static_cast<std::size_t>(f)], ReduceOp::kAvg);
+                                                           codec_states_[static_cast<std::size_t>(f)], ReduceOp::kAvg);
       ctx_.stats.bytes += codec_->payload_bytes(m) + codec_->scale_count(m) * sizeof(float);
     } else {
       flight_.work = ctx_.comm->allreduce_async(send_.data(), recv_.data(), m, DataType::kFloat32, ReduceOp::kAvg);
@@ -375,7 +376,7 @@ class Outer final : public AveragingMethodBase {
     const float keep = static_cast<float>(s_.alpha), take = static_cast<float>(1.0 - s_.alpha);
     if (direct()) {
       if (in_place()) return waited;  // averaged at the launch
-      ctx_.fetch(b, e);  // the local model as it is now (D > 0: steps on since the launch)
+      ctx_.fetch(b, e);               // the local model as it is now (D > 0: steps on since the launch)
       if (s_.delay == 0)
         for (std::size_t i = 0; i < m; ++i) x[i] = keep * x[i] + take * a[i];
       else
@@ -421,11 +422,11 @@ class Outer final : public AveragingMethodBase {
   Flight flight_;
   std::optional<AutoTuner> tuner_;  // diloco:auto: what it measures and decides
   std::int64_t last_step_ = 0;
-  std::int64_t applied_ = 0;   // fragment syncs applied: where this member stands against the others (regroup)
+  std::int64_t applied_ = 0;    // fragment syncs applied: where this member stands against the others (regroup)
   std::int64_t completed_ = 0;  // the last step whose after_step() ran to its end (one that failed did not)
-  int full_done_ = 0;          // fragments full_average() synced at last_step_
-  bool in_full_ = false;       // inside full_average()'s loop (a loss there leaves it unfinished)
-  bool resume_full_ = false;   // the next full_average() goes on from full_done_ (set by regroup)
+  int full_done_ = 0;           // fragments full_average() synced at last_step_
+  bool in_full_ = false;        // inside full_average()'s loop (a loss there leaves it unfinished)
+  bool resume_full_ = false;    // the next full_average() goes on from full_done_ (set by regroup)
 };
 
 }  // namespace hopwise::comm::detail

@@ -75,14 +75,15 @@ std::string Outer::regroup(std::int64_t& steps) {
   }
   if (flight_.on && flight_.done && !flight_.failed) apply();  // completed here: every old member's share is in it
 
-  const Standing mine{joining ? -1 : applied_,
-                      flight_.on ? flight_.fragment : -1,
-                      flight_.launched_at,
-                      flight_.everyone_equal ? 1 : 0,
-                      steps,
-                      in_full_ ? 1 : 0,
-                      full_done_,
-                      joining ? std::numeric_limits<std::int64_t>::max() : completed_};  // a newcomer left no step undone
+  const Standing mine{
+      joining ? -1 : applied_,
+      flight_.on ? flight_.fragment : -1,
+      flight_.launched_at,
+      flight_.everyone_equal ? 1 : 0,
+      steps,
+      in_full_ ? 1 : 0,
+      full_done_,
+      joining ? std::numeric_limits<std::int64_t>::max() : completed_};  // a newcomer left no step undone
   std::vector<Standing> all(static_cast<std::size_t>(c.size()));
   static_assert(sizeof(Standing) == Standing::kFields * sizeof(std::int64_t));
   c.allgather(&mine, all.data(), Standing::kFields, DataType::kInt64);
@@ -127,7 +128,13 @@ std::string Outer::regroup(std::int64_t& steps) {
     if (joining) ctx_.publish_all();
     if (behind) flight_ = Flight{};
     applied_ = far.applied;
-    said = fmt::format("the outer state taken from rank {}, which had synced furthest", leader);
+    const bool only_newcomers = std::all_of(
+        all.begin(), all.end(), [&](const Standing& s) { return s.applied == far.applied || s.applied < 0; });
+    said = only_newcomers ? fmt::format(
+                                "the outer state (synced model, momentum, step {}) sent to the newcomer(s) "
+                                "from rank {}",
+                                most_steps, leader)
+                          : fmt::format("the outer state taken from rank {}, which had synced furthest", leader);
   }
 
   if (far.failed >= 0) {  // the sync lost everywhere, redone over the members here
