@@ -2,8 +2,10 @@
 # spawn_ranks.sh) ----
 if(HOPWISE_TORCH_ENABLED)
   set(pytest ${HOPWISE_PYTHON} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/python/test_torch_backend.py)
-  foreach(part collectives ddp hook faults averaging monitor elastic compressed diloco fsdp placement)
-    if(part STREQUAL "faults")
+  foreach(part collectives ddp hook faults averaging monitor elastic compressed diloco fsdp placement elastic_diloco)
+    if(part STREQUAL "elastic" OR part STREQUAL "diloco")
+      set(select "${part} and not elastic_diloco")
+    elseif(part STREQUAL "faults")
       set(select "import or bad or mismatch or stopped or plan or barrier")
     elseif(part STREQUAL "ddp")
       set(select "parity")

@@ -296,3 +296,43 @@ def test_elastic_grow_newcomer_dies(tmp_path):
     assert lines(out, r"^elastic: generation 2: newcomer\(s\) 3 let in but never arrived \(timed out\); 3 rank\(s\) "
                       r"go on \(0, 1, 2\)"), out
     print("\n".join(l for l in out.splitlines() if "elastic" in l))
+
+
+def _elastic_diloco(tmp_path, mode, victim, env, np=3):
+    rc, out = launch("spawn", np, "elastic_diloco_worker.py", str(tmp_path / "store"), mode, str(victim),
+                     env=dict({"HOPWISE_ELASTIC": "shrink"}, **env), timeout=300, grace=120)
+    done = lines(out, r"^rank (\d): elastic diloco ok: (\d) replicas at the end, generation (\d), parameters "
+                      r"identical (\w+), loss ([0-9.]+) -> ([0-9.na]+) before the event -> ([0-9.]+) at most after -> "
+                      r"([0-9.]+), steps (\d+); (.*)$")
+    print("\n".join(l for l in out.splitlines() if "elastic" in l))
+    return rc, out, done
+
+
+@pytest.mark.parametrize("mode", ["kill-fragment", "kill-sync", "stop"])
+def test_elastic_diloco_survivors(tmp_path, mode):
+    """hopwise.torch.DiLoCo with ElasticContext: replica 1 of 3 killed between syncs, killed with a fragment's sync in
+    flight, or stopped past the timeout. The two survivors detach, agree and regroup: the outer state goes on, the
+    broken sync is redone over them, the loss goes on from where it stood (no restart: it never climbs back to the
+    start), and both end on the same model, bit for bit; a stopped replica is refused by name."""
+    rc, out, done = _elastic_diloco(tmp_path, mode, 1, {"HOPWISE_TIMEOUT_S": "4", "STOP_S": "14"})
+    assert sorted(int(d[0]) for d in done) == [0, 2], out
+    for r, replicas, generation, same, first, before, most_after, last, steps, said in done:
+        assert (replicas, generation, same, steps) == ("2", "1", "True", "40"), out
+        assert "the outer state kept" in said or "the outer state taken from rank" in said, said
+        assert float(last) < float(first) and float(most_after) < float(first), out  # continuous, not restarted
+    assert lines(out, r"^elastic: generation 1: rank\(s\) 1 left; 2 rank\(s\) go on \(0, 2\)"), out
+    if mode == "stop":
+        assert lines(out, r"rank 1 was left out of generation 1"), out
+
+
+def test_elastic_diloco_newcomer(tmp_path):
+    """A replica started later joins 3 DiLoCo replicas after the full average at step 10: it takes the synced model,
+    the outer momentum and the step count from them (DiLoCo(join=True), regroup() on the members), and all 4 end on
+    the same model, bit for bit."""
+    rc, out, done = _elastic_diloco(tmp_path, "grow", -1, {"HOPWISE_TIMEOUT_S": "60", "HOPWISE_ELASTIC": "shrink,grow"})
+    assert rc == 0 and sorted(int(d[0]) for d in done) == [0, 1, 2, 3], out
+    for r, replicas, generation, same, first, before, most_after, last, steps, said in done:
+        assert (replicas, generation, same, steps) == ("4", "1", "True", "40"), out
+        want = "joined at step 10" if r == "3" else "sent to the newcomer(s) from rank 0"
+        assert want in said, said
+    assert lines(out, r"^elastic: generation 1: rank\(s\) 3 joined; 4 rank\(s\) go on \(0, 1, 2, 3\)"), out

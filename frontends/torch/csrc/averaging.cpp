@@ -29,7 +29,7 @@ class CallStaging final : public comm::ParameterStaging {
 }  // namespace
 
 TorchAverager::TorchAverager(c10::intrusive_ptr<c10d::ProcessGroup> keep, HopwiseBackend& pg, const std::string& spec,
-                             at::Tensor flat, StagingCall fetch, StagingCall publish)
+                             at::Tensor flat, StagingCall fetch, StagingCall publish, bool joining)
     : keep_(std::move(keep)), pg_(&pg), flat_(std::move(flat)) {
   check_float(flat_, "ModelAverager");
   TORCH_CHECK_VALUE(!fetch == !publish, "hopwise: ModelAverager's staging needs both fetch and publish");
@@ -37,8 +37,15 @@ TorchAverager::TorchAverager(c10::intrusive_ptr<c10d::ProcessGroup> keep, Hopwis
   averager_ = translated([&] {
     return std::make_unique<comm::ModelAverager>(pg_->communicator(), comm::AveragingSpec::parse(spec),
                                                  flat_.data_ptr<float>(), static_cast<std::size_t>(flat_.numel()),
-                                                 staging_.get());
+                                                 staging_.get(), joining);
   });
+}
+
+std::string TorchAverager::regroup(c10::intrusive_ptr<c10d::ProcessGroup> keep, HopwiseBackend& pg) {
+  const std::string said = translated([&] { return averager_->regroup(pg.communicator()); });
+  keep_ = std::move(keep);  // the old group may go now: nothing of the averager refers to it
+  pg_ = &pg;
+  return said;
 }
 
 std::string TorchAverager::save() const {

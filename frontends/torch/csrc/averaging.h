@@ -22,8 +22,9 @@ class TorchAverager {
  public:
   // `flat`: contiguous float32 CPU tensor holding every parameter, or their host copy where `fetch` and `publish`
   // are given (kept alive here). Collective over the group.
+  // `joining`: an elastic newcomer (no first broadcast; regroup() with the members gives it their state).
   TorchAverager(c10::intrusive_ptr<c10d::ProcessGroup> keep, HopwiseBackend& pg, const std::string& spec,
-                at::Tensor flat, StagingCall fetch = {}, StagingCall publish = {});
+                at::Tensor flat, StagingCall fetch = {}, StagingCall publish = {}, bool joining = false);
   std::string spec() const { return averager_->spec().to_string(); }
   std::string gradient_scope() const { return comm::to_string(averager_->gradient_scope()); }
   void before_step() { averager_->before_step(); }
@@ -37,6 +38,11 @@ class TorchAverager {
   std::string pick() const { return averager_->pick(); }      // diloco:auto's pick and why, once measured
   std::string save() const;
   void load(const std::string& s) { averager_->load(s); }
+  // Elastic membership (comm::ModelAverager::regroups, detach, regroup): after a collective failed, detach(); once
+  // the new group is formed, regroup() over it (collective), which keeps the new group alive instead of the old.
+  bool regroups() const { return averager_->regroups(); }
+  void detach() { averager_->detach(); }
+  std::string regroup(c10::intrusive_ptr<c10d::ProcessGroup> keep, HopwiseBackend& pg);
   // DDP's bucket averaged over the step's scope (world, host), or left as it is (none): a torch Work.
   c10::intrusive_ptr<c10d::Work> average_bucket(const at::Tensor& buffer);
   // A plain model's gradients averaged over the step's scope, in place, before optimizer.step().

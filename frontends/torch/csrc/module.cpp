@@ -262,12 +262,21 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<TorchAverager, std::shared_ptr<TorchAverager>>(m, "ModelAverager")
       .def(py::init([](const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& spec, at::Tensor flat,
-                       hopwise::torch_backend::StagingCall fetch, hopwise::torch_backend::StagingCall publish) {
+                       hopwise::torch_backend::StagingCall fetch, hopwise::torch_backend::StagingCall publish,
+                       bool joining) {
              return std::make_shared<TorchAverager>(pg, hopwise_group(pg), spec, std::move(flat), std::move(fetch),
-                                                    std::move(publish));
+                                                    std::move(publish), joining);
            }),
            py::arg("group"), py::arg("spec"), py::arg("flat"), py::arg("fetch") = py::none(),
-           py::arg("publish") = py::none(), py::call_guard<py::gil_scoped_release>())
+           py::arg("publish") = py::none(), py::arg("joining") = false, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("regroups", &TorchAverager::regroups)
+      .def("detach", &TorchAverager::detach, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "regroup",
+          [](TorchAverager& a, const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+            return a.regroup(pg, hopwise_group(pg));
+          },
+          py::arg("group"), py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("spec", &TorchAverager::spec)
       .def_property_readonly("steps", &TorchAverager::steps)
       .def("gradient_scope", &TorchAverager::gradient_scope)

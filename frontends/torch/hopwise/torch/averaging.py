@@ -127,10 +127,13 @@ class _HostStaging:
 
 
 class ModelAverager:
-    def __init__(self, spec, params, process_group=None, optimizer=None, placement="auto", _caller="ModelAverager"):
+    def __init__(self, spec, params, process_group=None, optimizer=None, placement="auto", _caller="ModelAverager",
+                 join=False):
         """optimizer: the trainer's optimizer, for a diloco spec without inner=: the outer step where the spec names
         none follows its family (hopwise.torch.DiLoCo passes its own). placement: "auto" (in place for a float32
-        CPU model, host-staged otherwise) or "host" (host-staged always); see the module's note."""
+        CPU model, host-staged otherwise) or "host" (host-staged always); see the module's note. join: this process
+        joins a running job (an elastic newcomer, after ElasticContext let it in): no broadcast of rank 0's model;
+        the members' state comes at the regroup() they call with it (fixed diloco specs only: ``regroups``)."""
         if optimizer is not None:
             from .diloco import _with_inner
             spec = _with_inner(spec, optimizer)
@@ -149,11 +152,32 @@ class ModelAverager:
         direct = placement == "auto" and in_place(flat)
         self.placement = "direct" if direct else "host"
         self._staging = None if direct else _HostStaging(flat)
-        if direct:
-            self._impl = _C.ModelAverager(_group(process_group), spec, flat)  # broadcasts rank 0's model
+        if direct:  # broadcasts rank 0's model, unless joining
+            self._impl = _C.ModelAverager(_group(process_group), spec, flat, joining=join)
         else:
             self._impl = _C.ModelAverager(_group(process_group), spec, self._staging.host, self._staging.fetch,
-                                          self._staging.publish)
+                                          self._staging.publish, joining=join)
+        if join:
+            self.regroup(process_group)
+
+    @property
+    def regroups(self):
+        """Whether the method carries its state across a change of members (a fixed diloco spec: the synced model,
+        outer momentum, residuals), so that detach() and regroup() keep it; else build a new averager."""
+        return self._impl.regroups
+
+    def detach(self):
+        """After a collective of the method failed (a replica lost or stopped), before ElasticContext.shrink(): the
+        sync in flight is kept where it completed here, else marked to be redone over the survivors."""
+        self._impl.detach()
+
+    def regroup(self, process_group=None):
+        """Over the group formed again (ElasticContext.shrink() or admit(); default: the new default group),
+        on every member and any newcomer (collective): the members behind the furthest one take its shared state,
+        the sync the loss broke is redone over those here, a newcomer takes the synced model, the outer momentum and
+        the step count. Returns what happened, one line."""
+        self.process_group = process_group
+        return self._impl.regroup(_group(process_group))
 
     @property
     def spec(self):

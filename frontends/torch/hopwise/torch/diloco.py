@@ -72,10 +72,11 @@ def _with_inner(spec, inner_optimizer):
 
 
 class DiLoCo:
-    def __init__(self, model, inner_optimizer, spec, group=None, placement="auto"):
+    def __init__(self, model, inner_optimizer, spec, group=None, placement="auto", join=False):
         """placement: "auto" (a float32 CPU model in place; a GPU or bf16/fp16 model host-staged: the synced copy,
         outer momentum and residuals in float32 host memory, fragments copied on a side stream) or "host"; see
-        hopwise.torch.averaging."""
+        hopwise.torch.averaging. join: this process joins the running job (``ElasticContext.joined_late``): it takes
+        the members' synced model, outer momentum and step count (they call ``regroup()`` after ``admit()``)."""
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"hopwise: DiLoCo takes the model (a torch.nn.Module), not {type(model).__name__}")
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
@@ -97,7 +98,10 @@ class DiLoCo:
         self.model = model
         self.inner_optimizer = inner_optimizer
         self.process_group = group
-        self.averager = ModelAverager(spec, model, group, placement=placement, _caller="DiLoCo")
+        if join and parse_averaging(spec)["auto"]:
+            raise ValueError("hopwise: a newcomer joins a fixed diloco spec; diloco:auto's probe starts over on a change "
+                             "of members (build the DiLoCo anew on every member)")
+        self.averager = ModelAverager(spec, model, group, placement=placement, _caller="DiLoCo", join=join)
         self._spec = self.averager.spec  # canonical, as constructed (diloco:auto's pick is the averager's state)
 
     @property
@@ -124,6 +128,19 @@ class DiLoCo:
         self.average_gradients()
         self.inner_optimizer.step()
         self.step()
+
+    def detach(self):
+        """After ``step()`` (or another collective call) raised because a replica was lost or stopped, before
+        ``ElasticContext.shrink()``: the sync in flight is kept where it completed here, else redone at regroup()."""
+        self.averager.detach()
+
+    def regroup(self, group=None):
+        """After ``ElasticContext.shrink()`` or ``admit()``, on every member (and the newcomers' constructors):
+        DiLoCo goes on over the replicas here from the outer state they share; the sync the loss broke is redone over
+        them, each survivor's pseudo-gradient weighted equally (the lost replica's progress since the last sync goes
+        with it). Returns what happened, one line."""
+        self.process_group = group
+        return self.averager.regroup(group)
 
     def full_average(self):
         """Every rank's parameters replaced by the world's mean (what is in flight awaited first). Collective."""
