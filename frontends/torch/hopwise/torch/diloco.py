@@ -28,6 +28,11 @@ averages plainly every 4 steps: on the byte-level GPT after AdamW it reached DDP
 (docs/results/lm.md). ``diloco:auto`` measures the step and the link in the first steps and picks the period,
 fragments, delay and codec, then checks its choice on the steps that follow.
 
+A lost, stopped or new replica (under hopwise.torch.ElasticContext, no restart): ``detach()`` after the failed
+``step()``, ``ctx.shrink()``, then ``regroup()``: the survivors keep the synced model and outer momentum and redo the
+broken sync over themselves; a newcomer builds its DiLoCo with ``join=True`` and takes that state (docs/diloco.md,
+"When a replica is lost, stopped or comes back").
+
 The outer step: where the spec names none (no ``outer_lr``, ``momentum`` or ``nesterov``), the one measured for the
 inner optimizer's family, told to the averager as ``inner=``: ``adam`` for Adam, AdamW, NAdam, RAdam, Adamax and
 Adagrad, ``sgd`` for SGD, ``muon`` for Muon (plain averaging after all of them, but the papers' Nesterov step after
