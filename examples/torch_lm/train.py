@@ -22,7 +22,12 @@ end, a few lines the model writes. --json FILE: step_ms, compute_ms (forward, ba
 communication, measured apart), utilization, val_bpb, val_trace [[steps, training seconds, bpb], ...],
 tokens_per_s, bytes_per_step (what the method hands its collectives), link_bytes_per_step (on several hosts: what
 each rank's share of its host's links sent, evaluations left out; the same count for every row), diloco_stats,
-sample."""
+sample. --trace-file FILE: rank 0 appends "WALL_CLOCK STEP BPB" at every evaluation (restarted attempts too).
+
+--elastic STORE (with --diloco; HOPWISE_ELASTIC=shrink[,grow]): a lost or stopped replica is survived without a
+restart (hopwise.torch.ElasticContext over the file STORE: the survivors keep DiLoCo's outer state and redo the
+broken sync), and a replica started later with HOPWISE_ELASTIC_JOIN=1 joins at a boundary with the synced model,
+outer momentum and step (docs/diloco.md, "When a replica is lost, stopped or comes back")."""
 import argparse
 import contextlib
 import copy
@@ -32,6 +37,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -91,6 +97,9 @@ def arguments():
     ap.add_argument("--resume", default="", choices=["", "auto"],
                     help="auto: start from the newest step every rank holds of --checkpoint's files, if any")
     ap.add_argument("--stop-after", type=int, default=0, help="leave after this many steps (a run cut short)")
+    ap.add_argument("--slowdown", default="", help="R:F: rank R's steps take F times as long (a straggler)")
+    ap.add_argument("--trace-file", default="", help="rank 0 appends 'WALL_CLOCK STEP BPB' at every evaluation")
+    ap.add_argument("--elastic", default="", help="STORE: with --diloco, survive lost replicas and let new ones in")
     args = ap.parse_args()
     methods = [m for m in (args.ddp_hook != "none", args.averaging != "sync", bool(args.diloco), bool(args.recipe),
                            bool(args.torchft), args.fsdp) if m]
@@ -114,14 +123,22 @@ def arguments():
         sys.exit(f"train.py: --torchft {args.torchft}: the period H is a count of steps, 1 or more")
     if (args.checkpoint_every or args.resume) and not args.checkpoint:
         sys.exit("train.py: --checkpoint-every and --resume auto need --checkpoint PATH")
+    if args.elastic and (not args.diloco or args.checkpoint or args.fsdp):
+        sys.exit("train.py: --elastic goes with --diloco (no --checkpoint: the survivors keep the state)")
+    if args.slowdown:
+        r, _, f = args.slowdown.partition(":")
+        try:
+            args.slowdown = (int(r), float(f))
+        except ValueError:
+            sys.exit(f"train.py: --slowdown {args.slowdown}: write RANK:FACTOR, e.g. 2:2 (rank 2 at half speed)")
     if args.tokens:
         args.steps = max(1, int(args.tokens // (args.batch * args.context)))
     return args
 
 
-def init_distributed(backend):
+def init_distributed(backend, elastic=""):
     """torchrun sets RANK and WORLD_SIZE; mpirun's and srun's own variables stand in for them (srun: with
-    MASTER_ADDR and MASTER_PORT exported)."""
+    MASTER_ADDR and MASTER_PORT exported). elastic: the group over that file store, its ElasticContext returned."""
     if "OMPI_COMM_WORLD_RANK" in os.environ:
         os.environ.setdefault("RANK", os.environ["OMPI_COMM_WORLD_RANK"])
         os.environ.setdefault("WORLD_SIZE", os.environ["OMPI_COMM_WORLD_SIZE"])
@@ -130,7 +147,11 @@ def init_distributed(backend):
         os.environ.setdefault("WORLD_SIZE", os.environ["SLURM_NTASKS"])
     if backend == "hopwise":
         import hopwise.torch  # noqa: F401  (registers the backend)
+    if elastic:
+        os.environ.setdefault("HOPWISE_ELASTIC", "shrink,grow")
+        return hopwise.torch.ElasticContext(elastic)
     dist.init_process_group(backend)
+    return None
 
 
 def lr_factor(step, warmup, steps):
@@ -145,7 +166,8 @@ def main():
     args = arguments()
     torch.set_flush_denormal(True)  # before any other thread starts (see examples/torch_ddp/train.py)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    init_distributed(args.backend)
+    ctx = init_distributed(args.backend, args.elastic)
+    joined = bool(ctx and ctx.joined_late)  # a replica let into the running job: it starts at the members' step
     rank, world = dist.get_rank(), dist.get_world_size()
     lead = rank == 0
     if args.batch % world:
@@ -171,7 +193,7 @@ def main():
         net, opt = model, opt_of(model)
     elif args.diloco:  # no DDP: each rank its replica
         net, opt = model, opt_of(model)
-        diloco = hw.DiLoCo(model, opt, args.diloco)
+        diloco = hw.DiLoCo(model, opt, args.diloco, join=joined)
     elif args.recipe or args.torchft:
         with torch.no_grad():  # every rank starts from rank 0's model, as DDP would make it
             for p in model.parameters():
@@ -198,9 +220,32 @@ def main():
         opt = opt_of(model)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, args.warmup, args.steps))
     params = count(model)
+    start = diloco.steps if joined else 0
+    if joined:
+        with warnings.catch_warnings():  # the schedule to the members' step ("step() before optimizer.step()")
+            warnings.simplefilter("ignore")
+            for _ in range(start):
+                sched.step()
+
+    def survive(call, again=True):
+        """call(); under --elastic a collective that fails because a replica was lost or stopped is survived: the
+        survivors agree, DiLoCo regroups (its sync redone), and call runs again unless `again` is False."""
+        while True:
+            try:
+                return call()
+            except RuntimeError as e:
+                if not ctx:
+                    raise
+                diloco.detach()
+                ctx.shrink(str(e))
+                said = diloco.regroup()
+                if dist.get_rank() == 0:
+                    mlp.console_line_open(False)
+                    print(f"\ntrain.py: {said}", flush=True)
+                if not again:
+                    return None
 
     ckpt = hw.Checkpoints(args.checkpoint) if args.checkpoint else None
-    start = 0
     found = ckpt.load_newest() if ckpt and args.resume == "auto" else None
     if found:
         start, state = found
@@ -246,13 +291,16 @@ def main():
               f"{args.steps} steps ({args.steps * args.batch * args.context:,} tokens)")
         if args.backend == "hopwise":
             print(hw.plan()["description"].rstrip())
+        if joined:
+            print(f"train.py: joined the running job at step {start}")
         if found:
             print(f"train.py: resumed at step {start} from {args.checkpoint}")
 
-    def batch(step):
-        return corpus.batch(step, args.batch, args.context, rank, world, args.seed)
+    def batch(step):  # this rank's share (under --elastic the replicas here share the global batch)
+        return corpus.batch(step, args.batch, args.context, dist.get_rank(), dist.get_world_size(), args.seed)
 
     def train_step(x, y, communicate=True, net=net, opt=opt, model=model):
+        started = time.perf_counter()
         opt.zero_grad()
         with contextlib.nullcontext() if communicate or not isinstance(net, DDP) else net.no_sync():
             loss = F.cross_entropy(net(x).reshape(-1, 256), y.reshape(-1))
@@ -264,6 +312,8 @@ def main():
         if avg and communicate:
             avg.before_step()
         opt.step()
+        if args.slowdown and communicate and dist.get_rank() == args.slowdown[0]:  # a straggler: the step again, idle
+            time.sleep((args.slowdown[1] - 1) * (time.perf_counter() - started))
         return loss
 
     def compute_only(n):
@@ -280,7 +330,6 @@ def main():
         return took
 
     vx, vy = corpus.validation_windows(args.val_windows, args.context)
-    mine = slice(rank * len(vx) // world, (rank + 1) * len(vx) // world)
 
     @contextlib.contextmanager
     def scored_model():
@@ -302,6 +351,8 @@ def main():
             yield
 
     def validation_bpb():
+        r, n = dist.get_rank(), dist.get_world_size()
+        mine = slice(r * len(vx) // n, (r + 1) * len(vx) // n)
         with scored_model(), torch.no_grad():
             model.eval()
             loss = F.cross_entropy(model(vx[mine]).reshape(-1, 256), vy[mine].reshape(-1), reduction="sum")
@@ -310,10 +361,17 @@ def main():
         dist.all_reduce(total)
         return total[0].item() / total[1].item() / math.log(2)
 
+    def traced(step, seconds, bpb):
+        if args.trace_file and dist.get_rank() == 0:
+            with open(args.trace_file, "a") as f:
+                f.write(f"{time.time():.3f} {step} {bpb:.6f}\n")
+        return step, seconds, bpb
+
     compute_only(3)  # warms up
     compute_ms = compute_only(5)
-    trace = [(0, 0.0, validation_bpb())] if start == 0 and args.eval_every else []  # where every row starts
-    dist.barrier()
+    trace = [traced(0, 0.0, survive(validation_bpb))] if start == 0 and args.eval_every else []  # every row's start
+    if not joined:  # the members are past their barrier
+        survive(dist.barrier)
     before = hw.stats() if args.backend == "hopwise" else None
     averaged_before = avg.stats()["bytes"] if avg else 0
     wire_before, eval_wire = mlp.link_sent(), 0.0
@@ -322,13 +380,23 @@ def main():
     t0 = time.perf_counter()
     loss_sum, losses, paused, eval_sent = 0.0, 0, 0.0, 0  # eval_sent: FSDP2's evaluation gathers too
     end = min(args.steps, start + args.stop_after) if args.stop_after else args.steps
-    for step in range(start, end):
+    step = start
+    while step < end:
+        if ctx and survive(lambda: ctx.newcomers_waiting(step)):  # grow: the members agree at every 10th step
+            def let_in():
+                diloco.full_average()  # the newcomer starts from the synced model
+                ctx.admit()
+                return diloco.regroup()
+            said = survive(let_in, again=False)
+            if said and dist.get_rank() == 0:
+                mlp.console_line_open(False)
+                print(f"\ntrain.py: {said}", flush=True)
         loss = train_step(*batch(step))
         sched.step()
         if avg:
             avg.after_step()
         if diloco:
-            diloco.step()
+            survive(diloco.step, again=False)  # the step is counted; a broken sync is redone at the regroup
         if recipe:
             recipe.after_inner_step()
         if monitor:
@@ -337,18 +405,19 @@ def main():
         done = step + 1
         if ckpt and args.checkpoint_every and done % args.checkpoint_every == 0:
             save_checkpoint(done)
-        if lead and (step % 10 == 0 or done == end):
+        if dist.get_rank() == 0 and (step % 10 == 0 or done == end):
             mlp.progress(done, args.steps, f"loss {loss_sum / losses:.3f} nats "
                          f"{(time.perf_counter() - t0 - paused) / (done - start) * 1e3:.0f} ms/step")
             loss_sum, losses = 0.0, 0
         if args.eval_every and (done % args.eval_every == 0) and done < args.steps:
             if avg or diloco:
-                (avg or diloco).settle()  # a fragment in flight is waited for on the clock, as in training
+                survive((avg or diloco).settle)  # a fragment in flight is waited for on the clock, as in training
             e0, s0, w0 = time.perf_counter(), hw.stats()["sent_bytes"] if before else 0, mlp.link_sent()
-            trace.append((done, e0 - t0 - paused, validation_bpb()))
+            trace.append(traced(done, e0 - t0 - paused, survive(validation_bpb)))
             paused += time.perf_counter() - e0
             eval_sent += hw.stats()["sent_bytes"] - s0 if before else 0
             eval_wire += mlp.link_sent() - w0 if w0 is not None else 0
+        step = done
     if end < args.steps:  # cut short (--stop-after): the checkpoint holds the run
         dist.barrier()
         if lead:
@@ -356,19 +425,20 @@ def main():
         dist.destroy_process_group()
         return
     if avg or diloco:
-        (avg or diloco).full_average()  # every rank the same model, as the final evaluation scores it
+        survive((avg or diloco).full_average)  # every rank the same model, as the final evaluation scores it
     if recipe and recipe.since:
         recipe.sync()  # the steps since the last sync
     if tft:
         tft.__exit__(None, None, None)  # steps past the last whole period stay unsynced: scored as the ranks' mean
     if monitor:
         monitor.finish()
-    dist.barrier()
+    survive(dist.barrier)
     train_s = time.perf_counter() - t0 - paused
     after = hw.stats() if args.backend == "hopwise" else None
     wire = mlp.link_bytes_per_step(wire_before, eval_wire, args.steps - start)
-    val_bpb = validation_bpb()
-    trace.append((args.steps, train_s, val_bpb))
+    val_bpb = survive(validation_bpb)
+    trace.append(traced(args.steps, train_s, val_bpb))
+    lead, world = dist.get_rank() == 0, dist.get_world_size()  # under --elastic: who is here at the end
     ran = args.steps - start
     step_ms = train_s / max(1, ran) * 1e3
     sample = model.generate(b"def ", args.sample, seed=args.seed).decode("utf-8", "replace") if args.sample else ""
