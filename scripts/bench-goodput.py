@@ -21,6 +21,7 @@ Kills go round the hosts (1, 2, ..., 0, 1, ...): the replica on that host, which
 straggler row per method (--straggler): one replica's compute slowed to half speed (train.py's own steps sleep as
 long again: train.py --slowdown), each row's step time against its failure-free one."""
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -148,6 +149,11 @@ def run_diloco(spec, args, work, faulty, limit_s, straggler=False):
     return figures(trace, out, t0, finished, killer)
 
 
+def scratch(keep):
+    """A run's working directory: kept under `keep` where given, else removed after the run."""
+    return contextlib.nullcontext(tempfile.mkdtemp(dir=keep)) if keep else tempfile.TemporaryDirectory()
+
+
 def common(args):
     return ["--steps", str(args.steps), "--eval-every", str(args.eval_every), "--sample", "0", *args.flags]
 
@@ -197,6 +203,9 @@ def main():
     ap.add_argument("--checkpoint-every", type=int, default=50)
     ap.add_argument("--timeout-s", type=float, default=10, help="HOPWISE_TIMEOUT_S of the hopwise rows")
     ap.add_argument("--straggler", action="store_true", help="also each hopwise row with one replica at half speed")
+    ap.add_argument("--target", type=float, default=0, help="the target loss (bits per byte), where no ddp row runs: "
+                                                               "an earlier DDP run's final + 1%")
+    ap.add_argument("--keep", default="", help="DIR: each run's logs and trace kept there (else removed)")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
     args.flags = flags
@@ -210,22 +219,23 @@ def main():
         kind, _, spec = row.partition(":")
         for faulty in (False, True):
             limit = 7200 if not faulty else 2 * results[row]["failure_free"]["wall_s"] + 60
-            with tempfile.TemporaryDirectory() as tmp:
+            with scratch(args.keep) as tmp:
                 work = Path(tmp)
                 r = run_ddp(args, work, faulty, limit) if kind == "ddp" else run_diloco(spec, args, work, faulty, limit)
+                r["work"] = str(work) if args.keep else None
             results.setdefault(row, {})["faulty" if faulty else "failure_free"] = r
             print(f"{row} {'faulty' if faulty else 'failure-free'}: {'ended' if r['finished'] else 'cut at the limit'}"
                   f" after {r['wall_s']:.0f} s, final {r['val_bpb']}, {len(r['events'])} event(s)", file=sys.stderr,
                   flush=True)
             save()
         if args.straggler:
-            with tempfile.TemporaryDirectory() as tmp:
+            with scratch(args.keep) as tmp:
                 work = Path(tmp)
                 results[row]["straggler"] = run_ddp(args, work, False, 7200, straggler=True) if kind == "ddp" else \
                     run_diloco(spec, args, work, False, 7200, straggler=True)
             save()
     ddp = results.get("ddp", {}).get("failure_free")
-    target = ddp["val_bpb"] * (1 + TOLERANCE) if ddp and ddp["val_bpb"] else None
+    target = ddp["val_bpb"] * (1 + TOLERANCE) if ddp and ddp["val_bpb"] else args.target or None
     print(f"target: DDP's failure-free final loss + 1% = {target}")
     print("| row | failure-free to target (s) | faulty to target (s) | goodput | failure-free final | faulty final |")
     print("|---|---:|---:|---:|---:|---:|")

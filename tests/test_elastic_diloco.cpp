@@ -97,7 +97,7 @@ TEST(ElasticDiloco, SurvivorsOfALostReplicaGoOnFromTheSharedOuterState) {
     std::vector<std::string> said(2);
     const auto t0 = std::chrono::steady_clock::now();
     const auto errors = on_threads(3, [&](int id) {
-      hc::ElasticGroup g(store, id, 3, hwtest::elastic_options(), hwtest::test_options(hc::Algorithm::kAuto, 4096, 1),
+      hc::ElasticGroup g(store, id, 3, hwtest::elastic_options(), hwtest::test_options(hc::Algorithm::kAuto, 4096, 3),
                          worlds.factory());
       std::vector<float> x = start_model(), v(kDim, 0.0f), grad(kDim);
       hc::ModelAverager avg(g.comm(), hc::AveragingSpec::parse(c.spec), x.data(), kDim);
@@ -125,7 +125,7 @@ TEST(ElasticDiloco, SurvivorsOfALostReplicaGoOnFromTheSharedOuterState) {
           << c.spec << ": " << said[static_cast<std::size_t>(id)];
     }
     expect_same(got, replay(c.spec, 3, kSteps, kLost, c.lost_at), c.tolerance, c.spec);
-    EXPECT_LT(took, 20) << c.spec << ": the survivors took " << took << " s (timeout 1 s, settle 0.5 s)";
+    EXPECT_LT(took, 40) << c.spec << ": the survivors took " << took << " s (timeout 3 s, settle 0.5 s)";
   }
 }
 

@@ -27,7 +27,9 @@ sample. --trace-file FILE: rank 0 appends "WALL_CLOCK STEP BPB" at every evaluat
 --elastic STORE (with --diloco; HOPWISE_ELASTIC=shrink[,grow]): a lost or stopped replica is survived without a
 restart (hopwise.torch.ElasticContext over the file STORE: the survivors keep DiLoCo's outer state and redo the
 broken sync), and a replica started later with HOPWISE_ELASTIC_JOIN=1 joins at a boundary with the synced model,
-outer momentum and step (docs/diloco.md, "When a replica is lost, stopped or comes back")."""
+outer momentum and step (docs/diloco.md, "When a replica is lost, stopped or comes back"). With --replica I/N each
+replica is its own launch, e.g. one `torchrun --nproc-per-node 1 --max-restarts 100` per host: torchrun restarts a
+replica that died, and it joins the running job."""
 import argparse
 import contextlib
 import copy
@@ -35,6 +37,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -100,6 +103,8 @@ def arguments():
     ap.add_argument("--slowdown", default="", help="R:F: rank R's steps take F times as long (a straggler)")
     ap.add_argument("--trace-file", default="", help="rank 0 appends 'WALL_CLOCK STEP BPB' at every evaluation")
     ap.add_argument("--elastic", default="", help="STORE: with --diloco, survive lost replicas and let new ones in")
+    ap.add_argument("--replica", default="", help="I/N with --elastic: this replica's place where each replica is "
+                                                  "launched on its own (one torchrun per replica)")
     args = ap.parse_args()
     methods = [m for m in (args.ddp_hook != "none", args.averaging != "sync", bool(args.diloco), bool(args.recipe),
                            bool(args.torchft), args.fsdp) if m]
@@ -123,6 +128,8 @@ def arguments():
         sys.exit(f"train.py: --torchft {args.torchft}: the period H is a count of steps, 1 or more")
     if (args.checkpoint_every or args.resume) and not args.checkpoint:
         sys.exit("train.py: --checkpoint-every and --resume auto need --checkpoint PATH")
+    if args.replica and (not args.elastic or not re.fullmatch(r"\d+/\d+", args.replica)):
+        sys.exit(f"train.py: --replica {args.replica}: write I/N (replica I of N), with --elastic")
     if args.elastic and (not args.diloco or args.checkpoint or args.fsdp):
         sys.exit("train.py: --elastic goes with --diloco (no --checkpoint: the survivors keep the state)")
     if args.slowdown:
@@ -136,7 +143,7 @@ def arguments():
     return args
 
 
-def init_distributed(backend, elastic=""):
+def init_distributed(backend, elastic="", replica=""):
     """torchrun sets RANK and WORLD_SIZE; mpirun's and srun's own variables stand in for them (srun: with
     MASTER_ADDR and MASTER_PORT exported). elastic: the group over that file store, its ElasticContext returned."""
     if "OMPI_COMM_WORLD_RANK" in os.environ:
@@ -149,7 +156,9 @@ def init_distributed(backend, elastic=""):
         import hopwise.torch  # noqa: F401  (registers the backend)
     if elastic:
         os.environ.setdefault("HOPWISE_ELASTIC", "shrink,grow")
-        return hopwise.torch.ElasticContext(elastic)
+        i, _, n = replica.partition("/")
+        place = {"replica": int(i), "replicas": int(n)} if replica else {}
+        return hopwise.torch.ElasticContext(elastic, **place)
     dist.init_process_group(backend)
     return None
 
@@ -166,7 +175,7 @@ def main():
     args = arguments()
     torch.set_flush_denormal(True)  # before any other thread starts (see examples/torch_ddp/train.py)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    ctx = init_distributed(args.backend, args.elastic)
+    ctx = init_distributed(args.backend, args.elastic, args.replica)
     joined = bool(ctx and ctx.joined_late)  # a replica let into the running job: it starts at the members' step
     rank, world = dist.get_rank(), dist.get_world_size()
     lead = rank == 0
@@ -403,6 +412,10 @@ def main():
             monitor.step()
         loss_sum, losses = loss_sum + loss.item(), losses + 1
         done = step + 1
+        if ctx and diloco.steps > done:  # a regroup put this replica at the furthest one's step: its schedule too
+            for _ in range(diloco.steps - done):
+                sched.step()
+            done = diloco.steps
         if ckpt and args.checkpoint_every and done % args.checkpoint_every == 0:
             save_checkpoint(done)
         if dist.get_rank() == 0 and (step % 10 == 0 or done == end):

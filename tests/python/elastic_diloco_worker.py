@@ -7,12 +7,15 @@ behind compute, the papers' outer Nesterov step).
                  the others go on without it, and it is refused by name;
   grow:          rank 0 starts a newcomer (this script, "join") at once; the members let it in after a full average
                  at the step 10 boundary: it takes the synced model, the outer momentum and the step count.
+  torchrun:      each replica is its own torchrun (--max-restarts) naming its place (I N); replica VICTIM kills
+                 itself at step 10 on its first attempt, torchrun starts it again and it joins the running job
+                 (TORCHELASTIC_RESTART_COUNT > 0): the members go on without it, then let it in at a boundary.
 The survivors catch the failed step, detach the averager, agree (ctx.shrink), and regroup: the outer state goes on,
 the broken sync is redone over them. Each prints its view at the end: replicas, generation, whether all hold the
 same parameters after the last full average, the loss at the start, just before the event and at the end, and what
 the regroup said.
 
-    elastic_diloco_worker.py STORE_FILE MODE VICTIM"""
+    elastic_diloco_worker.py STORE_FILE MODE VICTIM [I N]"""
 import os
 import signal
 import subprocess
@@ -45,19 +48,21 @@ def identical(model):
 def main():
     store, mode = sys.argv[1], sys.argv[2]
     victim = int(sys.argv[3]) if len(sys.argv) > 3 else -1
+    place = {"replica": int(sys.argv[4]), "replicas": int(sys.argv[5])} if len(sys.argv) > 5 else {}
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     newcomer = None
     if mode == "grow" and os.environ.get("RANK") == "0":
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
         newcomer = subprocess.Popen([sys.executable, __file__, store, "join"], env=dict(env, HOPWISE_ELASTIC_JOIN="1"))
-    ctx = hopwise.torch.ElasticContext(store)
+    ctx = hopwise.torch.ElasticContext(store, **place)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     diloco = hopwise.torch.DiLoCo(model, opt, SPEC, join=ctx.joined_late)  # a newcomer takes the members' state
     said = ""
     if ctx.joined_late:
-        said = f"joined at step {diloco.steps}"
+        said = f"joined at step {diloco.steps}" + (f" (torchrun's attempt {attempt})" if attempt else "")
     g = torch.Generator().manual_seed(1)
     x = torch.randn(STEPS, BATCH, 32, generator=g)
     y = (x @ torch.randn(32, 4, generator=g)).argmax(-1)  # learnable: the loss falls
@@ -70,6 +75,19 @@ def main():
             if ctx.newcomers_waiting():
                 diloco.full_average()  # the newcomer starts from the synced model
                 ctx.admit()
+                said = diloco.regroup()
+        if mode == "torchrun" and step % 10 == 0:
+            if step == 2 * BOUNDARY and not ctx.joined_late:  # torchrun's restart of the victim comes in here
+                while ctx.store.add(hopwise.torch.elastic.TICKETS, 0) < 1:
+                    time.sleep(0.01)
+            try:
+                if ctx.newcomers_waiting(step):  # the restarted replica's ticket: let in after a full average
+                    diloco.full_average()
+                    ctx.admit()
+                    said = diloco.regroup()
+            except RuntimeError as e:  # the victim is gone: the others go on
+                diloco.detach()
+                ctx.shrink(str(e))
                 said = diloco.regroup()
         rank, world = dist.get_rank(), dist.get_world_size()
         lo, hi = rank * BATCH // world, (rank + 1) * BATCH // world
@@ -84,7 +102,7 @@ def main():
             diloco.detach()
             ctx.shrink(str(e))
             said = diloco.regroup()
-        if ctx.id == victim and diloco.steps == BOUNDARY + (1 if mode == "kill-fragment" else 0):
+        if ctx.id == victim and diloco.steps == BOUNDARY + (1 if mode == "kill-fragment" else 0) and attempt == 0:
             if mode == "stop":  # a child stops this process and continues it later
                 subprocess.Popen(["/bin/sh", "-c", f"kill -STOP {os.getpid()}; sleep {os.environ.get('STOP_S', '12')}; "
                                                    f"kill -CONT {os.getpid()}"])

@@ -336,3 +336,28 @@ def test_elastic_diloco_newcomer(tmp_path):
         want = "joined at step 10" if r == "3" else "sent to the newcomer(s) from rank 0"
         assert want in said, said
     assert lines(out, r"^elastic: generation 1: rank\(s\) 3 joined; 4 rank\(s\) go on \(0, 1, 2, 3\)"), out
+
+
+def test_elastic_diloco_torchrun_per_replica(tmp_path):
+    """Each of 3 DiLoCo replicas is its own torchrun (--max-restarts 2), naming its place (ElasticContext's replica=,
+    replicas=): replica 1 kills itself at step 10; the other two go on without it, torchrun starts it again, and the
+    new attempt (TORCHELASTIC_RESTART_COUNT 1) joins the running job at the step 20 boundary with the synced model,
+    the outer momentum and the step; all 3 end on one model, bit for bit, and every torchrun exits 0."""
+    e = dict(os.environ, PYTHONPATH=str(BUILD / "python"), OMP_NUM_THREADS="1", HOPWISE_TIMEOUT_S="5",
+             HOPWISE_ELASTIC="shrink,grow")
+    jobs = [subprocess.Popen([TORCHRUN, "--standalone", "--nproc_per_node", "1", "--max-restarts", "2",
+                              str(HERE / "elastic_diloco_worker.py"), str(tmp_path / "store"), "torchrun", "1", str(i),
+                              "3"], env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for i in range(3)]
+    outs = [j.communicate(timeout=300)[0] for j in jobs]
+    out = "\n".join(outs)
+    print("\n".join(l for l in out.splitlines() if "elastic" in l))
+    assert [j.returncode for j in jobs] == [0, 0, 0], out[-6000:]
+    done = lines(out, r"^rank (\d): elastic diloco ok: 3 replicas at the end, generation 2, parameters identical "
+                      r"True, .*; (.*)$")
+    assert sorted(int(r) for r, _ in done) == [0, 2, 3], out[-6000:]
+    said = dict(done)
+    assert "joined at step 20 (torchrun's attempt 1)" in said["3"], said
+    assert "sent to the newcomer(s) from rank 0" in said["0"], said
+    assert lines(out, r"^elastic: generation 1: rank\(s\) 1 left; 2 rank\(s\) go on \(0, 2\)"), out[-6000:]
+    assert lines(out, r"^elastic: generation 2: rank\(s\) 3 joined; 3 rank\(s\) go on \(0, 2, 3\)"), out[-6000:]

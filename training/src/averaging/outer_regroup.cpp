@@ -91,6 +91,13 @@ std::string Outer::regroup(std::int64_t& steps) {
   for (int r = 1; r < c.size(); ++r)
     if (all[static_cast<std::size_t>(r)].further_than(all[static_cast<std::size_t>(leader)])) leader = r;
   const Standing far = all[static_cast<std::size_t>(leader)];
+  if (log::enabled(log::Level::kInfo)) {
+    std::string seen;
+    for (const Standing& s : all)
+      seen += fmt::format(" [applied {} failed {} at {} steps {} completed {} full {}/{}]", s.applied, s.failed,
+                          s.launched_at, s.steps, s.completed, s.in_full, s.full_done);
+    log::info("regroup: rank {} of {}: leader {}:{}", c.rank(), c.size(), leader, seen);
+  }
   std::int64_t most_steps = 0, least_completed = far.completed;
   bool anyone_behind = false;
   for (const Standing& s : all) {

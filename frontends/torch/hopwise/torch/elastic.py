@@ -23,8 +23,13 @@ state (it holds the model's own tensors).
 
 The ranks meet through a file store every rank sees (torch.distributed.FileStore), which outlives any of them: a
 TCP store dies with the rank that serves it. RANK and WORLD_SIZE come from the launcher (a harness, or ``srun
---kill-on-bad-exit=0``); torchrun ends every rank when one dies, so under it use the restart path
-(hopwise.torch.Checkpoints) instead. The agreement is hopwise's (hopwise/training/elastic.h): each member's heartbeat
+--kill-on-bad-exit=0``); torchrun ends every rank when one dies, so one torchrun over the whole job takes the restart
+path (hopwise.torch.Checkpoints) instead. Or one torchrun per replica (torchft's layout), each naming its place
+(``replica=I, replicas=N``): torchrun restarts a replica that died, and the restarted one (TORCHELASTIC_RESTART_COUNT
+above 0) joins the running job as a newcomer:
+
+    torchrun --nproc-per-node 1 --max-restarts 100 train.py ...   # on each host; train.py builds
+    ctx = hopwise.torch.ElasticContext("/shared/job.store", replica=I, replicas=N) The agreement is hopwise's (hopwise/training/elastic.h): each member's heartbeat
 bumps a counter in the store; each survivor marks itself alive and waits until all have, or every one still missing
 is lost (its counter stood still for HOPWISE_ELASTIC_SETTLE_S, 3 s; one that still beats is waited for up to the
 timeout), and the first to finish writes the list all read; a rank that answers later is refused, naming the
@@ -60,21 +65,27 @@ def _ticket_key(ticket):
 
 
 class ElasticContext:
-    def __init__(self, store_path, timeout_s=None, join=None):
-        """Forms the default group (collective). join (default: HOPWISE_ELASTIC_JOIN=1): this process was started
-        later and waits (up to the timeout) until the members let it in; RANK and WORLD_SIZE are then not read."""
+    def __init__(self, store_path, timeout_s=None, join=None, replica=None, replicas=None):
+        """Forms the default group (collective). join (default: HOPWISE_ELASTIC_JOIN=1, or a torchrun restart of a
+        replica that names its place): this process was started later and waits (up to the timeout) until the
+        members let it in; its place is then not read. replica, replicas: this process's place in the job as
+        launched and the job's size (default: RANK and WORLD_SIZE), for a launcher that starts each replica on its
+        own (one torchrun per replica)."""
         self.timeout_s = float(timeout_s or os.environ.get("HOPWISE_TIMEOUT_S", 300))
         self.store = dist.FileStore(str(store_path), -1)
         self.events = []  # one dict per membership change: generation, left, joined, members, stood_still_s
-        self.joined_late = os.environ.get("HOPWISE_ELASTIC_JOIN", "0") == "1" if join is None else join
+        if (replica is None) != (replicas is None) or replicas is not None and not 0 <= replica < replicas:
+            raise ValueError(f"elastic: replica={replica}, replicas={replicas}: give both, 0 <= replica < replicas")
+        restarted = replica is not None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+        self.joined_late = (os.environ.get("HOPWISE_ELASTIC_JOIN", "0") == "1" or restarted) if join is None else join
         self.admitted = 0  # tickets let in so far, alike on every member
         # A newcomer comes in at a boundary whose check the members made already: it skips its first one.
         self._checked_this_boundary = self.joined_late
         if self.joined_late:
             self._wait_to_be_let_in()
         else:
-            self.id = int(os.environ["RANK"])
-            self.members = list(range(int(os.environ["WORLD_SIZE"])))
+            self.id = int(os.environ["RANK"]) if replica is None else replica
+            self.members = list(range(int(os.environ["WORLD_SIZE"]) if replicas is None else replicas))
             self.generation = 0
             self.next_id = len(self.members)  # a newcomer's id: ids are never reused, the lost ranks' included
         # This member's sign of life for the survivors' agreement: one that still beats is waited for.
