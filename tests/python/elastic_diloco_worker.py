@@ -112,7 +112,7 @@ def main():
     diloco.full_average()
     same = identical(model)
     before = losses.get(BOUNDARY - 1, float("nan"))
-    after = [losses[s] for s in range(BOUNDARY + 1, BOUNDARY + 5) if s in losses]
+    after = [losses[s] for s in range(BOUNDARY + 1, BOUNDARY + 5) if s in losses] or [float("nan")]  # a newcomer's
     say(f"rank {ctx.id}: elastic diloco ok: {dist.get_world_size()} replicas at the end, generation {ctx.generation}, "
         f"parameters identical {same}, loss {losses[min(losses)]:.3f} -> {before:.3f} before the event -> "
         f"{max(after):.3f} at most after -> {losses[STEPS - 1]:.3f}, steps {diloco.steps}; {said}")

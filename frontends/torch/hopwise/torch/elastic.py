@@ -77,6 +77,8 @@ class ElasticContext:
         if (replica is None) != (replicas is None) or replicas is not None and not 0 <= replica < replicas:
             raise ValueError(f"elastic: replica={replica}, replicas={replicas}: give both, 0 <= replica < replicas")
         restarted = replica is not None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+        if replica is not None:  # this replica's own restarts: the generations name the meetings, not its attempt
+            os.environ.pop("TORCHELASTIC_RESTART_COUNT", None)
         self.joined_late = (os.environ.get("HOPWISE_ELASTIC_JOIN", "0") == "1" or restarted) if join is None else join
         self.admitted = 0  # tickets let in so far, alike on every member
         # A newcomer comes in at a boundary whose check the members made already: it skips its first one.
