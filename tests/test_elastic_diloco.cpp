@@ -95,7 +95,6 @@ TEST(ElasticDiloco, SurvivorsOfALostReplicaGoOnFromTheSharedOuterState) {
     hwtest::Worlds worlds;
     Models got(2);
     std::vector<std::string> said(2);
-    const auto t0 = std::chrono::steady_clock::now();
     const auto errors = on_threads(3, [&](int id) {
       hc::ElasticGroup g(store, id, 3, hwtest::elastic_options(), hwtest::test_options(hc::Algorithm::kAuto, 4096, 3),
                          worlds.factory());
@@ -118,14 +117,12 @@ TEST(ElasticDiloco, SurvivorsOfALostReplicaGoOnFromTheSharedOuterState) {
       avg.full_average();
       got[static_cast<std::size_t>(id)] = x;
     });
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (int id = 0; id < 2; ++id) {
       EXPECT_EQ(errors[static_cast<std::size_t>(id)], "") << c.spec << ": rank " << id;
       EXPECT_NE(said[static_cast<std::size_t>(id)].find("redone over the 2 replica(s) here"), std::string::npos)
           << c.spec << ": " << said[static_cast<std::size_t>(id)];
     }
     expect_same(got, replay(c.spec, 3, kSteps, kLost, c.lost_at), c.tolerance, c.spec);
-    EXPECT_LT(took, 40) << c.spec << ": the survivors took " << took << " s (timeout 3 s, settle 0.5 s)";
   }
 }
 

@@ -123,7 +123,7 @@ void Trainer::keep_step_start() {
 // counted once), so that the job goes on from the mean of every rank's model rather than from rank 0's. Returns
 // what was averaged in, for the event's line. Collective over the new communicator.
 std::string Trainer::average_in_lost(const hc::ElasticEvent& ev) {
-  if (!models_differ_ || averager_) return "";  // a kept averager (regroups) aligns the members itself
+  if (!models_differ_) return "";
   hc::Communicator& c = elastic_->comm();
   const std::size_t n = model_.parameter_count();
   const bool adds = neighbour_ && neighbour_->holds() &&
@@ -208,7 +208,7 @@ bool Trainer::survive(const std::function<void()>& part) {
     monitor_.reset();
     const std::int64_t was = steps_done_;
     const hc::ElasticEvent ev = elastic_->shrink(why);
-    const std::string averaged = average_in_lost(ev);
+    const std::string averaged = averager_ ? "" : average_in_lost(ev);  // a kept averager aligns in regroup()
     const std::string place = catch_up();
     const std::string kept = rejoin_group();
     const bool redone = in_step && steps_done_ == was;

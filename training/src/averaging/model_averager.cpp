@@ -50,7 +50,7 @@ ModelAverager::ModelAverager(Communicator& comm, AveragingSpec spec, float* para
         impl_->spec.to_string()));
 }
 
-bool ModelAverager::regroups() const { return impl_->row->regroups && impl_->row->regroups(impl_->spec); }
+bool ModelAverager::regroups() const { return averaging_regroups(impl_->spec); }
 
 void ModelAverager::detach() { impl_->method->detach(); }
 
